@@ -1,0 +1,95 @@
+"""Shared fixtures: tiny random-initialised models of each supported family (no downloads)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+
+def _tiny_config(family: str, n_layers: int = 4, vocab: int = 256):
+    from transformers import GPT2Config, GPTNeoXConfig, LlamaConfig
+
+    if family == "llama":
+        return LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=n_layers,
+                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    if family == "gpt_neox":
+        return GPTNeoXConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=n_layers,
+                             num_attention_heads=4, max_position_embeddings=256)
+    if family == "gpt2":
+        return GPT2Config(vocab_size=vocab, n_embd=32, n_layer=n_layers, n_head=4, n_positions=256)
+    raise ValueError(family)
+
+
+def tiny_model(family: str, n_layers: int = 4, seed: int = 0, vocab: int = 256):
+    """A random tiny causal LM of ``family`` in eval mode."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(_tiny_config(family, n_layers, vocab))
+    # Random init leaves blocks close to the identity; scale weights up so that removing a
+    # block changes the output measurably.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2 and "wte" not in name and "embed" not in name:
+                p.mul_(8.0)
+    return model.eval()
+
+
+FAMILIES = ("llama", "gpt_neox", "gpt2")
+
+
+@pytest.fixture(params=FAMILIES)
+def family(request) -> str:
+    return request.param
+
+
+USER_CACHE = os.environ.get("ZONES_CACHE") or str(Path.home() / ".cache" / "zones")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_cache(tmp_path_factory):
+    """Every test session writes its results to a temporary cache."""
+    os.environ["ZONES_CACHE"] = str(tmp_path_factory.mktemp("zones-cache"))
+    yield
+    os.environ["ZONES_CACHE"] = USER_CACHE
+
+
+@pytest.fixture
+def user_cache(monkeypatch):
+    """The user's real cache: the default model's converted weights are reused, as in use."""
+    monkeypatch.setenv("ZONES_CACHE", USER_CACHE)
+    return Path(USER_CACHE)
+
+
+def train_tiny_tokenizer(vocab_size: int = 256):
+    """A byte-level BPE tokenizer trained on a little stdlib prose (offline, ~1 s)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from zones.data import load_corpus
+
+    text = load_corpus("stdlib").text[:200_000]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([text], trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>")
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    return train_tiny_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, tiny_tokenizer) -> Path:
+    """A saved tiny Llama-family model with its tokenizer, loadable by ``zones.models``."""
+    path = tmp_path_factory.mktemp("tiny-llama")
+    model = tiny_model("llama", n_layers=6, vocab=len(tiny_tokenizer))
+    model.save_pretrained(path, safe_serialization=True)
+    tiny_tokenizer.save_pretrained(path)
+    return path

@@ -1,0 +1,104 @@
+"""Build the report: execute each chapter notebook with papermill, then run Jupyter Book.
+
+The chapters are the ``book/chapters/NAME`` entries of ``_toc.yml``; each is executed from
+``notebooks/NAME.ipynb`` into ``book/chapters/NAME.ipynb`` (working directory
+``book/chapters``, so a chapter's tables land in ``book/chapters/results/NAME``). Parameters
+are passed only to the notebooks that declare them.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .figures import BOOK_MODE_ENV, write_vega_bundle
+
+
+class ChapterFailed(RuntimeError):
+    """A chapter notebook raised while executing."""
+
+
+def project_root(start: Path | None = None) -> Path:
+    """The folder holding ``_toc.yml`` (searched upwards from ``start`` or the cwd)."""
+    here = Path(start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "_toc.yml").exists() and (folder / "notebooks").is_dir():
+            return folder
+    raise FileNotFoundError("no _toc.yml with a notebooks/ folder here or above: run from the zones checkout")
+
+
+def chapters(root: Path) -> list[str]:
+    """Chapter names in table-of-contents order."""
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    names = []
+
+    def walk(entries):
+        for entry in entries or []:
+            file = str(entry.get("file", ""))
+            if file.startswith("book/chapters/"):
+                names.append(file.removeprefix("book/chapters/"))
+            walk(entry.get("sections"))
+
+    walk(toc.get("chapters"))
+    return names
+
+
+def chapter_parameters(notebook: Path, given: dict[str, Any]) -> dict[str, Any]:
+    """The subset of ``given`` that ``notebook`` declares in its parameters cell."""
+    import papermill
+
+    declared = papermill.inspect_notebook(str(notebook))
+    return {key: value for key, value in given.items() if key in declared}
+
+
+def execute_chapter(root: Path, name: str, parameters: dict[str, Any]) -> Path:
+    import papermill
+
+    source = root / "notebooks" / f"{name}.ipynb"
+    if not source.exists():
+        raise FileNotFoundError(f"_toc.yml lists chapter {name!r} but {source} does not exist")
+    target_dir = root / "book" / "chapters"
+    target_dir.mkdir(parents=True, exist_ok=True)
+    target = target_dir / f"{name}.ipynb"
+    params = chapter_parameters(source, parameters)
+    print(f"zones book: executing {name} with {params}", flush=True)
+    os.environ[BOOK_MODE_ENV] = "1"
+    try:
+        papermill.execute_notebook(str(source), str(target), parameters=params, cwd=str(target_dir),
+                                   kernel_name="python3", progress_bar=False, log_output=False)
+    except papermill.PapermillExecutionError as err:
+        raise ChapterFailed(f"chapter {name!r} failed in cell {err.exec_count}:\n{err.source}\n"
+                            f"{err.ename}: {err.evalue}\n(executed copy with the traceback: {target})") from err
+    return target
+
+
+def build_book(parameters: dict[str, Any] | None = None, only: list[str] | None = None,
+               root: Path | None = None, execute: bool = True) -> Path:
+    """Execute the chapters (all, or ``only``) and build the HTML book; return its index."""
+    root = project_root(root)
+    names = chapters(root)
+    unknown = sorted(set(only or []) - set(names))
+    if unknown:
+        raise ValueError(f"unknown chapter(s) {unknown}; the book has {names}")
+    if execute:
+        for name in names:
+            if only and name not in only:
+                continue
+            start = time.time()
+            execute_chapter(root, name, parameters or {})
+            print(f"zones book: {name} done in {time.time() - start:.0f} s", flush=True)
+    missing = [n for n in names if not (root / "book" / "chapters" / f"{n}.ipynb").exists()]
+    if missing:
+        raise FileNotFoundError(f"chapters never executed: {missing}; run without --only first")
+    write_vega_bundle(root / "book" / "_static")
+    jupyter_book = Path(sys.executable).with_name("jupyter-book")
+    command = [str(jupyter_book), "build", str(root), "--path-output",
+               str(root / "book"), "--warningiserror", "--nitpick", "--keep-going"]
+    print("zones book: building HTML", flush=True)
+    subprocess.run(command, check=True, cwd=root)
+    return root / "book" / "_build" / "html" / "index.html"
