@@ -93,6 +93,15 @@ class Journal:
     def __init__(self, path: Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._drop_torn_tail()
+
+    def _drop_torn_tail(self) -> None:
+        """Cut a last line that a crash left unfinished, so new rows start on a fresh line."""
+        if not self.path.exists():
+            return
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            self.path.write_bytes(data[: data.rfind(b"\n") + 1])
 
     def rows(self) -> list[dict[str, Any]]:
         if not self.path.exists():
