@@ -60,3 +60,24 @@ def test_built_page_draws_its_chart_with_the_network_off(tmp_path, tiny_model_di
     assert n_bars >= 6  # one bar per block
     assert "chart error" not in text
     assert not [u for u in external if "vega" in u or "cdn" in u]
+
+
+def test_a_failing_chapter_fails_the_build_and_leaves_no_page(tmp_path):
+    import nbformat
+
+    from zones.book import ChapterFailed
+
+    root = tmp_path / "project"
+    (root / "notebooks").mkdir(parents=True)
+    (root / "book").mkdir()
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    params = nbformat.v4.new_code_cell("x = 1")
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell("raise RuntimeError('boom ' + str(x))")]
+    nbformat.write(nb, root / "notebooks" / "broken.ipynb")
+    (root / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n  - file: book/chapters/broken\n")
+    with pytest.raises(ChapterFailed, match="boom 7"):
+        build_book({"x": 7, "model": "unused"}, root=root)
+    assert not (root / "book/chapters/broken.ipynb").exists()
+    assert (root / "book/chapters/broken.failed.ipynb").exists()

@@ -65,15 +65,30 @@ def execute_chapter(root: Path, name: str, parameters: dict[str, Any]) -> Path:
     target_dir = root / "book" / "chapters"
     target_dir.mkdir(parents=True, exist_ok=True)
     target = target_dir / f"{name}.ipynb"
+    # Executed into a side file, renamed only on success: a failed chapter is never built.
+    running = target_dir / f"{name}.running.ipynb"
+    failed = target_dir / f"{name}.failed.ipynb"
+    target.unlink(missing_ok=True)
+    failed.unlink(missing_ok=True)
     params = chapter_parameters(source, parameters)
     print(f"zones book: executing {name} with {params}", flush=True)
-    os.environ[BOOK_MODE_ENV] = "1"
+    # The kernel inherits the environment: book mode, and no progress bars in the pages.
+    saved = {key: os.environ.get(key) for key in (BOOK_MODE_ENV, "TQDM_DISABLE")}
+    os.environ.update({BOOK_MODE_ENV: "1", "TQDM_DISABLE": "1"})
     try:
-        papermill.execute_notebook(str(source), str(target), parameters=params, cwd=str(target_dir),
+        papermill.execute_notebook(str(source), str(running), parameters=params, cwd=str(target_dir),
                                    kernel_name="python3", progress_bar=False, log_output=False)
+        os.replace(running, target)
     except papermill.PapermillExecutionError as err:
+        os.replace(running, failed)
         raise ChapterFailed(f"chapter {name!r} failed in cell {err.exec_count}:\n{err.source}\n"
-                            f"{err.ename}: {err.evalue}\n(executed copy with the traceback: {target})") from err
+                            f"{err.ename}: {err.evalue}\n(executed copy with the traceback: {failed})") from err
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     return target
 
 

@@ -41,11 +41,16 @@ def cmd_alpha(args) -> None:
 
 
 def cmd_book(args) -> None:
+    import yaml
+
     from .book import build_book
 
-    params = {"model": args.model, "models": [args.model] if args.model else None}
-    params = {k: v for k, v in params.items() if v is not None and args.model is not None}
-    params.update(dict(item.split("=", 1) for item in args.param))
+    params = {"model": args.model, "models": [args.model]} if args.model else {}
+    for item in args.param:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--param needs NAME=VALUE, not {item!r}")
+        params[name] = yaml.safe_load(value)  # numbers and lists keep their types
     index = build_book(params, only=args.only or None, execute=not args.no_execute)
     print(f"book: {index}")
 
@@ -73,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, help="model for every chapter (default: each notebook's own)")
     p.add_argument("--only", nargs="*", default=[], help="execute only these chapters")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
-                   help="extra notebook parameter (string), passed where declared")
+                   help="notebook parameter (YAML value), passed to the chapters that declare it")
     p.add_argument("--no-execute", action="store_true", help="rebuild HTML from executed chapters")
     p.set_defaults(func=cmd_book)
 
