@@ -1,0 +1,199 @@
+"""Spearman ρ with its interval and p-value; the ρ table; the importance chapter's pieces."""
+import itertools
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import spearmanr
+
+from zones.figures.ablation import ablation_bars, importance_scatter, log_floor
+from zones.importance import (RHO_COLUMNS, importance_table, model_labels, rho_table, spearman,
+                              spearman_rho)
+
+
+def test_rho_equals_scipy_with_ties_and_nans():
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 6, size=25).astype(float)  # many ties
+    y = x + rng.normal(size=25)
+    assert spearman_rho(x, y) == pytest.approx(spearmanr(x, y)[0], abs=1e-12)
+    # Monotone transforms do not change ranks.
+    assert spearman_rho(np.exp(x), y ** 3) == pytest.approx(spearman_rho(x, y), abs=1e-12)
+    x[3], y[7] = np.nan, np.nan
+    keep = np.isfinite(x) & np.isfinite(y)
+    assert spearman_rho(x, y) == pytest.approx(spearmanr(x[keep], y[keep])[0], abs=1e-12)
+    assert spearman(x, y, n_boot=10, n_perm=10).n == 23
+
+
+def test_p_value_matches_the_exact_permutation_distribution():
+    x = np.array([0.3, 1.2, 0.7, 2.0, 1.5, 0.1, 0.9])
+    y = np.array([1.0, 2.5, 0.2, 3.0, 1.1, 0.8, 2.2])
+    observed = abs(spearman_rho(x, y))
+    null = [abs(spearman_rho(x, y[list(p)])) for p in itertools.permutations(range(7))]
+    exact = np.mean(np.array(null) >= observed - 1e-12)
+    result = spearman(x, y, n_perm=20000, n_boot=10)
+    # Monte Carlo error of the estimate: sqrt(p (1 - p) / n_perm) < 0.004.
+    assert result.p_value == pytest.approx(exact, abs=0.012)
+    assert 0.01 < exact < 0.9
+
+
+def test_perfect_and_absent_relations():
+    x = np.arange(12.0)
+    strong = spearman(x, x ** 2)
+    assert strong.rho == 1.0 and strong.ci_low == 1.0 and strong.ci_high == 1.0
+    assert strong.p_value == pytest.approx(1 / 10001)  # no permutation of 12 reaches |ρ| = 1
+    negative = spearman(x, -x)
+    assert negative.rho == -1.0 and negative.p_value < 0.001
+    flat = spearman(x, np.ones(12))
+    assert np.isnan(flat.rho) and np.isnan(flat.p_value) and flat.n == 12
+    assert np.isnan(spearman([1.0, 2.0], [2.0, 1.0]).rho)
+
+
+def test_bootstrap_interval_covers_the_population_rho():
+    # Bivariate normal with correlation r has Spearman ρ = (6/π) asin(r/2).
+    r, n, trials = 0.6, 30, 120
+    population = 6 / np.pi * np.arcsin(r / 2)
+    rng = np.random.default_rng(1)
+    covered, widths = 0, []
+    for trial in range(trials):
+        x = rng.normal(size=n)
+        y = r * x + np.sqrt(1 - r * r) * rng.normal(size=n)
+        c = spearman(x, y, n_boot=600, n_perm=10, seed=trial)
+        covered += c.ci_low <= population <= c.ci_high
+        widths.append(c.ci_high - c.ci_low)
+        assert c.ci_low <= c.rho <= c.ci_high
+    assert 0.85 <= covered / trials <= 1.0
+    assert 0.2 < np.mean(widths) < 0.8
+
+
+def test_seeded_and_validated():
+    rng = np.random.default_rng(2)
+    x, y = rng.normal(size=20), rng.normal(size=20)
+    assert spearman(x, y, seed=3) == spearman(x, y, seed=3)
+    assert spearman(x, y, seed=3).ci_low != spearman(x, y, seed=4).ci_low
+    for kwargs in (dict(n_boot=0), dict(n_perm=-1), dict(n_boot=2.5), dict(level=1.0)):
+        with pytest.raises(ValueError):
+            spearman(x, y, **kwargs)
+    with pytest.raises(ValueError, match="length"):
+        spearman(x, y[:-1])
+
+
+def synthetic_alpha_table(n_layers=10, seed=0):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for layer in range(n_layers):
+        for role, shape in (("q", (8, 8)), ("v", (4, 8)), ("mlp_in", (16, 8))):
+            rows.append(dict(layer=layer, role=role, rows=shape[0], cols=shape[1],
+                             alpha_shape=0.2 + 0.05 * layer + rng.normal(scale=0.001),
+                             alpha_esd=rng.normal(3, 1), alpha_hill=np.nan, note=""))
+    return pd.DataFrame(rows)
+
+
+def synthetic_ablation(alpha: pd.Series) -> pd.DataFrame:
+    delta = np.exp(5 * alpha.to_numpy())  # ΔLoss rises with α, steeply
+    return pd.DataFrame(dict(layer=alpha.index.to_numpy(), loss=3 + delta, base_loss=3.0, delta_loss=delta,
+                             n_tokens=1000))
+
+
+def test_rho_table_per_estimator_and_role():
+    from zones.spectra import layer_alpha
+
+    alphas = synthetic_alpha_table()
+    ablation = synthetic_ablation(layer_alpha(alphas, "alpha_shape", "weighted"))
+    table = rho_table(ablation, alphas, n_boot=200, n_perm=500)
+    assert list(table.columns) == RHO_COLUMNS
+    # alpha_hill is all NaN: left out. Roles: weighted, then each role in table order.
+    assert table["estimator"].drop_duplicates().tolist() == ["alpha_shape", "alpha_esd"]
+    assert table["role"].drop_duplicates().tolist() == ["weighted", "q", "v", "mlp_in"]
+    shape = table[table["estimator"] == "alpha_shape"].set_index("role")
+    assert shape.loc["weighted", "rho"] == pytest.approx(1.0)
+    assert (shape["rho"] > 0.9).all() and (shape["p_value"] < 0.01).all()
+    assert (table["n_layers"] == 10).all()
+    esd = table[table["estimator"] == "alpha_esd"]
+    assert esd["rho"].abs().max() < 0.9  # random α: no perfect relation
+    with pytest.raises(ValueError, match="no column"):
+        rho_table(ablation, alphas, value="delta_loss_attn")
+
+
+def test_importance_table_joins_on_layer():
+    ablation = synthetic_ablation(pd.Series([0.1, 0.2, 0.3], index=[0, 1, 2]))
+    alpha = pd.Series([1.5, 0.5], index=pd.Index([2, 0], name="layer"))
+    table = importance_table(ablation, alpha)
+    assert table["layer"].tolist() == [0, 2] and table["alpha"].tolist() == [0.5, 1.5]
+    with pytest.raises(ValueError, match="delta_loss"):
+        importance_table(ablation.drop(columns="delta_loss"), alpha)
+
+
+def test_model_labels_are_short_and_unique(tmp_path):
+    (tmp_path / "d8").mkdir()
+    assert model_labels(["smollm2-135m", str(tmp_path / "d8"), str(tmp_path / "d8"), "org/model"]) == [
+        "smollm2-135m", "d8", "d8 (2)", "org/model"]
+
+
+def two_model_frame():
+    rows = []
+    for model, n in (("d4", 4), ("d6", 6)):
+        for layer in range(n):
+            rows.append(dict(model=model, layer=layer, delta_loss=[2.0, -0.01, 0.05, 0.3, 0.01, 0.02][layer],
+                             alpha=0.2 + 0.01 * layer, loss=3.0, base_loss=2.9))
+    return pd.DataFrame(rows)
+
+
+def test_figures_one_panel_per_model_and_log_floor():
+    frame = two_model_frame()
+    assert log_floor(frame["delta_loss"]) == pytest.approx(0.01 / 3)
+    bars = ablation_bars(frame, titles={"d4": "four"}).to_dict()
+    scatter = importance_scatter(frame).to_dict()
+    for spec in (bars, scatter):
+        assert len(spec["hconcat"]) == 2
+        assert spec["resolve"]["scale"]["y"] == "shared"
+    assert bars["hconcat"][0]["title"] == "four"
+    y = bars["hconcat"][0]["layer"][0]["encoding"]["y"]
+    assert y["scale"]["type"] == "log" and y["field"] == "delta_loss_plot"
+    # The block whose removal lowers the loss is drawn at the floor, its true value kept.
+    datasets = bars["datasets"]
+    d6 = next(rows for rows in datasets.values() if len(rows) == 6)
+    block1 = next(r for r in d6 if r["layer"] == 1)
+    assert block1["delta_loss"] == -0.01 and block1["delta_loss_plot"] == pytest.approx(0.01 / 3)
+    marks = next(rows for rows in scatter["datasets"].values() if len(rows) == 6)
+    assert {r["layer"]: r["highlight"] for r in marks if r["highlight"] != "other"} == {
+        0: "most important", 1: "least important"}
+    with pytest.raises(ValueError, match="alpha"):
+        ablation_bars(frame.drop(columns="alpha"))
+
+
+def run_notebook(name, tmp_path, model_dir, **parameters):
+    import os
+
+    import papermill
+
+    from zones.book import project_root
+
+    os.environ["OMP_NUM_THREADS"] = "1"  # tiny models: threads only add overhead
+    os.environ["ZONES_BOOK_BUILD"] = "1"
+    try:
+        papermill.execute_notebook(str(project_root() / "notebooks" / f"{name}.ipynb"),
+                                   str(tmp_path / f"{name}.ipynb"), cwd=str(tmp_path),
+                                   parameters=dict(models=[str(model_dir), str(model_dir)], seq_len=32,
+                                                   eval_tokens=155, batch_size=4, **parameters),
+                                   kernel_name="python3", progress_bar=False)
+    finally:
+        del os.environ["OMP_NUM_THREADS"], os.environ["ZONES_BOOK_BUILD"]
+    return json.loads((tmp_path / "results" / name / "summary.json").read_text())
+
+
+def test_chapters_run_on_a_tiny_model(tmp_path, tiny_model_dir):
+    ablation = run_notebook("layer_ablation", tmp_path, tiny_model_dir)
+    first = ablation["models"][0]
+    assert [m["model"] for m in ablation["models"]] == [tiny_model_dir.name, f"{tiny_model_dir.name} (2)"]
+    assert first["n_blocks"] == 6 and len(first["top"]) == 3 and first["n_tokens"] == 155
+    table = pd.read_csv(tmp_path / "results" / "layer_ablation" / "ablation.csv")
+    assert set(table["model"]) == {m["model"] for m in ablation["models"]} and len(table) == 12
+
+    importance = run_notebook("importance_vs_alpha", tmp_path, tiny_model_dir, n_boot=50, n_perm=50)
+    first_rho = importance["models"][0]
+    assert -1 <= first_rho["ci_low"] <= first_rho["rho"] <= first_rho["ci_high"] <= 1
+    rho = pd.read_csv(tmp_path / "results" / "importance_vs_alpha" / "rho.csv")
+    assert {"alpha_shape", "weighted"} <= set(rho["estimator"]) | set(rho["role"])
+    # Same model and windows as the ablation chapter: the second chapter reads its cache.
+    assert importance["models"][0]["most_important"] == first["top"][0]

@@ -1,0 +1,242 @@
+"""Training a micro depth series: loss falls, snapshots land on their steps, runs resume and
+load like any other model."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from zones import train
+from zones.train import TrainingInterrupted, profile_config, train_model
+
+ROLES = {"q", "k", "v", "o", "mlp_in", "mlp_out"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """Micro models are too small to gain from threads; on a busy machine threads only wait."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+@pytest.fixture(scope="session")
+def micro_corpus(tmp_path_factory) -> str:
+    """About 120 kB of standard-library source as a text file: a corpus that trains in seconds."""
+    from zones.data import stdlib_files
+
+    text, files = "", iter(stdlib_files())
+    while len(text) < 120_000:
+        text += next(files).read_text(encoding="utf-8", errors="replace") + "\n\n"
+    path = tmp_path_factory.mktemp("micro-corpus") / "code.txt"
+    path.write_text(text[:120_000])
+    return str(path)
+
+
+def micro_config(corpus: str, depth: int = 2, **overrides) -> train.TrainConfig:
+    settings = dict(width=32, head_dim=16, vocab_size=300, seq_len=32, batch_size=8, steps=40, lr=3e-3,
+                    eval_every=10, snapshot_every=10, checkpoint_every=15, eval_windows=8, corpus=corpus)
+    settings.update(overrides)
+    return profile_config("cpu", depth, **settings)
+
+
+@pytest.fixture(scope="session")
+def micro_runs(micro_corpus):
+    return [train_model(micro_config(micro_corpus, depth), progress=False) for depth in (2, 3)]
+
+
+def test_micro_series_lowers_heldout_loss_and_snapshots_every_n_steps(micro_runs):
+    for run in micro_runs:
+        depth = run.config.depth
+        history, snaps = run.history, run.snapshots
+        assert history["step"].tolist() == [0, 10, 20, 30, 40]
+        assert history["heldout_loss"].iloc[-1] < history["heldout_loss"].iloc[0] - 0.5
+        assert list(snaps.columns) == ["step", "layer", "role", "stable_rank", "alpha_shape", "alpha_esd"]
+        assert sorted(snaps["step"].unique()) == [0, 10, 20, 30, 40]
+        per_step = snaps.groupby("step").size()
+        assert (per_step == depth * len(ROLES)).all()
+        assert set(snaps["role"]) == ROLES and set(snaps["layer"]) == set(range(depth))
+        assert snaps[["stable_rank", "alpha_shape"]].notna().all().all()
+        assert (snaps["stable_rank"] >= 1).all()
+        assert run.summary["final_heldout_loss"] == pytest.approx(history["heldout_loss"].iloc[-1])
+        assert 0 <= run.summary["snapshot_fraction"] < 1
+
+
+def test_snapshot_steps_include_the_last_step_when_it_is_off_the_grid(micro_corpus):
+    run = train_model(micro_config(micro_corpus, steps=23, seed=5), progress=False)
+    assert sorted(run.snapshots["step"].unique()) == [0, 10, 20, 23]
+    assert run.history["step"].tolist() == [0, 10, 20, 23]
+
+
+def test_a_second_call_loads_the_cached_run_without_training(micro_runs, micro_corpus):
+    steps = []
+    again = train_model(micro_config(micro_corpus, 2), progress=False, on_step=lambda s, loss: steps.append(s))
+    assert steps == []
+    assert again.path == micro_runs[0].path
+    pd.testing.assert_frame_equal(again.snapshots, micro_runs[0].snapshots)
+
+
+def test_interrupted_run_resumes_from_its_checkpoint_and_matches_an_uninterrupted_one(
+        micro_corpus, tmp_path, monkeypatch):
+    config = micro_config(micro_corpus, 2, seed=1)
+    with pytest.raises(TrainingInterrupted):
+        train_model(config, progress=False, stop_after=25)
+    assert not (train.run_path(config) / "run.json").exists()  # nothing half-finished is trusted
+    assert (train.run_path(config).with_name(train.run_path(config).name + ".partial") / "checkpoint.pt").exists()
+
+    steps = []
+    resumed = train_model(config, progress=False, on_step=lambda s, loss: steps.append(s))
+    assert steps == list(range(26, 41))
+    assert not train.run_path(config).with_name(train.run_path(config).name + ".partial").exists()
+
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "other-cache"))
+    straight = train_model(config, progress=False)
+    pd.testing.assert_frame_equal(resumed.history.drop(columns="seconds"), straight.history.drop(columns="seconds"),
+                                  check_exact=False, atol=1e-5)
+    pd.testing.assert_frame_equal(resumed.snapshots, straight.snapshots, check_exact=False, atol=1e-5)
+
+
+def test_saved_model_loads_through_zones_models_and_runs_the_analyses(micro_runs, micro_corpus):
+    from zones.ablation import ablation_table
+    from zones.data import corpus_windows
+    from zones.models import load_model
+    from zones.spectra import alpha_table
+
+    run = micro_runs[1]
+    loaded = load_model(str(run.path), device="cpu")
+    assert loaded.model.config.model_type == "gpt_neox"
+    assert loaded.model.config.num_hidden_layers == run.config.depth
+    alpha = alpha_table(loaded.model, cache=False)
+    assert len(alpha) == run.config.depth * len(ROLES)
+    # The saved weights are the trained ones: α of the saved model equals the last snapshot.
+    last = run.snapshots[run.snapshots["step"] == run.config.steps].sort_values(["layer", "role"])
+    np.testing.assert_allclose(alpha.sort_values(["layer", "role"])["alpha_shape"], last["alpha_shape"], atol=1e-6)
+    windows = corpus_windows(micro_corpus, loaded.tokenizer, seq_len=32, split="eval", max_tokens=31 * 8)
+    table = ablation_table(loaded.model, windows, cache=False, progress=False)
+    assert table["layer"].tolist() == list(range(run.config.depth))
+    assert np.isfinite(table["delta_loss"]).all()
+    assert table["base_loss"].iloc[0] < run.summary["initial_heldout_loss"] - 0.3  # trained, not random
+
+
+def test_batches_are_a_fresh_permutation_each_epoch_and_depend_only_on_step_and_seed():
+    n, size = 10, 3
+    epoch0 = np.concatenate([train.batch_indices(n, size, s, seed=0) for s in range(3)])
+    assert len(set(epoch0.tolist())) == 9  # no window twice within an epoch
+    np.testing.assert_array_equal(train.batch_indices(n, size, 4, 0), train.batch_indices(n, size, 4, 0))
+    assert not np.array_equal(train.batch_indices(n, size, 0, 0), train.batch_indices(n, size, 3, 0))
+    with pytest.raises(ValueError, match="cannot fill one batch"):
+        train.batch_indices(2, 3, 0, 0)
+
+
+def test_learning_rate_warms_up_then_decays_to_its_floor():
+    config = profile_config("cpu", 4, steps=100, warmup_steps=10, lr=1e-3, min_lr_ratio=0.1)
+    lrs = [train.learning_rate(config, s) for s in range(100)]
+    assert lrs[0] < lrs[5] < lrs[9] == pytest.approx(1e-3)
+    assert all(a >= b for a, b in zip(lrs[9:], lrs[10:]))
+    assert train.learning_rate(config, 100) == pytest.approx(1e-4)
+
+
+def test_profiles_and_parameter_counts():
+    cpu = train.series_configs("cpu")
+    assert [c.depth for c in cpu] == [4, 6, 8]
+    paper = train.series_configs("paper")
+    assert [(c.depth, c.hidden_size, c.n_heads) for c in paper] == [(8, 512, 8), (12, 768, 12), (16, 1024, 16)]
+    for config in cpu[:2]:
+        model = train.build_model(config)
+        assert train.parameter_count(config) == sum(p.numel() for p in model.parameters())
+        assert model.config.num_hidden_layers == config.depth
+    assert train.series_configs("cpu", [3], width=48)[0].hidden_size == 48
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(width=30), "multiple of head_dim"),
+    (dict(steps=0), "steps must be a positive integer"),
+    (dict(vocab_size=100), "vocab_size"),
+    (dict(precision="fp8"), "precision"),
+    (dict(depthh=3), "unknown training parameter"),
+])
+def test_bad_parameters_fail_before_any_work(bad, match):
+    with pytest.raises(ValueError, match=match):
+        profile_config("cpu", 4, **bad)
+
+
+def test_unknown_profile_and_bad_stop_after_are_refused(micro_corpus):
+    with pytest.raises(ValueError, match="unknown profile"):
+        profile_config("gpu", 4)
+    with pytest.raises(ValueError, match="stop_after"):
+        train_model(micro_config(micro_corpus), stop_after=41)
+
+
+def test_cli_train_writes_the_series_tables(micro_runs, micro_corpus, tmp_path):
+    from zones.cli import main
+
+    out = tmp_path / "out"
+    code = main(["train", "--depths", "2,3", "--width", "32", "--set", "head_dim=16", "--vocab-size", "300",
+                 "--seq-len", "32", "--batch-size", "8", "--steps", "40", "--lr", "0.003", "--snapshot-every", "10",
+                 "--set", "eval_every=10", "--set", "checkpoint_every=15", "--set", "eval_windows=8",
+                 "--corpus", micro_corpus, "--out", str(out)])
+    assert code == 0
+    series = pd.read_csv(out / "series.csv")
+    assert series["depth"].tolist() == [2, 3]
+    assert series["path"].tolist() == [str(r.path) for r in micro_runs]  # loaded, not retrained
+    snaps = pd.read_csv(out / "snapshots.csv")
+    assert set(snaps["depth"]) == {2, 3}
+
+
+def micro_notebook_parameters(corpus: str, out_dir) -> dict:
+    overrides = dict(width=32, head_dim=16, vocab_size=300, seq_len=32, batch_size=8, steps=40, lr=3e-3,
+                     eval_every=10, snapshot_every=10, checkpoint_every=15, eval_windows=8, corpus=corpus)
+    return dict(depths=[2, 3], train_overrides=overrides, out_dir=str(out_dir))
+
+
+def run_chapter(name: str, parameters: dict, tmp_path, monkeypatch):
+    import papermill
+
+    monkeypatch.setenv("ZONES_BOOK_BUILD", "1")
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    source = Path(__file__).resolve().parents[1] / "notebooks" / f"{name}.ipynb"
+    assert set(parameters) <= set(papermill.inspect_notebook(str(source)))  # every one is declared
+    executed = tmp_path / f"{name}.ipynb"
+    papermill.execute_notebook(str(source), str(executed), parameters=parameters, cwd=str(tmp_path),
+                               kernel_name="python3", progress_bar=False)
+    return executed.read_text()
+
+
+def test_depth_series_chapter_runs_on_the_cached_micro_series(micro_runs, micro_corpus, tmp_path, monkeypatch):
+    out = tmp_path / "results"
+    params = dict(micro_notebook_parameters(micro_corpus, out), eval_tokens=31 * 8)
+    text = run_chapter("depth_series", params, tmp_path, monkeypatch)
+    summary = json.loads((out / "summary.json").read_text())
+    assert [r["depth"] for r in summary["runs"]] == [2, 3]
+    # The chapter loaded the runs trained above: same losses, same recorded training time.
+    for record, run in zip(summary["runs"], micro_runs):
+        assert record["final_heldout_loss"] == pytest.approx(run.summary["final_heldout_loss"])
+        assert record["total_seconds"] == pytest.approx(run.summary["total_seconds"])
+    importance = pd.read_csv(out / "importance.csv")
+    assert sorted(importance["model"].unique()) == ["depth 2", "depth 3"]
+    assert importance["n_tokens"].eq(31 * 8).all()
+    assert "vegaEmbed" in text
+
+
+def test_spectral_lifecycle_chapter_fits_delta_alpha_on_the_cached_micro_series(
+        micro_runs, micro_corpus, tmp_path, monkeypatch):
+    out = tmp_path / "results"
+    text = run_chapter("spectral_lifecycle", micro_notebook_parameters(micro_corpus, out), tmp_path, monkeypatch)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["depths"] == [2, 3] and summary["paper_exponent"] == 0.26
+    snapshots = pd.concat([r.snapshots.assign(depth=r.config.depth) for r in micro_runs])
+    from zones import lifecycle
+
+    expected = lifecycle.delta_alpha(snapshots).set_index(["group", "depth"]).loc["all", "delta_alpha"]
+    assert summary["delta_alpha"] == {str(d): pytest.approx(v) for d, v in expected.items()}
+    fit = lifecycle.fit_power_law(expected.index, expected.to_numpy())
+    assert summary["exponent"] == pytest.approx(fit["exponent"])
+    grid = pd.read_csv(out / "compression.csv")
+    assert set(grid["step"]) == {0, 10, 20, 30, 40} and set(grid["group"]) == {"Q/K", "V/O", "MLP"}
+    assert text.count("vegaEmbed") >= 5  # the heatmaps, wave lines, profiles and the fit

@@ -1,0 +1,87 @@
+"""Figures of the depth-series and spectral-lifecycle chapters."""
+from __future__ import annotations
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+GROUP_ORDER = ["Q/K", "V/O", "MLP", "all"]
+
+
+def loss_curves(history: pd.DataFrame) -> alt.Chart:
+    """Held-out loss against training step, one line per depth (a ``series_history`` table)."""
+    df = history.dropna(subset=["heldout_loss"])
+    return alt.Chart(df, title="Held-out loss during training").mark_line(point=True).encode(
+        x=alt.X("step:Q", title="training step"),
+        y=alt.Y("heldout_loss:Q", title="held-out loss (nats/token)", scale=alt.Scale(zero=False)),
+        color=alt.Color("depth:O", title="depth"),
+        tooltip=["depth:O", "step:Q", alt.Tooltip("heldout_loss:Q", format=".3f"),
+                 alt.Tooltip("train_loss:Q", format=".3f")],
+    ).properties(width=460, height=240)
+
+
+def lifecycle_heatmap(grid: pd.DataFrame, title: str, value_title: str,
+                      scheme: str = "viridis", reverse: bool = False) -> alt.FacetChart:
+    """Layer × step heatmaps of a ``group_grid`` table: one row per depth, one column per group."""
+    groups = [g for g in GROUP_ORDER if g in set(grid["group"])]
+    base = alt.Chart(grid).mark_rect().encode(
+        x=alt.X("step:O", title="training step", axis=alt.Axis(labelAngle=-90, labelOverlap=True)),
+        y=alt.Y("layer:O", title="layer", sort="descending"),
+        color=alt.Color("value:Q", title=value_title, scale=alt.Scale(scheme=scheme, reverse=reverse)),
+        tooltip=["depth:O", "group:N", "layer:O", "step:Q", alt.Tooltip("value:Q", format=".3f")],
+    ).properties(width=200, height=110)
+    return base.facet(row=alt.Row("depth:O", title="depth"),
+                      column=alt.Column("group:N", title=None, sort=groups),
+                      title=title).resolve_scale(y="independent")
+
+
+def wave_gradient_lines(gradient: pd.DataFrame) -> alt.FacetChart:
+    """Early-minus-late compression against step, one panel per group, one line per depth."""
+    groups = [g for g in GROUP_ORDER if g in set(gradient["group"])]
+    base = alt.Chart(gradient)
+    lines = base.mark_line(point=True).encode(
+        x=alt.X("step:Q", title="training step"),
+        y=alt.Y("gradient:Q", title="compression: early − late layers"),
+        color=alt.Color("depth:O", title="depth"),
+        tooltip=["depth:O", "group:N", "step:Q", alt.Tooltip("gradient:Q", format=".3f")],
+    )
+    zero = base.mark_rule(color="gray", strokeDash=[4, 4]).encode(y=alt.datum(0))
+    return alt.layer(lines, zero).properties(width=200, height=180).facet(
+        column=alt.Column("group:N", title=None, sort=groups))
+
+
+def final_profiles(profile: pd.DataFrame, value_title: str = "α") -> alt.FacetChart:
+    """The final α profile against relative depth, one line per depth, one panel per group."""
+    groups = [g for g in GROUP_ORDER if g in set(profile["group"])]
+    return alt.Chart(profile).mark_line(point=True).encode(
+        x=alt.X("relative_depth:Q", title="relative depth"),
+        y=alt.Y("value:Q", title=value_title, scale=alt.Scale(zero=False)),
+        color=alt.Color("depth:O", title="depth"),
+        tooltip=["depth:O", "group:N", "layer:O", alt.Tooltip("value:Q", format=".3f")],
+    ).properties(width=170, height=180).facet(column=alt.Column("group:N", title=None, sort=groups))
+
+
+def delta_alpha_scaling(table: pd.DataFrame, exponent: float, prefactor: float,
+                        paper_exponent: float = 0.26, title: str | None = None) -> alt.LayerChart:
+    """Δα against depth on log-log axes, the fitted power law (solid) and a line of the
+    paper's slope through the same geometric mean (dashed)."""
+    depths = np.geomspace(table["depth"].min(), table["depth"].max(), 20)
+    anchor_x = float(np.exp(np.log(table["depth"]).mean()))
+    anchor_y = prefactor * anchor_x ** exponent
+    lines = pd.concat([
+        pd.DataFrame(dict(depth=depths, delta_alpha=prefactor * depths ** exponent,
+                          line=f"fit: L^{exponent:.2f}")),
+        pd.DataFrame(dict(depth=depths, delta_alpha=anchor_y * (depths / anchor_x) ** paper_exponent,
+                          line=f"paper: L^{paper_exponent:.2f}")),
+    ])
+    values = pd.concat([lines["delta_alpha"], table["delta_alpha"]])
+    x = alt.X("depth:Q", title="depth L (blocks)", axis=alt.Axis(values=sorted(table["depth"].unique().tolist())),
+              scale=alt.Scale(type="log", nice=False, domain=[depths[0] / 1.15, depths[-1] * 1.15]))
+    y = alt.Y("delta_alpha:Q", title="Δα (max − min over layers)",
+              scale=alt.Scale(type="log", nice=False, domain=[float(values.min()) / 1.3, float(values.max()) * 1.3]))
+    drawn = alt.Chart(lines).mark_line().encode(
+        x=x, y=y, strokeDash=alt.StrokeDash("line:N", title=None), color=alt.value("#555"))
+    points = alt.Chart(table).mark_point(filled=True, size=90, color="#d62728").encode(
+        x=x, y=y, tooltip=["depth:Q", alt.Tooltip("delta_alpha:Q", format=".3f")])
+    return alt.layer(drawn, points).properties(width=380, height=260,
+                                               title=title or "Δα against depth")
