@@ -31,7 +31,8 @@ from contextlib import nullcontext
 import pandas as pd
 import torch
 
-from zones.ablation import ablation_table, head_nll_sum
+from zones.ablation import ablation_table
+from zones.evaluate import head_nll_sum
 from zones.adapters import get_adapter
 from zones.blocks import skip_blocks
 from zones.data import Windows, corpus_windows

@@ -40,6 +40,15 @@ def tiny_model(family: str, n_layers: int = 4, seed: int = 0, vocab: int = 256):
 FAMILIES = ("llama", "gpt_neox", "gpt2")
 
 
+@pytest.fixture
+def one_thread():
+    """Tiny models gain nothing from threads, and lose a lot when the cores are busy."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(params=FAMILIES)
 def family(request) -> str:
     return request.param

@@ -15,13 +15,7 @@ from zones.data import CorpusError, Windows, corpus_windows, make_windows
 from zones.evaluate import evaluate_loss
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models gain nothing from threads, and lose a lot when the cores are busy."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture

@@ -6,13 +6,7 @@ from conftest import tiny_model
 from zones.blocks import BlockTrace, skip_blocks, zero_sublayer
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models gain nothing from threads, and lose a lot when the cores are busy."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def causal_mask(length: int) -> torch.Tensor:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from zones.book import build_book, chapters, project_root
+from zones.book import build_book, chapters
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
 from zones import train
 from zones.train import TrainingInterrupted, profile_config, train_model
@@ -16,13 +15,7 @@ from zones.train import TrainingInterrupted, profile_config, train_model
 ROLES = {"q", "k", "v", "o", "mlp_in", "mlp_out"}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Micro models are too small to gain from threads; on a busy machine threads only wait."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="session")

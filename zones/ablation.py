@@ -34,7 +34,7 @@ from .adapters import get_adapter
 from .blocks import BlockTrace, check_layers, skip_blocks, zero_sublayer
 from .cache import Journal, entry_path, resumable_table
 from .data import Windows
-from .evaluate import model_device, nll_sum
+from .evaluate import head_nll_sum, model_device, nll_sum
 from .models import model_fingerprint
 
 VERSION = "1"
@@ -44,31 +44,9 @@ PARTS = ("attn", "mlp")
 # costs about 18 forwards of them on SmolLM2-135M, two minutes or so on 2 idle cores. A GPU run
 # should score the whole eval split (``None``).
 DEFAULT_EVAL_TOKENS = 2040
-HEAD_CHUNK = 2048  # tokens per LM-head chunk: bounds the logits held in memory
 
 COLUMNS = ["layer", "loss", "base_loss", "delta_loss", "n_tokens"]
 PART_COLUMNS = ["loss_attn", "delta_loss_attn", "loss_mlp", "delta_loss_mlp"]
-
-
-def head_nll_sum(adapter, hidden: torch.Tensor, input_ids: torch.Tensor, *,
-                 normed: bool = False) -> float:
-    """Summed next-token NLL (float64) of the last hidden state, through norm and LM head.
-
-    ``hidden`` is the input of the final norm (``normed=False``) or its output. The last
-    position predicts nothing that is scored, so it is dropped before the head.
-    """
-    hidden = hidden[:, :-1]
-    if not normed:
-        hidden = adapter.final_norm()(hidden)
-    hidden = hidden.reshape(-1, hidden.shape[-1])
-    target = input_ids[:, 1:].reshape(-1).to(hidden.device)
-    head = adapter.lm_head()
-    total = torch.zeros((), dtype=torch.float64, device=hidden.device)
-    for h, t in zip(hidden.split(HEAD_CHUNK), target.split(HEAD_CHUNK)):
-        logits = head(h).float()
-        nll = torch.logsumexp(logits, dim=-1) - logits.gather(1, t[:, None])[:, 0]
-        total += nll.double().sum()
-    return float(total)
 
 
 class _BatchScorer:

@@ -1,0 +1,347 @@
+"""Depth pruning: strategies, the exact segmentation, prefix-tree scoring and the table."""
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from zones import pruning, strategies
+from zones.blocks import skip_blocks
+from zones.data import corpus_windows
+from zones.evaluate import evaluate_loss, evaluate_removals, prefix_tree_work
+from zones.pruning import (compare_strategies, crossover_k, parse_removed, pruning_table,
+                           summarize_pruning)
+from zones.strategies import (STRATEGIES, PruningContext, StrategyError, alpha_zones, bic_segment_count,
+                              register_strategy, segment_profile, segmentation_cost, zone_aware_order)
+
+from conftest import tiny_model
+
+ROOT = Path(__file__).resolve().parents[1]
+N_LAYERS = 8
+
+
+@pytest.fixture(scope="module")
+def windows(tiny_tokenizer):
+    return (corpus_windows("stdlib", tiny_tokenizer, 32, "eval", 31 * 4),
+            corpus_windows("stdlib", tiny_tokenizer, 32, "calibration", 31 * 3))
+
+
+@pytest.fixture(scope="module")
+def model(tiny_tokenizer):
+    return tiny_model("llama", n_layers=N_LAYERS, vocab=len(tiny_tokenizer))
+
+
+def fake_alpha(values, role="q"):
+    """An α table holding one role's profile (what the α-based strategies read)."""
+    return pd.DataFrame({"layer": range(len(values)), "role": role, "alpha_shape": values})
+
+
+# --- segmentation --------------------------------------------------------------------------
+
+def brute_force_cost(x, m):
+    best = np.inf
+    for cuts in itertools.combinations(range(1, len(x)), m - 1):
+        labels = np.zeros(len(x), dtype=int)
+        for c in cuts:
+            labels[c:] += 1
+        best = min(best, segmentation_cost(x, labels))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_segmentation_is_optimal_on_small_profiles(seed):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=int(rng.integers(4, 9)))
+    for m in range(1, min(4, len(x)) + 1):
+        labels = segment_profile(x, m)
+        assert len(np.unique(labels)) == m
+        assert np.all(np.diff(labels) >= 0)  # contiguous, in depth order
+        assert segmentation_cost(x, labels) == pytest.approx(brute_force_cost(x, m), abs=1e-10)
+
+
+def test_bic_finds_a_clear_step_count_and_not_noise():
+    rng = np.random.default_rng(0)
+    steps = np.repeat([0.2, 0.5, 0.3], 10) + rng.normal(scale=0.01, size=30)
+    assert bic_segment_count(steps) == 3
+    assert bic_segment_count(rng.normal(scale=0.01, size=30) + 0.4) == 1
+
+
+def test_segmentation_rejects_bad_input():
+    with pytest.raises(ValueError, match="n_segments"):
+        segment_profile([1.0, 2.0], 3)
+    with pytest.raises(ValueError, match="non-finite"):
+        segment_profile([1.0, np.nan, 2.0], 2)
+
+
+# --- the zone-aware rule on known profiles ---------------------------------------------------
+
+PROFILE = pd.Series([0.1, 0.2, 0.21, 0.19, 0.5, 0.52, 0.51, 0.3, 0.31, 0.32])
+
+
+def test_zone_aware_order_follows_the_recipe():
+    zones = alpha_zones(PROFILE, 3)
+    assert zones.groupby("zone")["layer"].apply(list).tolist() == [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    assert zones.groupby("zone")["zone_rank"].first().tolist() == [0, 2, 1]
+    order = zone_aware_order(PROFILE, n_zones=3)
+    assert 0 not in order and 9 not in order  # protected ends
+    lowest = set(zones.loc[zones["zone_rank"] == 0, "layer"]) - {0, 9}
+    assert order[0] == min(lowest, key=lambda b: PROFILE[b])  # lowest zone, lowest α first
+    # spreading: no two adjacent removals while a non-adjacent candidate remained
+    for k in range(1, len(order)):
+        removed, block = set(order[:k]), order[k]
+        adjacent = block - 1 in removed or block + 1 in removed
+        apart = [b for b in order[k:] if b - 1 not in removed and b + 1 not in removed]
+        assert not adjacent or not apart
+
+
+def test_recipe_knobs_change_what_they_say():
+    no_spread = zone_aware_order(PROFILE, n_zones=3, spread=False)
+    assert no_spread[:3] == [3, 1, 2]  # lowest α inside the lowest zone, adjacency allowed
+    unprotected = zone_aware_order(PROFILE, n_zones=3, protect_first=0, protect_last=0)
+    assert unprotected[0] == 0
+    one_zone = zone_aware_order(PROFILE, n_zones=1, spread=False)
+    assert one_zone == sorted(range(1, 9), key=lambda b: PROFILE[b])
+
+
+# --- every strategy on a tiny model ------------------------------------------------------------
+
+def test_every_strategy_returns_valid_plans(model, windows):
+    ev, cal = windows
+    ctx = PruningContext(model, cal, alpha=fake_alpha(np.linspace(0.1, 0.5, N_LAYERS)), batch_size=2,
+                         progress=False)
+    k_max = N_LAYERS - 2
+    for strategy in STRATEGIES.values():
+        for seed in (0, 1):
+            plans = strategy.plan(ctx, k_max, seed)
+            assert len(plans) == k_max
+            for k, plan in enumerate(plans, start=1):
+                assert len(plan) == k and len(set(plan)) == k and all(0 <= b < N_LAYERS for b in plan)
+            if "protect_first" in strategy.params:
+                p_first, p_last = strategy.params["protect_first"], strategy.params["protect_last"]
+                protected = set(range(p_first)) | set(range(N_LAYERS - p_last, N_LAYERS))
+                assert not protected & set(plans[-1]), strategy.name
+    assert STRATEGIES["last_n"].plan(ctx, 3) == [[7], [7, 6], [7, 6, 5]]
+    for k, plan in enumerate(STRATEGIES["angular"].plan(ctx, k_max), start=1):
+        assert plan == list(range(plan[0], plan[0] + k))  # one contiguous run
+
+
+def test_random_is_reproducible_by_seed(model):
+    ctx = PruningContext(model, progress=False)
+    random = STRATEGIES["random"]
+    assert random.plan(ctx, 5, seed=3) == random.plan(ctx, 5, seed=3)
+    assert len({tuple(random.plan(ctx, 5, seed=s)[-1]) for s in range(5)}) > 1
+
+
+def test_baselines_match_their_definitions(model, windows):
+    _, cal = windows
+    ctx = PruningContext(model, cal, batch_size=2, progress=False, cache=False)
+    # greedy: each step is the argmin of the calibration loss, evaluated directly
+    order = STRATEGIES["greedy"].plan(ctx, 2)[-1]
+    removed = []
+    for block in order:
+        losses = {}
+        for b in range(N_LAYERS):
+            if b not in removed:
+                with skip_blocks(model, removed + [b]):
+                    losses[b] = evaluate_loss(model, cal, batch_size=2).loss
+        assert block == min(losses, key=losses.get)
+        removed.append(block)
+    # block influence: 1 − mean cos(input, output) from hidden states captured by hooks
+    stats = ctx.hidden_stats()
+    ids = cal.input_ids
+    import torch
+
+    with torch.no_grad():
+        hidden = model(input_ids=ids, output_hidden_states=True).hidden_states
+    first = torch.nn.functional.cosine_similarity(hidden[0], hidden[1], dim=-1).double().mean()
+    got = stats.query("start == 0 and span == 1")["mean_cos"].item()
+    assert got == pytest.approx(float(first), abs=1e-5)
+    # ablation rank: ascending single-block ΔLoss
+    table = ctx.ablation()
+    assert STRATEGIES["ablation_rank"].plan(ctx, 3)[-1] == table.sort_values("delta_loss")["layer"].tolist()[:3]
+
+
+# --- scoring --------------------------------------------------------------------------------
+
+def test_removal_losses_equal_direct_evaluation(family, tiny_tokenizer):
+    model = tiny_model(family, n_layers=6, vocab=len(tiny_tokenizer))
+    ev = corpus_windows("stdlib", tiny_tokenizer, 32, "eval", 31 * 3)
+    sets = [(), (3,), (0, 5), (2, 3, 4), (3,), (1, 2), (0, 1, 2, 3)]
+    got = evaluate_removals(model, ev, sets, batch_size=2, progress=False)
+    for removed, result in zip(sets, got):
+        with skip_blocks(model, removed):
+            direct = evaluate_loss(model, ev, batch_size=2)
+        assert result.loss == pytest.approx(direct.loss, abs=1e-5)
+        assert result.n_tokens == direct.n_tokens
+
+
+def test_prefix_tree_never_does_more_work_than_prefix_reuse():
+    rng = np.random.default_rng(0)
+    sets = [rng.choice(30, size=k, replace=False) for k in range(1, 9) for _ in range(5)]
+    work = prefix_tree_work(sets, 30)
+    assert work["tree"] <= work["prefix"] <= work["naive"]
+
+
+def test_table_delta_ppl_equals_direct_evaluation(model, windows):
+    ev, cal = windows
+    table = pruning_table(model, ev, cal, strategies=["zone_aware", "last_n", "random"], k_max=3, seeds=2,
+                          alpha=fake_alpha(np.linspace(0.5, 0.1, N_LAYERS)), batch_size=2, progress=False,
+                          model_name="tiny")
+    assert list(table.columns) == pruning.COLUMNS
+    assert len(table) == 3 + 3 + 2 * 3
+    assert set(table.loc[table["strategy"] == "random", "seed"]) == {0, 1}
+    base = evaluate_loss(model, ev, batch_size=2).ppl
+    for _, row in table.sample(4, random_state=0).iterrows():
+        with skip_blocks(model, parse_removed(row["removed"])):
+            ppl = evaluate_loss(model, ev, batch_size=2).ppl
+        assert row["delta_ppl"] == pytest.approx(ppl - base, rel=1e-4)
+    assert table.loc[(table.strategy == "last_n") & (table.k == 3), "removed"].item() == "7,6,5"
+
+
+def test_table_is_cached_and_resumes(model, windows, monkeypatch, tmp_path):
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path))  # no sets scored by other tests
+    ev, _ = windows
+    args = dict(strategies=["last_n", "random"], k_max=3, seeds=3, batch_size=2, progress=False)
+    calls = []
+    real = pruning.evaluate_removals
+
+    def interrupted(*a, **kw):
+        calls.append(len(a[2]))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*a, **kw)
+
+    monkeypatch.setattr(pruning, "SETS_PER_PASS", 4)
+    monkeypatch.setattr(pruning, "evaluate_removals", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        pruning_table(model, ev, **args)
+    first_chunk = calls[0]
+    calls.clear()
+    monkeypatch.setattr(pruning, "evaluate_removals", lambda *a, **kw: calls.append(len(a[2])) or real(*a, **kw))
+    resumed = pruning_table(model, ev, **args)
+    n_sets = len(set(resumed["removed"].map(lambda r: tuple(sorted(parse_removed(r)))))) + 1
+    assert sum(calls) == n_sets - first_chunk  # the journaled chunk is not scored again
+    calls.clear()
+    again = pruning_table(model, ev, **args)
+    assert calls == []
+    pd.testing.assert_frame_equal(again, resumed)
+    fresh = pruning_table(model, ev, cache=False, **args)
+    pd.testing.assert_frame_equal(fresh, resumed)
+
+
+# --- bad input, before any forward pass ---------------------------------------------------------
+
+def test_bad_arguments_fail_before_any_forward(model, windows, monkeypatch):
+    ev, cal = windows
+
+    def no_forward(*a, **kw):
+        raise AssertionError("a forward pass ran")
+
+    monkeypatch.setattr(pruning, "evaluate_removals", no_forward)
+    monkeypatch.setattr(strategies, "BlockTrace", no_forward)
+    with pytest.raises(ValueError, match="k_max=7 is too large"):
+        pruning_table(model, ev, cal, strategies=["last_n"], k_max=7)
+    params = dict(STRATEGIES["zone_aware"].params, protect_first=2)
+    register_strategy("zone_aware_protect2_test", **params)(strategies.zone_aware)
+    try:  # protecting three blocks leaves five removable: refused before greedy's search
+        with pytest.raises(ValueError, match="'zone_aware_protect2_test' may remove at most 5"):
+            pruning_table(model, ev, cal, strategies=["greedy", "zone_aware_protect2_test"], k_max=6)
+    finally:
+        STRATEGIES.pop("zone_aware_protect2_test")
+    with pytest.raises(StrategyError, match="unknown strategy.*'nope'"):
+        pruning_table(model, ev, cal, strategies=["last_n", "nope"], k_max=2)
+    with pytest.raises(ValueError, match="need calibration_windows"):
+        pruning_table(model, ev, None, strategies=["greedy"], k_max=2)
+    with pytest.raises(ValueError, match="seeds"):
+        pruning_table(model, ev, cal, strategies=["random"], k_max=2, seeds=0)
+
+
+# --- the registry -----------------------------------------------------------------------------
+
+def test_a_user_strategy_is_one_decorated_function(model, windows):
+    ev, _ = windows
+    try:
+        @register_strategy("middle_out_test", description="the middle blocks first")
+        def middle_out(ctx, k_max, seed):
+            middle = ctx.n_blocks // 2
+            return strategies.prefixes(sorted(range(1, ctx.n_blocks - 1), key=lambda i: abs(i - middle)), k_max)
+
+        with pytest.raises(ValueError, match="already registered"):
+            register_strategy("middle_out_test")(middle_out)
+        table = pruning_table(model, ev, strategies="middle_out_test,last_n", k_max=2, batch_size=2, progress=False)
+        assert table.loc[table.strategy == "middle_out_test", "removed"].tolist() == ["4", "4,3"]
+
+        @register_strategy("broken_test")
+        def broken(ctx, k_max, seed):
+            return [[1, 1]] * k_max
+
+        with pytest.raises(StrategyError, match="distinct"):
+            pruning_table(model, ev, strategies=["broken_test"], k_max=2, batch_size=2, progress=False)
+    finally:
+        STRATEGIES.pop("middle_out_test", None)
+        STRATEGIES.pop("broken_test", None)
+
+
+# --- reading the table ----------------------------------------------------------------------------
+
+def test_crossover_and_summaries():
+    rows = []
+    for k, (last, zone) in enumerate([(1, 2), (2, 3), (5, 4), (9, 4)], start=1):
+        rows += [dict(strategy="last_n", k=k, seed=0, delta_ppl=last, ppl=10 + last, base_ppl=10),
+                 dict(strategy="zone_aware", k=k, seed=0, delta_ppl=zone, ppl=10 + zone, base_ppl=10)]
+        rows += [dict(strategy="random", k=k, seed=s, delta_ppl=10 + s, ppl=20 + s, base_ppl=10) for s in range(3)]
+    summary = summarize_pruning(pd.DataFrame(rows))
+    random = summary[summary.strategy == "random"].iloc[0]
+    assert (random.delta_ppl, random.delta_ppl_min, random.delta_ppl_max, random.n_seeds) == (11, 10, 12, 3)
+    comparison = compare_strategies(summary)
+    assert comparison["ratio"].tolist() == pytest.approx([0.5, 2 / 3, 1.25, 2.25])
+    assert crossover_k(comparison) == 3
+    assert crossover_k(comparison.iloc[:2]) is None
+    best = pruning.best_by_k(summary)
+    assert best["best"].tolist() == ["last_n", "last_n", "zone_aware", "zone_aware"]
+    assert best["worst"].tolist() == ["random"] * 4
+
+
+# --- CLI and chapter -------------------------------------------------------------------------------
+
+def test_cli_writes_the_table(tiny_model_dir, tmp_path):
+    from zones.cli import main
+
+    out = tmp_path / "out"
+    assert main(["prune", "--model", str(tiny_model_dir), "--device", "cpu", "--strategies", "last_n,random",
+                 "--k-max", "2", "--seeds", "2", "--seq-len", "32", "--eval-tokens", "62",
+                 "--calibration-tokens", "31", "--out", str(out)]) == 0
+    table = pd.read_csv(out / "pruning.csv")
+    assert list(table.columns) == pruning.COLUMNS and len(table) == 2 + 2 * 2
+    assert main(["prune", "--model", str(tiny_model_dir), "--strategies", "last_n", "--k-max", "5",
+                 "--out", str(out)]) == 1
+
+
+def test_notebook_runs_on_a_tiny_model(tiny_model_dir, tmp_path):
+    import papermill
+
+    out = tmp_path / "results"
+    papermill.execute_notebook(str(ROOT / "notebooks" / "pruning.ipynb"), str(tmp_path / "pruning.ipynb"),
+                               parameters=dict(model=str(tiny_model_dir), seq_len=32, eval_tokens=62,
+                                               calibration_tokens=62, k_max=3, seeds=2, batch_size=2,
+                                               out_dir=str(out)),
+                               cwd=str(tmp_path), kernel_name="python3", progress_bar=False)
+    table = pd.read_csv(out / "pruning.csv")
+    assert set(table["k"]) == {1, 2, 3}
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["n_blocks"] == 6 and summary["k_max"] == 3
+
+
+@pytest.mark.slow
+def test_default_model_table_matches_direct_evaluation(user_cache):
+    from zones.models import load_model
+
+    loaded = load_model("smollm2-135m", device="cpu")
+    ev = corpus_windows("stdlib", loaded.tokenizer, 64, "eval", 63)
+    table = pruning_table(loaded.model, ev, strategies=["last_n"], k_max=2, progress=False, cache=False)
+    base = evaluate_loss(loaded.model, ev).ppl
+    with skip_blocks(loaded.model, [29, 28]):
+        ppl = evaluate_loss(loaded.model, ev).ppl
+    assert table.loc[table.k == 2, "delta_ppl"].item() == pytest.approx(ppl - base, rel=1e-4)
