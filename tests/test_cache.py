@@ -1,4 +1,6 @@
 """Caching: keys, atomic tables, and sweeps that resume."""
+import os
+
 import pandas as pd
 import pytest
 
@@ -15,6 +17,9 @@ def test_cached_table_computes_once():
     parts = {"kind": "unit", "x": 1}
     assert cached_table("unit", parts, compute).equals(cached_table("unit", parts, compute))
     assert len(calls) == 1
+    umask = os.umask(0)
+    os.umask(umask)
+    assert entry_path("unit", parts).stat().st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's 0600
     assert cache_key({"x": 1, "y": 2}) == cache_key({"y": 2, "x": 1}) != cache_key({"x": 2, "y": 2})
 
 

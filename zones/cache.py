@@ -40,12 +40,20 @@ def entry_path(kind: str, parts: dict[str, Any], ext: str = "parquet") -> Path:
     return folder / f"{cache_key(parts)}.{ext}"
 
 
+def readable_mode(path: Path, directory: bool = False) -> None:
+    """Give a temporary file (0600) or folder (0700) the permissions the umask allows."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, (0o777 if directory else 0o666) & ~umask)
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     with os.fdopen(fd, "w") as handle:
         handle.write(text)
+    readable_mode(tmp)
     os.replace(tmp, path)
 
 
@@ -60,6 +68,7 @@ def write_table(df: pd.DataFrame, path: Path) -> Path:
             df.to_parquet(tmp, index=False)
         else:
             df.to_csv(tmp, index=False)
+        readable_mode(tmp)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from .adapters import adapter_for_model_type
-from .cache import cache_dir
+from .cache import cache_dir, readable_mode
 
 DEFAULT_MODEL = "smollm2-135m"
 # alias -> (package holding the GGUF file, file name)
@@ -69,6 +69,7 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
+        readable_mode(tmp, directory=True)
         os.replace(tmp, target)  # a half-converted model is never visible under the final name
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
