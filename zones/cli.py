@@ -32,6 +32,30 @@ def _load(args):
     return load_model(args.model, device=args.device, trust_remote_code=args.trust_remote_code)
 
 
+def _text_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--corpus", default="stdlib", help="corpus name or text file(s) (default: stdlib)")
+    parser.add_argument("--seq-len", type=int, default=256, help="window length in tokens (default: 256)")
+    parser.add_argument("--batch-size", type=int, default=8, help="windows per forward (default: 8)")
+
+
+def _budget(tokens: int | None, default: int) -> int | None:
+    """A token budget flag: unset -> the chapter's default; 0 -> the whole split (None)."""
+    return default if tokens is None else tokens or None
+
+
+def _name_values(items: list[str], flag: str) -> dict:
+    """``NAME=VALUE`` flags as a dict; values are YAML, so numbers and lists keep their types."""
+    import yaml
+
+    values = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"{flag} needs NAME=VALUE, not {item!r}")
+        values[name] = yaml.safe_load(value)
+    return values
+
+
 def _write(df, out: str, name: str) -> None:
     from .cache import write_table
 
@@ -55,7 +79,7 @@ def cmd_ablate(args) -> None:
     from .ablation import DEFAULT_EVAL_TOKENS, ablation_table
     from .data import corpus_windows, load_corpus
 
-    tokens = DEFAULT_EVAL_TOKENS if args.tokens is None else args.tokens or None  # 0: whole split
+    tokens = _budget(args.tokens, DEFAULT_EVAL_TOKENS)
     corpus = load_corpus(args.corpus)  # an unknown or empty corpus fails before the model loads
     loaded = _load(args)
     windows = corpus_windows(corpus, loaded.tokenizer, args.seq_len, args.split, tokens)
@@ -76,11 +100,10 @@ def cmd_prune(args) -> None:
     names = check_strategy_names(args.strategies or DEFAULT_STRATEGIES)  # fail before the model loads
     corpus = load_corpus(args.corpus)
     loaded = _load(args)
-    budgets = dict(eval=DEFAULT_EVAL_TOKENS if args.eval_tokens is None else args.eval_tokens or None,
-                   calibration=(DEFAULT_CALIBRATION_TOKENS if args.calibration_tokens is None
-                                else args.calibration_tokens or None))
-    eval_windows = corpus_windows(corpus, loaded.tokenizer, args.seq_len, "eval", budgets["eval"])
-    calibration = corpus_windows(corpus, loaded.tokenizer, args.seq_len, "calibration", budgets["calibration"])
+    eval_windows = corpus_windows(corpus, loaded.tokenizer, args.seq_len, "eval",
+                                  _budget(args.eval_tokens, DEFAULT_EVAL_TOKENS))
+    calibration = corpus_windows(corpus, loaded.tokenizer, args.seq_len, "calibration",
+                                 _budget(args.calibration_tokens, DEFAULT_CALIBRATION_TOKENS))
     table = pruning_table(loaded.model, eval_windows, calibration, strategies=names, k_max=args.k_max,
                           seeds=args.seeds, batch_size=args.batch_size, model_name=args.model)
     _write(table, args.out, "pruning.csv")
@@ -89,19 +112,13 @@ def cmd_prune(args) -> None:
 def cmd_train(args) -> None:
     import shutil
 
-    import yaml
-
     from .train import series_configs, series_history, series_snapshots, series_summary, train_model
 
     overrides = dict(width=args.width, width_per_layer=args.width_per_layer, head_dim=args.head_dim,
                      vocab_size=args.vocab_size, seq_len=args.seq_len, batch_size=args.batch_size,
                      steps=args.steps, lr=args.lr, seed=args.seed, corpus=args.corpus,
                      snapshot_every=args.snapshot_every)
-    for item in args.set:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"--set needs NAME=VALUE, not {item!r}")
-        overrides[name] = yaml.safe_load(value)
+    overrides.update(_name_values(args.set, "--set"))
     try:
         depths = [int(d) for d in args.depths.split(",") if d.strip()] if args.depths else None
     except ValueError:
@@ -121,16 +138,10 @@ def cmd_train(args) -> None:
 
 
 def cmd_book(args) -> None:
-    import yaml
-
     from .book import build_book
 
     params = {"model": args.model, "models": [args.model]} if args.model else {}
-    for item in args.param:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"--param needs NAME=VALUE, not {item!r}")
-        params[name] = yaml.safe_load(value)  # numbers and lists keep their types
+    params.update(_name_values(args.param, "--param"))
     index = build_book(params, only=args.only or None, execute=not args.no_execute)
     print(f"book: {index}")
 
@@ -163,13 +174,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ablate", help="ΔLoss of removing each decoder block in turn")
     _model_args(p)
-    p.add_argument("--corpus", default="stdlib", help="corpus name or text file(s) (default: stdlib)")
+    _text_args(p)
     p.add_argument("--tokens", type=int, default=None,
                    help="scored-token budget; 0 = the whole split (default: the chapter's CPU budget, "
                         "zones.ablation.DEFAULT_EVAL_TOKENS)")
-    p.add_argument("--seq-len", type=int, default=256, help="window length in tokens (default: 256)")
     p.add_argument("--split", default="eval", choices=["eval", "calibration"], help="windows to score")
-    p.add_argument("--batch-size", type=int, default=8, help="windows per forward (default: 8)")
     p.add_argument("--method", default="prefix", choices=["prefix", "naive"],
                    help="prefix: reuse the shared prefix (default); naive: one full forward per block")
     p.add_argument("--parts", action="store_true", help="also remove only attention / only MLP")
@@ -178,18 +187,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("prune", help="ΔPPL of removing k = 1..K blocks, chosen by each pruning strategy")
     _model_args(p)
-    p.add_argument("--corpus", default="stdlib", help="corpus name or text file(s) (default: stdlib)")
+    _text_args(p)
     p.add_argument("--strategies", default=None,
                    help="comma-separated strategy names (default: zone_aware, last_n, random and the "
                         "field's baselines; see --list-strategies)")
     p.add_argument("--k-max", type=int, default=8, help="remove k = 1..K blocks (default: 8)")
     p.add_argument("--seeds", type=int, default=5, help="seeds of the random strategy (default: 5)")
-    p.add_argument("--seq-len", type=int, default=256, help="window length in tokens (default: 256)")
     p.add_argument("--eval-tokens", type=int, default=None,
                    help="scored eval tokens; 0 = the whole split (default: the chapter's CPU budget)")
     p.add_argument("--calibration-tokens", type=int, default=None,
                    help="calibration tokens for the baselines; 0 = the whole split (default: the chapter's)")
-    p.add_argument("--batch-size", type=int, default=8, help="windows per forward (default: 8)")
     p.add_argument("--list-strategies", action="store_true", help="list the registered strategies and exit")
     p.add_argument("--out", default="results", help="output folder (default: results)")
     p.set_defaults(func=cmd_prune)
