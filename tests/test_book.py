@@ -11,22 +11,30 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_toc_chapter_has_a_clean_parameterized_notebook():
-    import nbformat
+    import jupytext
 
     names = chapters(ROOT)
     assert names and names[0] == "alpha_profile"
+    assert not list((ROOT / "notebooks").glob("*.ipynb")) or not _tracked_ipynb()
     for name in names:
-        nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+        nb = jupytext.read(ROOT / "notebooks" / f"{name}.md")
         tagged = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
         assert len(tagged) == 1, f"{name}: needs exactly one parameters cell"
         assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), f"{name}: outputs committed"
+
+
+def _tracked_ipynb() -> list[str]:
+    import subprocess
+
+    out = subprocess.run(["git", "ls-files", "notebooks/*.ipynb"], cwd=ROOT, capture_output=True, text=True)
+    return out.stdout.split()
 
 
 def _mini_project(tmp_path: Path) -> Path:
     """A copy of the project holding only the intro, methods and α chapter."""
     root = tmp_path / "project"
     (root / "notebooks").mkdir(parents=True)
-    shutil.copy(ROOT / "notebooks" / "alpha_profile.ipynb", root / "notebooks")
+    shutil.copy(ROOT / "notebooks" / "alpha_profile.md", root / "notebooks")
     shutil.copytree(ROOT / "book", root / "book", ignore=shutil.ignore_patterns("_build", "chapters", "_static"))
     shutil.copy(ROOT / "_config.yml", root)
     (root / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n"
@@ -75,7 +83,9 @@ def test_a_failing_chapter_fails_the_build_and_leaves_no_page(tmp_path):
     params = nbformat.v4.new_code_cell("x = 1")
     params.metadata["tags"] = ["parameters"]
     nb.cells = [params, nbformat.v4.new_code_cell("raise RuntimeError('boom ' + str(x))")]
-    nbformat.write(nb, root / "notebooks" / "broken.ipynb")
+    import jupytext
+
+    jupytext.write(nb, root / "notebooks" / "broken.md", fmt="md:myst")
     (root / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n  - file: book/chapters/broken\n")
     with pytest.raises(ChapterFailed, match="boom 7"):
         build_book({"x": 7, "model": "unused"}, root=root)

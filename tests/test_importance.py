@@ -162,35 +162,31 @@ def test_figures_one_panel_per_model_and_log_floor():
         ablation_bars(frame.drop(columns="alpha"))
 
 
-def run_notebook(name, tmp_path, model_dir, **parameters):
+def run_chapter(name, tmp_path, model_dir, **parameters):
     import os
 
-    import papermill
-
-    from zones.book import project_root
+    from zones.book import project_root, run_notebook
 
     os.environ["OMP_NUM_THREADS"] = "1"  # tiny models: threads only add overhead
     os.environ["ZONES_BOOK_BUILD"] = "1"
     try:
-        papermill.execute_notebook(str(project_root() / "notebooks" / f"{name}.ipynb"),
-                                   str(tmp_path / f"{name}.ipynb"), cwd=str(tmp_path),
-                                   parameters=dict(models=[str(model_dir), str(model_dir)], seq_len=32,
-                                                   eval_tokens=155, batch_size=4, **parameters),
-                                   kernel_name="python3", progress_bar=False)
+        run_notebook(project_root() / "notebooks" / f"{name}.md", tmp_path / f"{name}.ipynb", cwd=tmp_path,
+                     parameters=dict(models=[str(model_dir), str(model_dir)], seq_len=32,
+                                     eval_tokens=155, batch_size=4, **parameters))
     finally:
         del os.environ["OMP_NUM_THREADS"], os.environ["ZONES_BOOK_BUILD"]
     return json.loads((tmp_path / "results" / name / "summary.json").read_text())
 
 
 def test_chapters_run_on_a_tiny_model(tmp_path, tiny_model_dir):
-    ablation = run_notebook("layer_ablation", tmp_path, tiny_model_dir)
+    ablation = run_chapter("layer_ablation", tmp_path, tiny_model_dir)
     first = ablation["models"][0]
     assert [m["model"] for m in ablation["models"]] == [tiny_model_dir.name, f"{tiny_model_dir.name} (2)"]
     assert first["n_blocks"] == 6 and len(first["top"]) == 3 and first["n_tokens"] == 155
     table = pd.read_csv(tmp_path / "results" / "layer_ablation" / "ablation.csv")
     assert set(table["model"]) == {m["model"] for m in ablation["models"]} and len(table) == 12
 
-    importance = run_notebook("importance_vs_alpha", tmp_path, tiny_model_dir, n_boot=50, n_perm=50)
+    importance = run_chapter("importance_vs_alpha", tmp_path, tiny_model_dir, n_boot=50, n_perm=50)
     first_rho = importance["models"][0]
     assert -1 <= first_rho["ci_low"] <= first_rho["rho"] <= first_rho["ci_high"] <= 1
     rho = pd.read_csv(tmp_path / "results" / "importance_vs_alpha" / "rho.csv")

@@ -320,14 +320,13 @@ def test_cli_writes_the_table(tiny_model_dir, tmp_path):
 
 
 def test_notebook_runs_on_a_tiny_model(tiny_model_dir, tmp_path):
-    import papermill
+    from zones.book import run_notebook
 
     out = tmp_path / "results"
-    papermill.execute_notebook(str(ROOT / "notebooks" / "pruning.ipynb"), str(tmp_path / "pruning.ipynb"),
-                               parameters=dict(model=str(tiny_model_dir), seq_len=32, eval_tokens=62,
-                                               calibration_tokens=62, k_max=3, seeds=2, batch_size=2,
-                                               out_dir=str(out)),
-                               cwd=str(tmp_path), kernel_name="python3", progress_bar=False)
+    run_notebook(ROOT / "notebooks" / "pruning.md", tmp_path / "pruning.ipynb",
+                 parameters=dict(model=str(tiny_model_dir), seq_len=32, eval_tokens=62,
+                                 calibration_tokens=62, k_max=3, seeds=2, batch_size=2,
+                                 out_dir=str(out)), cwd=tmp_path)
     table = pd.read_csv(out / "pruning.csv")
     assert set(table["k"]) == {1, 2, 3}
     summary = json.loads((out / "summary.json").read_text())

@@ -270,11 +270,13 @@ def test_cli_writes_the_documented_columns(tiny_model_dir, tmp_path):
 
 
 def test_chapter_runs_on_a_tiny_model(tiny_model_dir, tmp_path):
-    import papermill as pm
+    from pathlib import Path
+
+    from zones.book import run_notebook
 
     out = tmp_path / "results"
-    pm.execute_notebook("notebooks/alpha_profile.ipynb", str(tmp_path / "chapter.ipynb"), cwd=str(tmp_path),
-                        parameters=dict(model=str(tiny_model_dir), out_dir=str(out)), progress_bar=False)
+    run_notebook(Path("notebooks/alpha_profile.md"), tmp_path / "chapter.ipynb", cwd=tmp_path,
+                 parameters=dict(model=str(tiny_model_dir), out_dir=str(out)))
     summary = json.loads((out / "summary.json").read_text())
     table = pd.read_csv(out / "alpha.csv")
     assert summary["n_blocks"] == 6 and len(table) == 6 * 7

@@ -188,16 +188,15 @@ def micro_notebook_parameters(corpus: str, out_dir) -> dict:
 
 
 def run_chapter(name: str, parameters: dict, tmp_path, monkeypatch):
-    import papermill
+    from zones.book import declared_parameters, run_notebook
 
     monkeypatch.setenv("ZONES_BOOK_BUILD", "1")
     monkeypatch.setenv("TQDM_DISABLE", "1")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    source = Path(__file__).resolve().parents[1] / "notebooks" / f"{name}.ipynb"
-    assert set(parameters) <= set(papermill.inspect_notebook(str(source)))  # every one is declared
+    source = Path(__file__).resolve().parents[1] / "notebooks" / f"{name}.md"
+    assert set(parameters) <= set(declared_parameters(source))  # every one is declared
     executed = tmp_path / f"{name}.ipynb"
-    papermill.execute_notebook(str(source), str(executed), parameters=parameters, cwd=str(tmp_path),
-                               kernel_name="python3", progress_bar=False)
+    run_notebook(source, executed, parameters, cwd=tmp_path)
     return executed.read_text()
 
 

@@ -1,9 +1,10 @@
 """Build the report: execute each chapter notebook with papermill, then run Jupyter Book.
 
-The chapters are the ``book/chapters/NAME`` entries of ``_toc.yml``; each is executed from
-``notebooks/NAME.ipynb`` into ``book/chapters/NAME.ipynb`` (working directory
-``book/chapters``, so a chapter's tables land in ``book/chapters/results/NAME``). Parameters
-are passed only to the notebooks that declare them.
+The chapters are the ``book/chapters/NAME`` entries of ``_toc.yml``; each is a MyST Markdown
+notebook ``notebooks/NAME.md`` (jupytext), executed into ``book/chapters/NAME.ipynb``
+(working directory ``book/chapters``, so a chapter's tables land in
+``book/chapters/results/NAME``). Parameters are passed only to the notebooks that declare
+them. ``run_notebook`` is the one way the project executes a chapter (the book, the tests).
 """
 from __future__ import annotations
 
@@ -48,20 +49,66 @@ def chapters(root: Path) -> list[str]:
     return names
 
 
-def chapter_parameters(notebook: Path, given: dict[str, Any]) -> dict[str, Any]:
-    """The subset of ``given`` that ``notebook`` declares in its parameters cell."""
+def chapter_source(root: Path, name: str) -> Path:
+    """``notebooks/NAME.md``, the committed text of chapter ``name``."""
+    source = Path(root) / "notebooks" / f"{name}.md"
+    if not source.exists():
+        raise FileNotFoundError(f"_toc.yml lists chapter {name!r} but {source} does not exist")
+    return source
+
+
+def as_ipynb(source: Path, folder: Path) -> Path:
+    """A MyST (``.md``) notebook written as a clean ``.ipynb`` in ``folder``; an ``.ipynb``
+    source is returned as it is."""
+    import jupytext
+    import nbformat
+
+    source = Path(source)
+    if source.suffix == ".ipynb":
+        return source
+    notebook = jupytext.read(source)
+    notebook.metadata.setdefault("kernelspec", {"name": "python3", "display_name": "Python 3",
+                                                "language": "python"})
+    target = Path(folder) / f"{source.stem}.source.ipynb"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(notebook, target)
+    return target
+
+
+def declared_parameters(source: Path) -> dict[str, Any]:
+    """The parameters a chapter (``.md`` or ``.ipynb``) declares, as papermill reads them."""
+    import tempfile
+
     import papermill
 
-    declared = papermill.inspect_notebook(str(notebook))
+    with tempfile.TemporaryDirectory() as tmp:
+        return papermill.inspect_notebook(str(as_ipynb(source, Path(tmp))))
+
+
+def chapter_parameters(notebook: Path, given: dict[str, Any]) -> dict[str, Any]:
+    """The subset of ``given`` that ``notebook`` declares in its parameters cell."""
+    declared = declared_parameters(notebook)
     return {key: value for key, value in given.items() if key in declared}
+
+
+def run_notebook(source: Path, target: Path, parameters: dict[str, Any] | None = None, *,
+                 cwd: Path | None = None) -> Path:
+    """Execute a chapter (``.md`` or ``.ipynb``) with papermill into ``target``."""
+    import tempfile
+
+    import papermill
+
+    with tempfile.TemporaryDirectory() as tmp:
+        papermill.execute_notebook(str(as_ipynb(source, Path(tmp))), str(target), parameters=parameters or {},
+                                   cwd=str(cwd or Path(target).parent), kernel_name="python3",
+                                   progress_bar=False, log_output=False)
+    return Path(target)
 
 
 def execute_chapter(root: Path, name: str, parameters: dict[str, Any]) -> Path:
     import papermill
 
-    source = root / "notebooks" / f"{name}.ipynb"
-    if not source.exists():
-        raise FileNotFoundError(f"_toc.yml lists chapter {name!r} but {source} does not exist")
+    source = chapter_source(root, name)
     target_dir = root / "book" / "chapters"
     target_dir.mkdir(parents=True, exist_ok=True)
     target = target_dir / f"{name}.ipynb"
@@ -76,8 +123,7 @@ def execute_chapter(root: Path, name: str, parameters: dict[str, Any]) -> Path:
     saved = {key: os.environ.get(key) for key in (BOOK_MODE_ENV, "TQDM_DISABLE")}
     os.environ.update({BOOK_MODE_ENV: "1", "TQDM_DISABLE": "1"})
     try:
-        papermill.execute_notebook(str(source), str(running), parameters=params, cwd=str(target_dir),
-                                   kernel_name="python3", progress_bar=False, log_output=False)
+        run_notebook(source, running, params, cwd=target_dir)
         os.replace(running, target)
     except papermill.PapermillExecutionError as err:
         os.replace(running, failed)
