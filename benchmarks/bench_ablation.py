@@ -4,11 +4,11 @@ The sweeps score the same windows of the same model in one run, without the cach
 alternating batch by batch so that a drifting machine load affects them alike:
 
 * ``naive``: ``ablation_table(method="naive")``, one full forward per ablation scored as
-  ``zones.evaluate.evaluate_loss`` does (the logits of every token, then cross-entropy);
+  ``zones.evaluate.evaluate_loss`` does (the model's body, then the LM head in chunks);
 * ``prefix``: ``ablation_table(method="prefix")``, the shared prefix reused, the LM head
   applied in chunks with a log-sum-exp;
-* ``naive, chunked head`` (with ``--breakdown``): one full forward per ablation with the
-  prefix sweep's head, to separate what prefix reuse saves from what the head saves.
+* ``naive, chunked head`` (with ``--breakdown``): the same written out by hand (since
+  ``evaluate_loss`` adopted the chunked head, it equals ``naive``; kept as a check).
 
 Prints the times, the ratios (target: prefix ≤ 0.6 × naive) and the largest difference in
 ΔLoss. Blocks alone bound the ratio by (L + L(L−1)/2) / (L + L(L−1)) ≈ 0.52 for L = 30; the LM

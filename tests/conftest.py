@@ -102,3 +102,69 @@ def tiny_model_dir(tmp_path_factory, tiny_tokenizer) -> Path:
     model.save_pretrained(path, safe_serialization=True)
     tiny_tokenizer.save_pretrained(path)
     return path
+
+
+def write_tiny_gguf(path: Path, tokenizer, n_layers: int = 2, hidden: int = 16, ffn: int = 32,
+                    heads: int = 2, kv_heads: int = 1, context: int = 64) -> Path:
+    """A tiny float32 Llama GGUF file (random weights, ``tokenizer``'s BPE vocabulary and merges)."""
+    import json
+
+    import gguf
+    import numpy as np
+
+    vocab = tokenizer.backend_tokenizer.get_vocab()
+    tokens = [token for token, _ in sorted(vocab.items(), key=lambda item: item[1])]
+    merges = json.loads(tokenizer.backend_tokenizer.to_str())["model"]["merges"]
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(n_layers)
+    writer.add_context_length(context)
+    writer.add_embedding_length(hidden)
+    writer.add_feed_forward_length(ffn)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_rope_dimension_count(hidden // heads)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_vocab_size(len(tokens))
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([3 if token == tokenizer.eos_token else 1 for token in tokens])
+    writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
+    writer.add_bos_token_id(tokenizer.eos_token_id)
+    writer.add_eos_token_id(tokenizer.eos_token_id)
+    rng = np.random.default_rng(0)
+    normal = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    kv = kv_heads * (hidden // heads)
+    writer.add_tensor("token_embd.weight", normal(len(tokens), hidden))
+    writer.add_tensor("output_norm.weight", np.ones(hidden, np.float32))
+    for i in range(n_layers):
+        for name, shape in (("attn_q", (hidden, hidden)), ("attn_k", (kv, hidden)), ("attn_v", (kv, hidden)),
+                            ("attn_output", (hidden, hidden)), ("ffn_gate", (ffn, hidden)),
+                            ("ffn_up", (ffn, hidden)), ("ffn_down", (hidden, ffn))):
+            writer.add_tensor(f"blk.{i}.{name}.weight", normal(*shape))
+        writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(hidden, np.float32))
+        writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(hidden, np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tmp_path_factory) -> Path:
+    """A tiny Llama GGUF file (2 blocks, a 400-token BPE vocabulary with merges), ~1 MB."""
+    return write_tiny_gguf(tmp_path_factory.mktemp("tiny-gguf") / "tiny.gguf", train_tiny_tokenizer(400))
+
+
+@pytest.fixture(scope="session")
+def micro_corpus(tmp_path_factory) -> str:
+    """About 120 kB of standard-library source as a text file: a corpus that trains in seconds."""
+    from zones.data import stdlib_files
+
+    text, files = "", iter(stdlib_files())
+    while len(text) < 120_000:
+        text += next(files).read_text(encoding="utf-8", errors="replace") + "\n\n"
+    path = tmp_path_factory.mktemp("micro-corpus") / "code.txt"
+    path.write_text(text[:120_000])
+    return str(path)

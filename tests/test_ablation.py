@@ -13,6 +13,7 @@ from zones.adapters import get_adapter
 from zones.blocks import skip_blocks, zero_sublayer
 from zones.data import CorpusError, Windows, corpus_windows, make_windows
 from zones.evaluate import evaluate_loss
+from zones.stats import NonFiniteLossError
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -218,3 +219,62 @@ def test_default_model_prefix_equals_naive(user_cache):
     naive = ablation_table(loaded.model, windows, method="naive", **kwargs)
     assert (prefix[LOSS_COLUMNS[:3]] - naive[LOSS_COLUMNS[:3]]).abs().max().max() < 1e-4
     assert prefix["delta_loss"][0] > prefix["delta_loss"][1]  # the first block matters most
+
+
+# --- per-window losses, intervals, non-finite losses, precision ---------------------------------
+
+def test_window_losses_sum_to_the_table_and_intervals_cover_it():
+    model = tiny_model("llama", n_layers=4, seed=2)
+    windows = random_windows(n_windows=6)
+    long = ablation.ablation_window_losses(model, windows, batch_size=4, cache=False, progress=False)
+    assert list(long.columns) == ablation.WINDOW_COLUMNS and len(long) == 4 * 6
+    assert sorted(long["window"].unique()) == list(range(6))
+    table = ablation_table(model, windows, batch_size=4, cache=False, progress=False)
+    sums = long.groupby("layer")[["nll", "base_nll", "n_tokens"]].sum()
+    np.testing.assert_allclose(table["loss"], sums["nll"] / sums["n_tokens"])
+    np.testing.assert_allclose(table["base_loss"], sums["base_nll"] / sums["n_tokens"])
+    assert (table["delta_loss_low"] <= table["delta_loss"]).all() and (table["delta_loss"] <= table["delta_loss_high"]).all()
+    assert (table["delta_loss_high"] > table["delta_loss_low"]).all()
+    # One window's NLL is that window evaluated alone.
+    one = Windows(windows.input_ids[4:5], "x", "eval", "w4")
+    with skip_blocks(model, [1]):
+        expected = evaluate_loss(model, one).loss * (windows.seq_len - 1)
+    assert long.query("layer == 1 and window == 4")["nll"].item() == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("kwargs", [dict(), dict(method="naive"), dict(parts=True)])
+def test_a_nan_weight_is_an_error_naming_the_block_and_window(kwargs, own_cache):
+    model = tiny_model("llama", n_layers=4)
+    with torch.no_grad():
+        get_adapter(model).blocks()[2].mlp.up_proj.weight[3, 1] = float("nan")
+    windows = random_windows(n_windows=4)
+    with pytest.raises(NonFiniteLossError, match=r"full model is not finite \(nan\) on window 0 of 4"):
+        ablation_table(model, windows, batch_size=2, progress=False, **kwargs)
+    assert not list(own_cache.glob("ablation/*.parquet"))  # nothing cached as a result
+
+
+def test_bfloat16_scoring_keeps_the_weights_and_is_cached_apart(own_cache):
+    model = tiny_model("llama", n_layers=4)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    windows = random_windows(n_windows=4)
+    fp32 = ablation_table(model, windows, batch_size=2, progress=False)
+    bf16 = ablation_table(model, windows, batch_size=2, progress=False, dtype="bfloat16")
+    assert not np.array_equal(fp32["loss"], bf16["loss"])
+    np.testing.assert_allclose(fp32["delta_loss"], bf16["delta_loss"], atol=0.1)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert len(list(own_cache.glob("ablation/*.parquet"))) == 2
+    with pytest.raises(ValueError, match="dtype"):
+        ablation_table(model, windows, cache=False, progress=False, dtype="half")
+
+
+def test_windows_beyond_the_model_fail_before_any_forward():
+    model = tiny_model("gpt2", n_layers=2)  # 256 positions, 256 ids
+    calls = count_block_calls(model)
+    too_long = Windows(torch.zeros(1, 300, dtype=torch.long), "x", "eval", "long")
+    big_ids = Windows(torch.full((1, 16), 999, dtype=torch.long), "x", "eval", "ids")
+    for windows, match in ((too_long, "positions"), (big_ids, "vocabulary")):
+        with pytest.raises(ValueError, match=match):
+            ablation_table(model, windows, cache=False, progress=False)
+        with pytest.raises(ValueError, match=match):
+            evaluate_loss(model, windows)
+    assert calls == []

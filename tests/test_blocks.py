@@ -43,7 +43,7 @@ def logits_without(model, ids: torch.Tensor, skipped: set[int]) -> torch.Tensor:
                 if i not in skipped:
                     hidden = _first(block(hidden, attention_mask=mask, position_ids=positions,
                                           position_embeddings=rotary))
-            return model.embed_out(body.final_layer_norm(hidden))
+            return model.get_output_embeddings()(body.final_layer_norm(hidden))
         if family == "gpt2":
             body = model.transformer
             hidden = body.wte(ids) + body.wpe(positions)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from zones.book import build_book, chapters
+from zones.book import build_book, chapters, copy_project, execution_order
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -14,7 +14,10 @@ def test_every_toc_chapter_has_a_clean_parameterized_notebook():
     import jupytext
 
     names = chapters(ROOT)
-    assert names and names[0] == "alpha_profile"
+    assert names and names[0] == "claims"  # near the front of the book...
+    order = execution_order(names)
+    assert order[0] == "alpha_profile" and order[-1] == "claims"  # ...but executed after the chapters it reads
+    assert sorted(order) == sorted(names)
     assert not list((ROOT / "notebooks").glob("*.ipynb")) or not _tracked_ipynb()
     for name in names:
         nb = jupytext.read(ROOT / "notebooks" / f"{name}.md")
@@ -31,15 +34,8 @@ def _tracked_ipynb() -> list[str]:
 
 
 def _mini_project(tmp_path: Path) -> Path:
-    """A copy of the project holding only the intro, methods and α chapter."""
-    root = tmp_path / "project"
-    (root / "notebooks").mkdir(parents=True)
-    shutil.copy(ROOT / "notebooks" / "alpha_profile.md", root / "notebooks")
-    shutil.copytree(ROOT / "book", root / "book", ignore=shutil.ignore_patterns("_build", "chapters", "_static"))
-    shutil.copy(ROOT / "_config.yml", root)
-    (root / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n"
-                                   "  - file: book/methods\n  - file: book/chapters/alpha_profile\n")
-    return root
+    """A copy of the project holding only the book's own pages and the α chapter."""
+    return copy_project(tmp_path / "project", ["alpha_profile"], root=ROOT)
 
 
 @pytest.mark.slow
@@ -91,3 +87,66 @@ def test_a_failing_chapter_fails_the_build_and_leaves_no_page(tmp_path):
         build_book({"x": 7, "model": "unused"}, root=root)
     assert not (root / "book/chapters/broken.ipynb").exists()
     assert (root / "book/chapters/broken.failed.ipynb").exists()
+
+
+def _notebook_with_widget(text: str):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {"m1": {}}, "version_major": 2}}
+    cell = nbformat.v4.new_code_cell("run()")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={
+        "application/vnd.jupyter.widget-view+json": {"model_id": "m1", "version_major": 2, "version_minor": 0},
+        "text/plain": text}), nbformat.v4.new_output("display_data", data={"text/html": "<b>chart</b>"})]
+    nb.cells = [cell]
+    return nb
+
+
+def test_progress_bars_and_their_widget_state_leave_the_executed_chapter(tmp_path):
+    import nbformat
+
+    from zones.book import drop_progress_widgets
+
+    path = tmp_path / "chapter.ipynb"
+    nbformat.write(_notebook_with_widget("pruned models (float32):   0%|          | 0/18 [00:00<?, ?set/s]"), path)
+    assert drop_progress_widgets(path) == 1
+    nb = nbformat.read(path, as_version=4)
+    assert "widgets" not in nb.metadata  # so the page loads no require.js / widget manager from a CDN
+    assert [list(o["data"]) for o in nb.cells[0].outputs] == [["text/html"]]
+    # A real widget (not a progress bar) keeps its output and its state.
+    nbformat.write(_notebook_with_widget("IntSlider(value=3)"), path)
+    assert drop_progress_widgets(path) == 0
+    assert "widgets" in nbformat.read(path, as_version=4).metadata
+
+
+def test_static_assets_ship_mathjax_and_vega_with_the_build(tmp_path):
+    from zones.book import write_static_assets
+
+    vega, mathjax = write_static_assets(tmp_path / "_static")
+    assert vega.name == "vega-bundle.js" and "vegaEmbed" in vega.read_text()
+    assert mathjax == tmp_path / "_static" / "mathjax" / "tex-svg-full.js"
+    head = mathjax.read_text()[:20000]
+    assert "MathJax" in head and mathjax.stat().st_size > 1_000_000
+    config = (ROOT / "_config.yml").read_text()
+    assert 'mathjax_path: "mathjax/tex-svg-full.js"' in config  # the pages load this copy, not a CDN
+
+
+def test_charts_take_the_column_width_and_long_titles_wrap():
+    import altair as alt
+    import pandas as pd
+
+    from zones import figures
+
+    chart = figures.fit(alt.Chart(pd.DataFrame({"x": [1, 2]})).mark_bar().encode(x="x:O"), height=100)
+    assert chart.to_dict()["width"] == "container" and chart.to_dict()["height"] == 100
+    assert figures.panel_width(3) * 3 < figures.COLUMN_WIDTH  # three panels and a legend fit one row
+    spec = {"title": "ΔPPL last_n / ΔPPL zone_aware: above 1, zone_aware wins", "hconcat": [
+        {"title": {"text": "short"}, "encoding": {"y": {"title": "a very long axis title that would not fit a phone"}}}],
+        "datasets": {"d": [{"title": "data is never touched, however long it is"}]}}
+    wrapped = figures.wrap_titles(spec)
+    assert wrapped["title"] == ["ΔPPL last_n / ΔPPL zone_aware: above 1,", "zone_aware wins"]
+    assert wrapped["hconcat"][0]["title"] == {"text": "short"}
+    assert all(len(line) <= figures.TITLE_CHARS for line in wrapped["hconcat"][0]["encoding"]["y"]["title"])
+    assert wrapped["datasets"] == spec["datasets"]
+    html = figures._offline_renderer(spec)["text/html"]
+    assert '"title": ["' in html and 'class="zones-chart"' in html

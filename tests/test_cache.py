@@ -1,4 +1,5 @@
 """Caching: keys, atomic tables, and sweeps that resume."""
+import json
 import os
 
 import pandas as pd
@@ -52,3 +53,125 @@ def test_journal_ignores_a_torn_last_line(tmp_path):
     resumed = Journal(journal.path)
     resumed.append({"a": 3})
     assert resumed.rows() == [{"a": 1}, {"a": 3}]
+
+
+# --- damaged entries are detected, named, and never used -------------------------------------------
+
+from zones.cache import CacheError, sidecar_path  # noqa: E402
+
+
+def _stored(parts):
+    table = pd.DataFrame({"a": range(50), "b": [0.5 * i for i in range(50)]})
+    cached_table("unit", parts, lambda: table)
+    return entry_path("unit", parts), table
+
+
+def test_a_truncated_cached_table_is_an_error_naming_it():
+    parts = {"kind": "damage", "case": "truncated"}
+    path, _ = _stored(parts)
+    path.write_bytes(path.read_bytes()[:-40])
+    with pytest.raises(CacheError) as err:
+        cached_table("unit", parts, lambda: pytest.fail("a damaged entry is not silently recomputed"))
+    message = str(err.value)
+    assert str(path) in message and "damaged" in message and "delete" in message and "\n" not in message
+
+
+def test_an_edited_cached_table_with_intact_parquet_is_an_error():
+    parts = {"kind": "damage", "case": "edited"}
+    path, table = _stored(parts)
+    edited = table.copy()
+    edited.loc[3, "b"] = 99.0
+    edited.to_parquet(path, index=False)  # a valid parquet file with a changed value
+    with pytest.raises(CacheError, match="sha256"):
+        cached_table("unit", parts, lambda: table)
+
+
+def test_a_sidecar_of_another_key_or_broken_json_is_an_error():
+    parts = {"kind": "damage", "case": "sidecar"}
+    path, table = _stored(parts)
+    other_path, _ = _stored({"kind": "damage", "case": "other"})
+    sidecar_path(path).write_text(sidecar_path(other_path).read_text())
+    with pytest.raises(CacheError, match="another computation"):
+        cached_table("unit", parts, lambda: table)
+    sidecar_path(path).write_text("{not json")
+    with pytest.raises(CacheError, match="not valid JSON") as err:
+        cached_table("unit", parts, lambda: table)
+    assert str(sidecar_path(path)) in str(err.value)
+
+
+def test_an_entry_without_a_checksum_is_recomputed_not_trusted():
+    parts = {"kind": "damage", "case": "legacy"}
+    path, table = _stored(parts)
+    pd.DataFrame({"a": [7], "b": [7.0]}).to_parquet(path, index=False)  # an unverifiable old entry
+    sidecar_path(path).write_text('{"kind": "damage", "case": "legacy"}')
+    assert cached_table("unit", parts, lambda: table).equals(table)
+    assert cached_table("unit", parts, lambda: pytest.fail("now verified")).equals(table)
+
+
+def test_a_journal_row_missing_a_field_is_an_error_not_a_different_result():
+    parts = {"kind": "damage", "case": "journal"}
+    with pytest.raises(KeyboardInterrupt):
+        resumable_table("unit", parts, range(4), str,
+                        lambda t: {"loss": 1.0 + t} if t < 3 else (_ for _ in ()).throw(KeyboardInterrupt))
+    journal = entry_path("unit", parts).with_suffix(".partial.jsonl")
+    lines = journal.read_text().splitlines()
+    row = json.loads(lines[1])
+    del row["loss"], row["_sha"]
+    lines[1] = json.dumps(row)  # the row a hand edit (or a bug) left without its loss
+    journal.write_text("\n".join(lines) + "\n")
+    with pytest.raises(CacheError) as err:
+        resumable_table("unit", parts, range(4), str, lambda t: {"loss": 1.0 + t})
+    assert f"journal {journal} line 2" in str(err.value) and "delete" in str(err.value)
+
+
+def test_journal_rows_keep_their_checksums_and_required_fields(tmp_path):
+    journal = Journal(tmp_path / "j.jsonl", required=("loss",))
+    journal.append({"loss": 0.25, "removed": [1, 2]})
+    assert journal.rows() == [{"loss": 0.25, "removed": [1, 2]}]
+    text = journal.path.read_text().replace("0.25", "0.35")
+    journal.path.write_text(text)
+    with pytest.raises(CacheError, match="checksum"):
+        journal.rows()
+    journal.path.write_text('{"removed": [1]}\n')
+    with pytest.raises(CacheError, match="line 1"):
+        journal.rows()
+    journal.path.write_text("garbage\n" + text)
+    with pytest.raises(CacheError, match="not a JSON row"):
+        Journal(journal.path).rows()
+
+
+def test_a_journal_row_without_its_task_is_an_error_not_a_key_error():
+    parts = {"kind": "damage", "case": "task"}
+    Journal(entry_path("unit", parts).with_suffix(".partial.jsonl")).append({"loss": 1.0})  # no _task
+    with pytest.raises(CacheError, match=r"line 1 is damaged \(missing '_task'\); delete .*partial.jsonl"):
+        resumable_table("unit", parts, range(2), str, lambda t: {"loss": 1.0})
+
+
+def test_concurrent_writers_never_pair_a_payload_with_another_sidecar(monkeypatch):
+    import threading
+
+    import zones.cache as cache
+
+    parts = {"kind": "race"}
+    path = entry_path("unit", parts)
+    first, second = (pd.DataFrame({"v": [float(i)] * (100 + i)}) for i in range(2))  # different bytes
+    paused, resume = threading.Event(), threading.Event()
+    write_sidecar = cache.atomic_write_text
+
+    def slow_sidecar(target, text):  # the first writer stops between its payload and its sidecar
+        if threading.current_thread().name == "first":
+            paused.set()
+            resume.wait(10)
+        write_sidecar(target, text)
+
+    monkeypatch.setattr(cache, "atomic_write_text", slow_sidecar)
+    a = threading.Thread(target=cache.write_cached_table, args=(first, path, parts), name="first")
+    a.start()
+    assert paused.wait(10)
+    b = threading.Thread(target=cache.write_cached_table, args=(second, path, parts), name="second")
+    b.start()
+    b.join(0.5)  # without the lock, the second writer finishes here, and the first then
+    resume.set()  # writes its sidecar over the second's payload
+    a.join()
+    b.join()
+    assert len(cache.read_cached_table(path, parts)) == 101  # the last complete write, intact

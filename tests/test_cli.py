@@ -1,7 +1,21 @@
-"""The command line: one clear error line, and the same tables as the library."""
-import pandas as pd
+"""The command line: one clear error line, one flag vocabulary, and the same tables as the library."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
 
-from zones.cli import main
+import pandas as pd
+import pytest
+
+import zones
+from zones.cli import build_parser, lab_command, main, parse_args
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_unknown_model_is_one_clear_line(capsys, tmp_path):
@@ -25,3 +39,123 @@ def test_alpha_writes_the_library_table(tiny_model_dir, tmp_path):
 def test_book_rejects_unknown_chapters(capsys):
     assert main(["book", "--only", "no_such_chapter", "--no-execute"]) == 1
     assert "unknown chapter" in capsys.readouterr().err
+
+
+# --- conventions ------------------------------------------------------------------------------------
+
+def test_python_dash_m_zones_and_version():
+    done = subprocess.run([sys.executable, "-m", "zones", "--version"], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == f"zones {zones.__version__}"
+    assert zones.__version__ not in ("", "0+unknown")  # the installed package's own version
+
+
+def _flags(command: str) -> dict[str, object]:
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices[command]
+    return {s: a for a in sub._actions for s in a.option_strings}
+
+
+def test_one_flag_vocabulary_across_subcommands():
+    shared = ["--model", "--device", "--out", "--corpus", "--seq-len", "--batch-size", "--eval-tokens",
+              "--calibration-tokens", "--tokenizer"]
+    for command in ("ablate", "prune"):
+        assert set(shared) <= set(_flags(command)), command
+    assert {"--model", "--device", "--out"} <= set(_flags("alpha")) and "--tokenizer" not in _flags("alpha")
+    for command in ("alpha", "ablate", "prune", "train"):
+        for flag in ("--out", "--device", "--corpus", "--seq-len", "--batch-size", "--model"):
+            if flag in _flags(command):
+                assert _flags(command)[flag].dest == flag[2:].replace("-", "_")
+    assert _flags("ablate")["--tokens"].help == "==SUPPRESS=="  # the old spelling works, unadvertised
+    assert parse_args(["ablate", "--tokens", "300"]).tokens == 300
+    assert parse_args(["ablate", "--eval-tokens", "300"]).eval_tokens == 300
+
+
+def test_ablate_help_hides_the_old_budget_flag(capsys):
+    with pytest.raises(SystemExit):
+        main(["ablate", "--help"])
+    out = capsys.readouterr().out
+    assert "--eval-tokens" in out and "--tokens " not in out
+
+
+def test_unknown_options_are_refused_except_for_lab(capsys):
+    with pytest.raises(SystemExit):
+        main(["alpha", "--no-browser"])
+    assert "unrecognized arguments: --no-browser" in capsys.readouterr().err
+    assert parse_args(["lab", "--no-browser", "--port", "8899"]).lab_args == ["--no-browser", "--port", "8899"]
+    assert parse_args(["lab", "--", "--no-browser"]).lab_args == ["--", "--no-browser"]
+
+
+def test_lab_command_passes_jupyterlab_options_through(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    command = lab_command(["--", "--no-browser", "--port", "8899"])
+    assert command[1:] == [str(ROOT / "notebooks"), "--no-browser", "--port", "8899", "--allow-root"]
+    assert lab_command(["--allow-root"]).count("--allow-root") == 1
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert "--allow-root" not in lab_command(["--no-browser"])
+
+
+@pytest.mark.parametrize("make_bad, match", [
+    (lambda tmp: tmp / "a-file", "is a file, not a folder"),
+    (lambda tmp: tmp / "a-file" / "inside", "cannot be created"),
+])
+def test_out_is_checked_before_any_work(tmp_path, capsys, monkeypatch, make_bad, match):
+    (tmp_path / "a-file").write_text("not a folder")
+    import zones.models
+
+    monkeypatch.setattr(zones.models, "load_model", lambda *a, **k: pytest.fail("loaded before --out was checked"))
+    assert main(["alpha", "--out", str(make_bad(tmp_path))]) == 1
+    err = capsys.readouterr().err
+    assert match in err and len(err.strip().splitlines()) == 1
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_lab_starts_headless_and_lists_the_chapters(tmp_path):
+    port, token, log = _free_port(), "zones-test-token", tmp_path / "lab.log"
+    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), JUPYTER_CONFIG_DIR=str(tmp_path / "config"))
+    lab = subprocess.Popen([sys.executable, "-m", "zones", "lab", "--no-browser", "--port", str(port),
+                            "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={token}"],
+                           cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log.open("w"),
+                           start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}/api/contents/?token={token}"
+        deadline, listing = time.monotonic() + 120, None
+        while listing is None and time.monotonic() < deadline and lab.poll() is None:
+            try:
+                with urllib.request.urlopen(url, timeout=5) as response:
+                    listing = json.load(response)
+            except OSError:
+                time.sleep(0.5)
+        assert listing is not None, f"jupyter-lab did not answer: {log.read_text()[-2000:]}"
+        names = {item["name"] for item in listing["content"]}
+        assert {p.name for p in (ROOT / "notebooks").glob("*.md")} <= names
+    finally:  # stop the server and everything it started
+        if lab.poll() is None:
+            os.killpg(lab.pid, signal.SIGTERM)
+            try:
+                lab.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(lab.pid, signal.SIGKILL)
+                lab.wait()
+
+
+def test_ablate_passes_dtype_and_budget_to_the_library(tiny_model_dir, tmp_path, one_thread):
+    from zones.ablation import ablation_table
+    from zones.data import corpus_windows
+    from zones.models import load_model
+
+    corpus = tmp_path / "prose.txt"
+    corpus.write_text("The quick brown fox jumps over the lazy dog, and then it rests. " * 300)
+    assert main(["ablate", "--model", str(tiny_model_dir), "--corpus", str(corpus), "--seq-len", "32",
+                 "--eval-tokens", "93", "--dtype", "bfloat16", "--device", "cpu", "--out", str(tmp_path)]) == 0
+    written = pd.read_csv(tmp_path / "ablation.csv")
+    loaded = load_model(str(tiny_model_dir), device="cpu")
+    windows = corpus_windows(str(corpus), loaded.tokenizer, 32, "eval", 93)
+    expected = ablation_table(loaded.model, windows, dtype="bfloat16", progress=False)
+    assert written["n_tokens"].tolist() == [93] * len(expected)
+    assert written["delta_loss"].round(6).tolist() == expected["delta_loss"].round(6).tolist()
+    assert main(["ablate", "--split", "calibration", "--eval-tokens", "93", "--out", str(tmp_path)]) == 1

@@ -162,6 +162,22 @@ def test_figures_one_panel_per_model_and_log_floor():
         ablation_bars(frame.drop(columns="alpha"))
 
 
+def test_ablation_bars_carry_the_intervals_as_error_bars():
+    frame = two_model_frame()
+    assert len(ablation_bars(frame).to_dict()["hconcat"][0]["layer"]) == 2  # no interval columns: no bars
+    frame["delta_loss_low"] = frame["delta_loss"] - 0.02
+    frame["delta_loss_high"] = frame["delta_loss"] + 0.05
+    spec = ablation_bars(frame).to_dict()
+    rule = spec["hconcat"][0]["layer"][-1]
+    assert rule["mark"]["type"] == "rule"
+    assert rule["encoding"]["y"]["field"] == "delta_loss_low_plot" and rule["encoding"]["y2"]["field"] == "delta_loss_high_plot"
+    rows = next(r for r in spec["datasets"].values() if len(r) == 6 and "delta_loss_low_plot" in r[0])
+    floor = log_floor(frame["delta_loss"])
+    for r in rows:  # an end below the log axis's floor is drawn at the floor; the top is the interval's
+        assert r["delta_loss_low_plot"] == pytest.approx(max(r["delta_loss_low"], floor))
+        assert r["delta_loss_high_plot"] == pytest.approx(r["delta_loss_high"])
+
+
 def run_chapter(name, tmp_path, model_dir, **parameters):
     import os
 
@@ -185,6 +201,11 @@ def test_chapters_run_on_a_tiny_model(tmp_path, tiny_model_dir):
     assert first["n_blocks"] == 6 and len(first["top"]) == 3 and first["n_tokens"] == 155
     table = pd.read_csv(tmp_path / "results" / "layer_ablation" / "ablation.csv")
     assert set(table["model"]) == {m["model"] for m in ablation["models"]} and len(table) == 12
+    # Every block's ΔLoss has its interval; the top blocks and the first-blocks verdict cite them.
+    assert ((table["delta_loss_low"] <= table["delta_loss"]) & (table["delta_loss"] <= table["delta_loss_high"])).all()
+    top = table[table["model"] == first["model"]].set_index("layer").loc[first["top"][0]]
+    assert first["top_low"][0] == pytest.approx(top["delta_loss_low"])
+    assert first["first_blocks"]["verdict"] in ("holds", "does not hold", "inconclusive")
 
     importance = run_chapter("importance_vs_alpha", tmp_path, tiny_model_dir, n_boot=50, n_perm=50)
     first_rho = importance["models"][0]
@@ -193,3 +214,6 @@ def test_chapters_run_on_a_tiny_model(tmp_path, tiny_model_dir):
     assert {"alpha_shape", "weighted"} <= set(rho["estimator"]) | set(rho["role"])
     # Same model and windows as the ablation chapter: the second chapter reads its cache.
     assert importance["models"][0]["most_important"] == first["top"][0]
+    strongest = first_rho["strongest"]
+    assert abs(strongest["rho"]) == pytest.approx(rho[rho["model"] == first_rho["model"]]["rho"].abs().max())
+    assert first_rho["verdict"].startswith(f"On {first_rho['model']}")

@@ -119,3 +119,29 @@ def test_delta_alpha_fits_across_a_stacked_series():
     fits = lifecycle.delta_alpha_fits(deltas).set_index("group")
     assert fits.loc["Q/K", "exponent"] == pytest.approx(0.5)
     assert (fits["paper_exponent"] == lifecycle.PAPER_DELTA_ALPHA_EXPONENT).all()
+
+
+def test_the_readings_accept_a_snapshot_table_computed_from_checkpoints(tmp_path):
+    """A checkpoint series of one model (Llama roles, unevenly spaced steps, no depth column)."""
+    from conftest import tiny_model
+    from zones.checkpoints import lifecycle_snapshots
+
+    for k, step in enumerate((0, 1, 4, 64)):
+        tiny_model("llama", n_layers=4, seed=k).save_pretrained(tmp_path / f"step{step}")
+    snaps = lifecycle_snapshots(str(tmp_path / "step*"), progress=False)
+    assert "depth" not in snaps.columns and sorted(snaps["step"].unique()) == [0, 1, 4, 64]
+    grid = lifecycle.group_grid(snaps, "compression")
+    assert set(grid["depth"]) == {4} and (grid[grid["step"] == 0]["value"] == 0).all()
+    waves = lifecycle.wave_summary(lifecycle.wave_gradient(snaps))
+    assert waves["depth"].tolist() == [4, 4, 4] and set(waves["group"]) == set(lifecycle.GROUPS)
+    spread = lifecycle.delta_alpha(snaps).set_index("group")
+    profile = lifecycle.final_profile(snaps).set_index(["group", "layer"])["value"]
+    assert spread.loc["Q/K", "delta_alpha"] == pytest.approx(profile["Q/K"].max() - profile["Q/K"].min())
+    assert set(lifecycle.asymmetry(snaps)["group"]) == set(lifecycle.GROUPS)
+    assert len(lifecycle.compression_onset(snaps)) == 4
+
+
+def test_a_table_with_two_snapshots_of_the_same_step_is_refused():
+    snaps = snapshot_table(3, [0, 10], lambda s, l, r: 5.0, lambda s, l, r: 1.0)
+    with pytest.raises(ValueError, match="repeated .depth, step, layer, role. rows"):
+        lifecycle.wave_gradient(pd.concat([snaps, snaps[snaps["step"] == 10]]))

@@ -6,13 +6,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from zones import pruning, strategies
 from zones.blocks import skip_blocks
 from zones.data import corpus_windows
 from zones.evaluate import evaluate_loss, evaluate_removals, prefix_tree_work
-from zones.pruning import (compare_strategies, crossover_k, parse_removed, pruning_table,
-                           summarize_pruning)
+from zones.pruning import (best_sets, compare_strategies, crossover_k, pairwise_differences, parse_removed,
+                           pruning_sweep, pruning_table, summarize_pruning)
+from zones.stats import NonFiniteLossError
 from zones.strategies import (STRATEGIES, PruningContext, StrategyError, alpha_zones, bic_segment_count,
                               register_strategy, segment_profile, segmentation_cost, zone_aware_order)
 
@@ -123,15 +125,22 @@ def test_every_strategy_returns_valid_plans(model, windows):
                 protected = set(range(p_first)) | set(range(N_LAYERS - p_last, N_LAYERS))
                 assert not protected & set(plans[-1]), strategy.name
     assert STRATEGIES["last_n"].plan(ctx, 3) == [[7], [7, 6], [7, 6, 5]]
+    assert STRATEGIES["last_n_keep_last"].plan(ctx, 3) == [[6], [6, 5], [6, 5, 4]]
+    assert STRATEGIES["last_n_keep_last"].max_k(N_LAYERS) == N_LAYERS - 2
+    assert {"last_n_keep_last", "random_protected"} <= set(pruning.DEFAULT_STRATEGIES) <= set(STRATEGIES)
     for k, plan in enumerate(STRATEGIES["angular"].plan(ctx, k_max), start=1):
         assert plan == list(range(plan[0], plan[0] + k))  # one contiguous run
 
 
-def test_random_is_reproducible_by_seed(model):
+@pytest.mark.parametrize("name", ["random", "random_protected"])
+def test_random_is_reproducible_by_seed(model, name):
     ctx = PruningContext(model, progress=False)
-    random = STRATEGIES["random"]
+    random = STRATEGIES[name]
     assert random.plan(ctx, 5, seed=3) == random.plan(ctx, 5, seed=3)
     assert len({tuple(random.plan(ctx, 5, seed=s)[-1]) for s in range(5)}) > 1
+    if name == "random_protected":
+        used = {b for s in range(20) for b in random.plan(ctx, 5, seed=s)[-1]}
+        assert used == set(range(1, N_LAYERS - 1))  # every middle block, never an end
 
 
 def test_baselines_match_their_definitions(model, windows):
@@ -191,6 +200,7 @@ def test_table_delta_ppl_equals_direct_evaluation(model, windows):
                           model_name="tiny")
     assert list(table.columns) == pruning.COLUMNS
     assert len(table) == 3 + 3 + 2 * 3
+    np.testing.assert_allclose(table["delta_loss"], np.log(table["ppl"] / table["base_ppl"]), atol=1e-12)
     assert set(table.loc[table["strategy"] == "random", "seed"]) == {0, 1}
     base = evaluate_loss(model, ev, batch_size=2).ppl
     for _, row in table.sample(4, random_state=0).iterrows():
@@ -304,6 +314,197 @@ def test_crossover_and_summaries():
     assert best["worst"].tolist() == ["random"] * 4
 
 
+# --- intervals from the per-window losses -------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def sweep(model, tiny_tokenizer):
+    ev = corpus_windows("stdlib", tiny_tokenizer, 32, "eval", 31 * 6)
+    return pruning_sweep(model, ev, strategies=["zone_aware", "last_n", "last_n_keep_last", "random",
+                                                "random_protected"],
+                         k_max=3, seeds=5, alpha=fake_alpha(np.linspace(0.5, 0.1, N_LAYERS)), batch_size=3,
+                         progress=False, cache=False), ev
+
+
+def test_window_losses_are_the_table_s_losses(sweep, model):
+    result, ev = sweep
+    long = result.window_losses
+    assert list(long.columns) == pruning.WINDOW_COLUMNS
+    assert set(long["window"]) == set(range(ev.n_windows)) and (long["n_tokens"] == 31).all()
+    per_set = long.groupby("removed")["nll"].sum() / (31 * ev.n_windows)
+    base = per_set[""]
+    for _, row in result.table.sample(6, random_state=1).iterrows():
+        loss = per_set[pruning.canonical_removed(row["removed"])]
+        assert row["delta_loss"] == pytest.approx(loss - base, abs=1e-12)
+    # A window's NLL is that window's own evaluation.
+    with skip_blocks(model, [7, 6]):
+        one = evaluate_loss(model, pruning.Windows(ev.input_ids[2:3], "stdlib", "eval", "w2"))
+    assert long.query("removed == '6,7' and window == 2")["nll"].item() == pytest.approx(one.loss * 31, rel=1e-6)
+
+
+def test_summary_intervals_medians_and_iqr(sweep):
+    result, _ = sweep
+    summary = summarize_pruning(result.table, result.window_losses)
+    assert (summary["delta_loss_low"] <= summary["delta_loss"] + 1e-12).all()
+    assert (summary["delta_loss"] <= summary["delta_loss_high"] + 1e-12).all()
+    assert (summary["delta_ppl_low"] <= summary["delta_ppl"] + 1e-9).all()
+    assert (summary["delta_ppl"] <= summary["delta_ppl_high"] + 1e-9).all()
+    assert (summary["delta_loss_high"] > summary["delta_loss_low"]).all()
+    random = result.table[(result.table.strategy == "random") & (result.table.k == 2)]
+    row = summary[(summary.strategy == "random") & (summary.k == 2)].iloc[0]
+    assert row["n_seeds"] == 5 and row["delta_ppl"] == pytest.approx(random["delta_ppl"].median())
+    assert row["delta_ppl_mean"] == pytest.approx(random["delta_ppl"].mean())
+    assert row["delta_ppl_q25"] == pytest.approx(random["delta_ppl"].quantile(0.25))
+    # Without the windows the point values stay and the intervals are NaN.
+    plain = summarize_pruning(result.table)
+    np.testing.assert_allclose(plain["delta_ppl"], summary["delta_ppl"])
+    assert plain["delta_ppl_low"].isna().all()
+
+
+def test_pairwise_differences_and_best_sets(sweep):
+    result, _ = sweep
+    summary = summarize_pruning(result.table, result.window_losses).set_index(["strategy", "k"])
+    pairs = pairwise_differences(result.table, result.window_losses)
+    assert len(pairs) == 3 * 10  # 5 strategies: 10 pairs per k
+    for _, p in pairs.iterrows():
+        expected = summary.loc[(p.strategy_a, p.k), "delta_loss"] - summary.loc[(p.strategy_b, p.k), "delta_loss"]
+        assert p["diff"] == pytest.approx(expected, abs=1e-12)
+        assert p.diff_low <= p["diff"] <= p.diff_high
+        assert p.separable == (p.diff_low > 0 or p.diff_high < 0)
+    # Strategies that remove the same blocks differ by exactly 0, with a zero-width interval.
+    same = pairs.query("k == 1 and strategy_a == 'zone_aware' and strategy_b == 'last_n_keep_last'").iloc[0]
+    assert (same["diff"], same.diff_low, same.diff_high, same.separable) == (0, 0, 0, False)
+    best = best_sets(result.table, result.window_losses)
+    assert best["k"].tolist() == [1, 2, 3]
+    for _, row in best.iterrows():
+        members = row.best_set.split(",")
+        assert members[0] == row.best and row.n_best == len(members)
+        at_k = pairs[pairs.k == row.k]
+        for other in set(summary.xs(row.k, level="k").index) - {row.best}:
+            pair = at_k[((at_k.strategy_a == other) & (at_k.strategy_b == row.best))
+                        | ((at_k.strategy_b == other) & (at_k.strategy_a == row.best))].iloc[0]
+            assert (other in members) == (not pair.separable), (row.k, other)
+        assert row.worst_set.split(",")[0] == row.worst
+
+
+def test_compare_strategies_intervals_and_status(sweep):
+    result, _ = sweep
+    comparison = compare_strategies(result.table, "last_n", "zone_aware", result.window_losses)
+    assert list(comparison.columns) == ["k", "numerator", "denominator", "last_n", "zone_aware", "ratio",
+                                        "ratio_low", "ratio_high", "status", "winner"]
+    ok = comparison[comparison.status == "ratio"]
+    assert ((ok.ratio_low <= ok.ratio) & (ok.ratio <= ok.ratio_high)).all()
+    assert set(comparison["status"]) <= {"ratio", "collapsed", "n/a"}
+    assert comparison.loc[comparison.status == "n/a", "ratio_low"].isna().all()
+
+
+def synthetic_sweep(base_loss, strategy_losses, n_windows=12, noise=0.02, seed=0):
+    """A table and window losses with known per-window losses (31 tokens a window)."""
+    rng = np.random.default_rng(seed)
+    hard = rng.normal(0, 0.3, n_windows)
+    rows, long = [], [dict(removed="", window=w, nll=31 * (base_loss + hard[w]), n_tokens=31) for w in range(n_windows)]
+    for i, (name, loss) in enumerate(strategy_losses.items()):
+        removed = str(i)
+        own = rng.normal(0, noise, n_windows)
+        long += [dict(removed=removed, window=w, nll=31 * (loss + hard[w] + own[w]), n_tokens=31)
+                 for w in range(n_windows)]
+        rows.append(dict(model="m", strategy=name, k=1, seed=0, removed=removed, n_tokens=31 * n_windows))
+    long = pd.DataFrame(long)
+    mean = long.groupby("removed")["nll"].sum() / (31 * n_windows)
+    table = pd.DataFrame(rows)
+    table["ppl"] = np.exp(mean[table["removed"]].to_numpy())
+    table["base_ppl"] = float(np.exp(mean[""]))
+    table["delta_ppl"] = table["ppl"] - table["base_ppl"]
+    table["delta_loss"] = np.log(table["ppl"] / table["base_ppl"])
+    return table, long
+
+
+def test_a_collapsed_arm_is_named_not_printed_as_a_ratio():
+    # last_n collapsed (7 nats), zone_aware barely moves: the ratio is enormous.
+    table, long = synthetic_sweep(2.0, {"last_n": 9.0, "zone_aware": 2.05, "last_n_keep_last": 2.3})
+    comparison = compare_strategies(table, "last_n", "zone_aware", long)
+    assert comparison["ratio"].item() > 1e3 and comparison["status"].item() == "collapsed"
+    assert comparison["winner"].item() == "zone_aware"
+    fair = compare_strategies(table, "last_n_keep_last", "zone_aware", long).iloc[0]
+    assert fair.status == "ratio" and fair.ratio_low <= fair.ratio <= fair.ratio_high and fair.winner == "zone_aware"
+    # The denominator's interval reaches 0: collapsed too, and no winner where nothing separates.
+    table, long = synthetic_sweep(2.0, {"last_n": 2.02, "zone_aware": 2.012}, noise=0.05)
+    row = compare_strategies(table, "last_n", "zone_aware", long).iloc[0]
+    assert row.last_n > 0 and row.zone_aware > 0  # a ratio exists, but its denominator may be 0
+    assert row.status == "collapsed" and row.winner == "tie"
+    # A strategy that lowers the loss has no ratio.
+    table, long = synthetic_sweep(2.0, {"last_n": 1.9, "zone_aware": 2.3})
+    assert compare_strategies(table, "last_n", "zone_aware", long)["status"].item() == "n/a"
+
+
+def test_best_set_holds_every_strategy_not_separable_from_the_best():
+    table, long = synthetic_sweep(2.0, {"a": 2.10, "b": 2.101, "c": 2.5}, noise=0.01)
+    row = best_sets(table, long).iloc[0]
+    assert row.best in {"a", "b"} and set(row.best_set.split(",")) == {"a", "b"} and row.worst_set == "c"
+
+
+def test_figures_draw_intervals_and_mark_collapsed_ratios():
+    from zones.figures.pruning import crossover_chart, delta_ppl_bars, delta_ppl_lines
+
+    table, long = synthetic_sweep(2.0, {"last_n": 9.0, "zone_aware": 2.05, "last_n_keep_last": 2.3})
+    summary = summarize_pruning(table, long)
+    marks = lambda spec: [layer["mark"]["type"] if isinstance(layer["mark"], dict) else layer["mark"]
+                          for layer in spec["layer"]]
+    bars = delta_ppl_bars(summary, ["zone_aware", "last_n"]).to_dict()
+    assert marks(bars) == ["bar", "rule"] and bars["layer"][1]["encoding"]["y"]["field"] == "delta_ppl_low_plot"
+    assert "rule" in marks(delta_ppl_lines(summary).to_dict())
+    collapsed = crossover_chart(compare_strategies(table, "last_n", "zone_aware", long)).to_dict()
+    assert "line" in marks(collapsed) and marks(collapsed)[-2:] == ["point", "text"]  # the collapsed mark
+    plotted = [r for rows in collapsed["datasets"].values() for r in rows if "ratio" in r and "label" not in r]
+    assert plotted == []  # the 10⁴× ratio is not drawn as a value
+    fair = crossover_chart(compare_strategies(table, "last_n_keep_last", "zone_aware", long),
+                           "last_n_keep_last").to_dict()
+    assert marks(fair)[-1] == "rule" and "point" not in marks(fair)[-2:]
+
+
+# --- non-finite losses are errors ------------------------------------------------------------------
+
+def test_a_nan_weight_stops_the_sweep_naming_the_set_and_window(windows, tiny_tokenizer):
+    ev, cal = windows
+    model = tiny_model("llama", n_layers=N_LAYERS, vocab=len(tiny_tokenizer))
+    with torch.no_grad():
+        strategies.get_adapter(model).blocks()[5].mlp.down_proj.weight[0, 0] = float("nan")
+    with pytest.raises(NonFiniteLossError, match=r"full model is not finite \(nan\) on window 0 of 4"):
+        pruning_table(model, ev, strategies=["last_n"], k_max=2, batch_size=2, progress=False, cache=False)
+    with pytest.raises(NonFiniteLossError, match="not finite"):
+        evaluate_loss(model, ev)
+    with pytest.raises(NonFiniteLossError, match=r"with block 1 removed is not finite \(nan\) on window 0"):
+        evaluate_removals(model, ev, [(5,), (1,)], progress=False)
+    # Removing the broken block gives a finite loss: the error names the set that is not.
+    results = evaluate_removals(model, ev, [(5,)], progress=False)
+    assert np.isfinite(results[0].loss)
+    for name in ("ablation_rank", "greedy", "block_influence"):
+        ctx = PruningContext(model, cal, batch_size=2, progress=False, cache=False)
+        with pytest.raises(NonFiniteLossError, match="not finite"):
+            STRATEGIES[name].plan(ctx, 2)
+
+
+def test_a_nan_alpha_says_what_to_do_instead(model):
+    alpha = fake_alpha(np.r_[np.linspace(0.1, 0.5, N_LAYERS - 1), np.nan])
+    ctx = PruningContext(model, alpha=alpha, progress=False)
+    with pytest.raises(StrategyError, match="NaN for layers \\[7\\].*leave zone_aware\\*, alpha_lowest out of "
+                                            "--strategies") as err:
+        STRATEGIES["zone_aware"].plan(ctx, 2)
+    assert "choose another estimator" not in str(err.value)
+
+
+def test_bfloat16_scoring_is_close_and_keyed_apart(model, windows, monkeypatch, tmp_path):
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path))
+    ev, _ = windows
+    args = dict(strategies=["last_n"], k_max=2, batch_size=2, progress=False)
+    fp32 = pruning_table(model, ev, **args)
+    bf16 = pruning_table(model, ev, dtype="bfloat16", **args)
+    assert not np.array_equal(fp32["ppl"], bf16["ppl"])  # scored apart, not read from the fp32 entry
+    np.testing.assert_allclose(fp32["delta_loss"], bf16["delta_loss"], atol=0.05)
+    assert next(model.parameters()).dtype == torch.float32  # the weights were never cast
+    with pytest.raises(ValueError, match="dtype"):
+        pruning_table(model, ev, dtype="float16", **args)
+
+
 # --- CLI and chapter -------------------------------------------------------------------------------
 
 def test_cli_writes_the_table(tiny_model_dir, tmp_path):
@@ -324,13 +525,29 @@ def test_notebook_runs_on_a_tiny_model(tiny_model_dir, tmp_path):
 
     out = tmp_path / "results"
     run_notebook(ROOT / "notebooks" / "pruning.md", tmp_path / "pruning.ipynb",
-                 parameters=dict(model=str(tiny_model_dir), seq_len=32, eval_tokens=62,
-                                 calibration_tokens=62, k_max=3, seeds=2, batch_size=2,
+                 parameters=dict(model=str(tiny_model_dir), seq_len=32, eval_tokens=124,
+                                 calibration_tokens=62, k_max=3, seeds=3, batch_size=2,
                                  out_dir=str(out)), cwd=tmp_path)
     table = pd.read_csv(out / "pruning.csv")
     assert set(table["k"]) == {1, 2, 3}
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["n_blocks"] == 6 and summary["k_max"] == 3
+    assert summary["n_blocks"] == 6 and summary["k_max"] == 3 and summary["n_windows"] == 4
+    # Every (strategy, k) has its interval, the sets and ratios are written for the scorecard.
+    by_strategy = pd.read_csv(out / "by_strategy.csv")
+    assert (by_strategy["delta_loss_low"] <= by_strategy["delta_loss"]).all()
+    assert (by_strategy["delta_loss"] <= by_strategy["delta_loss_high"]).all()
+    crossover = pd.read_csv(out / "crossover.csv")
+    assert list(dict.fromkeys(crossover["reference"])) == ["last_n", "last_n_keep_last", "random", "random_protected"]
+    best = pd.read_csv(out / "best.csv")
+    assert all(row.best in row.best_set.split(",") for row in best.itertuples())
+    assert {"worst_best_ratio_low", "worst_best_ratio_high"} <= set(best.columns)
+    assert "scorecard's rule" in summary["claim_text"] and "k = 1: {" in summary["best_text"]
+    text = (tmp_path / "pruning.ipynb").read_text()
+    assert "Traceback" not in text and text.count("vegaEmbed") >= 5  # bars, the crossovers (one stacked figure), 2 line charts, removed blocks
+    import re
+
+    cited = set(re.findall(r"\{glue:text\}`([a-z_0-9]+)", (ROOT / "notebooks" / "pruning.md").read_text()))
+    assert cited <= set(summary), f"the page cites numbers the chapter does not glue: {cited - set(summary)}"
 
 
 @pytest.mark.slow

@@ -283,6 +283,12 @@ def test_chapter_runs_on_a_tiny_model(tiny_model_dir, tmp_path):
     q = table[table["role"] == "q"].sort_values("layer")["alpha_shape"]
     assert summary["first"] == pytest.approx(q.iloc[0]) and summary["last"] == pytest.approx(q.iloc[-1])
     assert (out / "spread.csv").exists()
+    # The rise with depth and the Q/K–V/O ratio come with intervals over blocks, and a verdict word.
+    trend = pd.read_csv(out / "trend.csv").set_index("role")
+    assert trend.loc["q", "rise_low"] <= summary["rise"] <= trend.loc["q", "rise_high"]
+    assert summary["trend"] in ("rises", "falls", "flat within noise")
+    asym = pd.read_csv(out / "asymmetry_claim.csv").iloc[0]
+    assert asym["ratio_low"] <= asym["ratio"] <= asym["ratio_high"] and summary["asymmetry"] == asym["asymmetry"]
 
 
 @pytest.mark.slow
@@ -302,3 +308,23 @@ def test_default_model_matches_weightwatcher_fits(user_cache):
         row = table[(table["layer"] == key[0]) & (table["role"] == key[1])].iloc[0]
         assert row["alpha_esd"] == pytest.approx(fit.alpha, rel=1e-6)
         assert row["xmin"] == pytest.approx(fit.xmin, rel=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_rank_is_judged_in_the_matrix_own_precision(dtype):
+    rng = np.random.default_rng(0)
+    rank_one = torch.as_tensor(np.outer(rng.standard_normal(64), rng.standard_normal(128))).to(dtype)
+    full = torch.as_tensor(rng.standard_normal((64, 128))).to(dtype)
+    table = spectral_table([rank_one, full])
+    # Rounding rank 1 to float32/bfloat16 leaves a spectrum of noise, not a power law.
+    assert table["note"].tolist() == ["rank 1", ""]
+    assert table.loc[0, ["alpha_shape", "alpha_esd", "alpha_hill", "entropy"]].isna().all()
+    assert table.loc[1, ["alpha_shape", "alpha_esd", "alpha_hill", "entropy"]].notna().all()
+
+
+def test_rank_two_in_float32_is_not_rank_one():
+    rng = np.random.default_rng(1)
+    low = rng.standard_normal((64, 2)) @ rng.standard_normal((2, 96))
+    table = spectral_table([torch.as_tensor(low, dtype=torch.float32)])
+    assert "shape: numerically zero singular values" in table["note"][0]  # rank 2 < the window
+    assert np.isnan(table["alpha_shape"][0])

@@ -18,19 +18,6 @@ ROLES = {"q", "k", "v", "o", "mlp_in", "mlp_out"}
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="session")
-def micro_corpus(tmp_path_factory) -> str:
-    """About 120 kB of standard-library source as a text file: a corpus that trains in seconds."""
-    from zones.data import stdlib_files
-
-    text, files = "", iter(stdlib_files())
-    while len(text) < 120_000:
-        text += next(files).read_text(encoding="utf-8", errors="replace") + "\n\n"
-    path = tmp_path_factory.mktemp("micro-corpus") / "code.txt"
-    path.write_text(text[:120_000])
-    return str(path)
-
-
 def micro_config(corpus: str, depth: int = 2, **overrides) -> train.TrainConfig:
     settings = dict(width=32, head_dim=16, vocab_size=300, seq_len=32, batch_size=8, steps=40, lr=3e-3,
                     eval_every=10, snapshot_every=10, checkpoint_every=15, eval_windows=8, corpus=corpus)
@@ -80,7 +67,7 @@ def test_interrupted_run_resumes_from_its_checkpoint_and_matches_an_uninterrupte
     with pytest.raises(TrainingInterrupted):
         train_model(config, progress=False, stop_after=25)
     assert not (train.run_path(config) / "run.json").exists()  # nothing half-finished is trusted
-    assert (train.run_path(config).with_name(train.run_path(config).name + ".partial") / "checkpoint.pt").exists()
+    assert (train.run_path(config).with_name(train.run_path(config).name + ".partial") / train.CHECKPOINT_FILE).exists()
 
     steps = []
     resumed = train_model(config, progress=False, on_step=lambda s, loss: steps.append(s))
@@ -148,6 +135,12 @@ def test_profiles_and_parameter_counts():
 
 @pytest.mark.parametrize("bad, match", [
     (dict(width=30), "multiple of head_dim"),
+    (dict(betas=0.9), "betas must be two numbers in \\[0, 1\\)"),
+    (dict(betas=[0.9, 1.5]), "betas must be two numbers"),
+    (dict(weight_decay=-1), "weight_decay must be >= 0"),
+    (dict(lr="fast"), "lr must be a finite number"),
+    (dict(grad_clip=float("nan")), "grad_clip must be a finite number"),
+    (dict(seed=1.5), "seed must be an integer"),
     (dict(steps=0), "steps must be a positive integer"),
     (dict(vocab_size=100), "vocab_size"),
     (dict(precision="fp8"), "precision"),
@@ -232,3 +225,105 @@ def test_spectral_lifecycle_chapter_fits_delta_alpha_on_the_cached_micro_series(
     grid = pd.read_csv(out / "compression.csv")
     assert set(grid["step"]) == {0, 10, 20, 30, 40} and set(grid["group"]) == {"Q/K", "V/O", "MLP"}
     assert text.count("vegaEmbed") >= 5  # the heatmaps, wave lines, profiles and the fit
+    # The claims' intervals: the wave per depth, Q/K against V/O per depth, the Δα exponent.
+    wave = pd.read_csv(out / "wave_claim.csv")
+    assert wave["depth"].tolist() == [2, 3] and set(wave["verdict"]) <= {"holds", "does not hold", "inconclusive"}
+    assert (wave["peak_low"] <= wave["peak_high"]).all() | wave["peak_low"].isna().all()
+    assert pd.read_csv(out / "asymmetry_claim.csv")["depth"].tolist() == [2, 3]
+    exponent = pd.read_csv(out / "delta_alpha_claim.csv").iloc[0]
+    assert exponent["depths"] == "2,3" and exponent["n_late"] == "2,2"
+    assert summary["late_exponent"]["verdict"] == exponent["verdict"]
+
+
+def partial_dir(config) -> Path:
+    final = train.run_path(config)
+    return final.with_name(final.name + ".partial")
+
+
+class _Planted:
+    """A pickle that creates a file when it is unpickled: what a planted checkpoint could do."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return open, (str(self.marker), "w")
+
+
+def test_a_planted_pickle_in_the_training_cache_is_never_loaded(micro_corpus, tmp_path):
+    import torch
+
+    config = micro_config(micro_corpus, 2, seed=11, steps=20)
+    marker = tmp_path / "code-ran"
+    partial_dir(config).mkdir(parents=True)
+    torch.save({"key": _Planted(marker)}, partial_dir(config) / "checkpoint.pt")
+    try:
+        run = train_model(config, progress=False)
+    except Exception:  # noqa: BLE001 - whatever happens, the pickle's code must not have run
+        run = None
+    assert not marker.exists()
+    assert run is not None and run.history["step"].tolist() == [0, 10, 20]
+
+
+def test_a_damaged_or_foreign_checkpoint_is_one_line_naming_the_file_and_the_remedy(micro_corpus):
+    config = micro_config(micro_corpus, 2, seed=12, steps=30)
+    with pytest.raises(TrainingInterrupted):
+        train_model(config, progress=False, stop_after=15)
+    saved = next(partial_dir(config).glob("checkpoint.*"))
+    intact = saved.read_bytes()
+    saved.write_bytes(intact[: len(intact) // 2])
+    with pytest.raises(RuntimeError) as err:
+        train_model(config, progress=False)
+    message = str(err.value)
+    assert str(saved) in message and f"delete {partial_dir(config)}" in message and "\n" not in message
+
+    other = micro_config(micro_corpus, 2, seed=13, steps=30)
+    partial_dir(other).mkdir(parents=True)
+    (partial_dir(other) / saved.name).write_bytes(intact)  # another run's checkpoint
+    with pytest.raises(RuntimeError, match="belongs to another run; delete"):
+        train_model(other, progress=False)
+
+
+def test_cli_train_refuses_bad_betas_in_one_line(capsys, micro_corpus, tmp_path):
+    from zones.cli import main
+
+    code = main(["train", "--depths", "2", "--corpus", micro_corpus, "--set", "betas=0.9", "--out", str(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and "betas must be two numbers" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "series.csv").exists()
+
+
+def test_snapshots_from_kept_checkpoints_equal_those_recorded_during_training(micro_runs, micro_corpus):
+    """The cached depth-2 run kept no checkpoints: asking for them trains it again, bit for bit,
+    and the snapshots computed afterwards from those directories equal the recorded ones."""
+    from zones.checkpoints import lifecycle_snapshots
+    from zones.models import load_model
+
+    run = train_model(micro_config(micro_corpus, 2), progress=False, keep_checkpoints=True)
+    assert run.path == micro_runs[0].path
+    pd.testing.assert_frame_equal(run.snapshots, micro_runs[0].snapshots)  # the same training
+    kept = sorted(p.name for p in (run.path / "checkpoints").iterdir())
+    assert kept == [f"step-{s:06d}" for s in (0, 10, 20, 30, 40)]
+    posthoc = lifecycle_snapshots(train_run=run.path, progress=False)
+    pd.testing.assert_frame_equal(posthoc, run.snapshots, check_exact=False, rtol=1e-12, atol=0)
+    loaded = load_model(str(run.path / "checkpoints" / "step-000020"), device="cpu")
+    assert loaded.model.config.num_hidden_layers == 2
+
+
+def test_cli_lifecycle_on_a_kept_series_writes_the_table_the_chapter_draws(micro_corpus, tmp_path):
+    from zones import lifecycle
+    from zones.cli import main
+
+    out = tmp_path / "train"
+    args = ["train", "--depths", "2,3", "--width", "32", "--set", "head_dim=16", "--vocab-size", "300",
+            "--seq-len", "32", "--batch-size", "8", "--steps", "20", "--snapshot-every", "10", "--seed", "21",
+            "--set", "eval_every=10", "--set", "eval_windows=8", "--corpus", micro_corpus, "--keep-checkpoints",
+            "--out", str(out)]
+    assert main(args) == 0
+    assert main(["lifecycle", "--train-run", str(out), "--out", str(tmp_path / "life")]) == 0
+    posthoc = pd.read_csv(tmp_path / "life" / "snapshots.csv")
+    recorded = pd.read_csv(out / "snapshots.csv")
+    pd.testing.assert_frame_equal(posthoc, recorded, check_exact=False, rtol=1e-12, atol=0)
+    waves = lifecycle.wave_summary(lifecycle.wave_gradient(posthoc))
+    assert sorted(set(waves["depth"])) == [2, 3] and set(waves["group"]) == {"Q/K", "V/O", "MLP"}
+    assert set(lifecycle.delta_alpha(posthoc)["depth"]) == {2, 3}

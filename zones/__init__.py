@@ -1,2 +1,7 @@
 """zones: spectral shape of transformer weights, layer importance and zone-aware depth pruning."""
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version as _version
+
+try:
+    __version__ = _version("zones")  # the installed package's metadata (pyproject.toml's version)
+except PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"

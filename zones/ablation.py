@@ -16,15 +16,21 @@ Two methods give the same numbers:
 The prefix sweep applies the final norm and LM head in chunks of tokens with a log-sum-exp,
 so the (tokens × vocabulary) logits are never held at once.
 
-Results are cached per (model fingerprint, windows fingerprint, parameters). The sweep is
-journaled one (batch, block) at a time: an interrupted sweep resumes from the blocks already
-done, and only a finished sweep is stored as a table.
+Every ablation keeps its NLL on every window (``ablation_window_losses``: the long table),
+and ``ablation_table`` gives each block's ΔLoss a 95% paired bootstrap interval over windows
+(``zones.stats``: one resample of windows for the base and every block alike). A base or
+ablated loss that is not finite stops the sweep with an error naming the block and window.
+
+Results are cached per (model fingerprint, windows fingerprint, parameters, scoring dtype).
+The sweep is journaled one (batch, block) at a time, each row holding its windows' NLL: an
+interrupted sweep resumes from the blocks already done, and only a finished sweep is stored.
 """
 from __future__ import annotations
 
 import math
 from typing import Iterable
 
+import numpy as np
 import pandas as pd
 import torch
 from torch import nn
@@ -34,10 +40,12 @@ from .adapters import get_adapter
 from .blocks import BlockTrace, check_layers, skip_blocks, zero_sublayer
 from .cache import Journal, entry_path, resumable_table
 from .data import Windows
-from .evaluate import head_nll_sum, model_device, nll_sum
+from .evaluate import (DEFAULT_DTYPE, check_dtype, check_fit, forward_nll_windows, head_nll_windows, loss_name,
+                       model_device, scoring_precision)
 from .models import model_fingerprint
+from .stats import LEVEL, N_RESAMPLES, SEED, check_finite, delta_loss_interval, interval_columns
 
-VERSION = "1"
+VERSION = "2"
 METHODS = ("prefix", "naive")
 PARTS = ("attn", "mlp")
 # Scored tokens for a CPU run of the chapter: eight windows of 256 (one batch of 8). The sweep
@@ -45,65 +53,76 @@ PARTS = ("attn", "mlp")
 # should score the whole eval split (``None``).
 DEFAULT_EVAL_TOKENS = 2040
 
-COLUMNS = ["layer", "loss", "base_loss", "delta_loss", "n_tokens"]
-PART_COLUMNS = ["loss_attn", "delta_loss_attn", "loss_mlp", "delta_loss_mlp"]
+COLUMNS = ["layer", "loss", "base_loss", "delta_loss", "delta_loss_low", "delta_loss_high", "n_tokens"]
+PART_COLUMNS = [c for p in PARTS for c in (f"loss_{p}", f"delta_loss_{p}", f"delta_loss_{p}_low",
+                                           f"delta_loss_{p}_high")]
+WINDOW_COLUMNS = ["layer", "window", "nll", "base_nll", "n_tokens"]
+PART_WINDOW_COLUMNS = [f"nll_{p}" for p in PARTS]
 
 
 class _BatchScorer:
     """Scores ablations of one batch at a time; keeps the batch's trace while it is current."""
 
-    def __init__(self, model: nn.Module, batches: list[torch.Tensor], method: str):
-        self.model, self.batches, self.method = model, batches, method
+    def __init__(self, model: nn.Module, windows: Windows, batches: list[torch.Tensor], method: str, dtype: str):
+        self.model, self.windows, self.batches, self.method, self.dtype = model, windows, batches, method, dtype
+        self.starts = np.cumsum([0] + [len(b) for b in batches])  # first window of each batch
         self.adapter = get_adapter(model)
         self.device = model_device(model)
         self.current: int | None = None
+
+    def _check(self, nll: np.ndarray, label: str) -> np.ndarray:
+        check_finite(nll[None], lambda _: label, loss_name(self.windows), first_window=int(self.starts[self.current]),
+                     n_windows=self.windows.n_windows)
+        return nll
 
     def _load(self, batch: int) -> None:
         if self.current == batch:
             return
         self.trace = None  # free the previous batch's trace first
         self.ids = self.batches[batch].to(self.device)
-        if self.method == "prefix":
-            self.trace = BlockTrace(self.model, self.ids)
-            with torch.inference_mode():
-                self.base_nll = head_nll_sum(self.adapter, self.trace.final_hidden, self.ids)
-        else:
-            self.base_nll = self._full_forward_nll()
         self.current = batch
+        with torch.inference_mode(), scoring_precision(self.model, self.dtype):
+            if self.method == "prefix":
+                self.trace = BlockTrace(self.model, self.ids)
+                base = head_nll_windows(self.adapter, self.trace.final_hidden, self.ids)
+            else:
+                base = forward_nll_windows(self.model, self.ids)
+        self.base_nll = self._check(base, "of the full model")
 
-    def _full_forward_nll(self) -> float:
-        # Exactly what zones.evaluate.evaluate_loss computes for one batch.
-        with torch.inference_mode():
-            return nll_sum(self.model(input_ids=self.ids, use_cache=False).logits, self.ids)[0]
-
-    def _prefix_nll(self, layer: int, part: str | None) -> float:
+    def _prefix_nll(self, layer: int, part: str | None) -> np.ndarray:
         trace = self.trace
-        with torch.inference_mode():
-            hidden = trace.block_input(layer)
-            for i in range(layer, trace.n_blocks):
-                if i == layer and part is None:
-                    continue  # the removed block: its output is its input
-                hidden = trace.run_block(i, hidden)
-            return head_nll_sum(self.adapter, hidden, self.ids)
+        hidden = trace.block_input(layer)
+        for i in range(layer, trace.n_blocks):
+            if i == layer and part is None:
+                continue  # the removed block: its output is its input
+            hidden = trace.run_block(i, hidden)
+        return head_nll_windows(self.adapter, hidden, self.ids)
 
-    def _ablated_nll(self, layer: int, part: str | None) -> float:
-        if self.method == "prefix":
-            if part is None:
-                return self._prefix_nll(layer, None)
-            # The hook that zeroes the sublayer fires inside run_block.
-            with zero_sublayer(self.model, layer, part):
-                return self._prefix_nll(layer, part)
-        context = skip_blocks(self.model, [layer]) if part is None else zero_sublayer(self.model, layer, part)
-        with context:
-            return self._full_forward_nll()
+    def _ablated_nll(self, layer: int, part: str | None) -> np.ndarray:
+        with torch.inference_mode(), scoring_precision(self.model, self.dtype):
+            if self.method == "prefix":
+                if part is None:
+                    nll = self._prefix_nll(layer, None)
+                else:  # the hook that zeroes the sublayer fires inside run_block
+                    with zero_sublayer(self.model, layer, part):
+                        nll = self._prefix_nll(layer, part)
+            else:
+                context = skip_blocks(self.model, [layer]) if part is None else zero_sublayer(self.model, layer, part)
+                with context:
+                    nll = forward_nll_windows(self.model, self.ids)
+        what = f"with block {layer} removed" if part is None else f"with block {layer}'s {part} output removed"
+        return self._check(nll, what)
 
     def row(self, batch: int, layer: int, parts: bool) -> dict:
+        """One (batch, block): the per-window NLL sums of the full and the ablated model."""
         self._load(batch)
-        row = dict(batch=batch, layer=layer, n_tokens=int(self.ids[:, 1:].numel()),
-                   base_nll=self.base_nll, nll=self._ablated_nll(layer, None))
+        n = self.ids.shape[0]
+        row = dict(batch=batch, layer=layer, window=list(range(int(self.starts[batch]), int(self.starts[batch]) + n)),
+                   n_tokens=[int(self.ids.shape[1] - 1)] * n, base_nll=self.base_nll.tolist(),
+                   nll=self._ablated_nll(layer, None).tolist())
         if parts:
             for part in PARTS:
-                row[f"nll_{part}"] = self._ablated_nll(layer, part)
+                row[f"nll_{part}"] = self._ablated_nll(layer, part).tolist()
         return row
 
 
@@ -125,56 +144,58 @@ def _check(model: nn.Module, windows: Windows, layers, method: str, batch_size: 
     return layers
 
 
-def summarize(rows: pd.DataFrame, parts: bool) -> pd.DataFrame:
-    """Per-(batch, block) NLL sums -> one row per block (the ``ablation_table`` columns)."""
-    sums = rows.groupby("layer", sort=True)[
-        ["n_tokens", "base_nll", "nll"] + ([f"nll_{p}" for p in PARTS] if parts else [])].sum()
-    n = sums["n_tokens"]
-    out = pd.DataFrame({"layer": sums.index.astype(int), "loss": sums["nll"] / n,
-                        "base_loss": sums["base_nll"] / n})
-    out["delta_loss"] = out["loss"] - out["base_loss"]
-    out["n_tokens"] = n.astype(int)
-    if parts:
-        for part in PARTS:
-            out[f"loss_{part}"] = sums[f"nll_{part}"] / n
-            out[f"delta_loss_{part}"] = out[f"loss_{part}"] - out["base_loss"]
-    return out.reset_index(drop=True)[COLUMNS + (PART_COLUMNS if parts else [])]
+def _explode(rows: pd.DataFrame, parts: bool) -> pd.DataFrame:
+    """Journal rows (one per batch and block, holding lists over windows) -> the long table."""
+    columns = WINDOW_COLUMNS + (PART_WINDOW_COLUMNS if parts else [])
+    lists = [c for c in columns if c != "layer"]
+    long = rows[columns].explode(lists, ignore_index=True)
+    long = long.astype({c: float for c in lists if "nll" in c} | {"layer": int, "window": int, "n_tokens": int})
+    return long.sort_values(["layer", "window"]).reset_index(drop=True)
 
 
-def ablation_table(model: nn.Module, windows: Windows, *, parts: bool = False, method: str = "prefix",
-                   batch_size: int = 8, cache: bool = True, progress: bool = True,
-                   layers: Iterable[int] | None = None) -> pd.DataFrame:
-    """ΔLoss of removing each decoder block, on ``windows`` (from ``zones.data.corpus_windows``).
+def summarize(windows: pd.DataFrame, parts: bool = False, *, n_resamples: int = N_RESAMPLES,
+              level: float = LEVEL, seed: int = SEED) -> pd.DataFrame:
+    """The long table (one row per block and window) -> one row per block: the
+    ``ablation_table`` columns, each ΔLoss with its paired bootstrap interval."""
+    layers = np.sort(windows["layer"].unique())
+    wide = {c: windows.pivot(index="layer", columns="window", values=c).loc[layers]
+            for c in ["nll", "base_nll", "n_tokens"] + ([f"nll_{p}" for p in PARTS] if parts else [])}
+    base, tokens = wide["base_nll"].iloc[0].to_numpy(), wide["n_tokens"].iloc[0].to_numpy()
+    n = tokens.sum()
+    out = pd.DataFrame({"layer": layers.astype(int), "loss": wide["nll"].sum(axis=1).to_numpy() / n,
+                        "base_loss": base.sum() / n})
+    kwargs = dict(n_resamples=n_resamples, level=level, seed=seed)
+    for name, nll in [("", wide["nll"])] + ([(f"_{p}", wide[f"nll_{p}"]) for p in PARTS] if parts else []):
+        out[f"loss{name}"] = nll.sum(axis=1).to_numpy() / n
+        for column, values in interval_columns(delta_loss_interval(nll.to_numpy(), base, tokens, **kwargs),
+                                               f"delta_loss{name}").items():
+            out[column] = values
+    out["n_tokens"] = int(n)
+    return out[COLUMNS + (PART_COLUMNS if parts else [])]
 
-    One row per block, in depth order:
 
-    ==================  ==============================================================
-    ``layer``           block index (0 = first)
-    ``loss``            mean token cross-entropy (nats) with the block removed
-    ``base_loss``       the same for the full model, on the same tokens
-    ``delta_loss``      ``loss - base_loss``: the block's importance
-    ``n_tokens``        scored tokens
-    ``loss_attn``       with only the block's attention output removed (``parts=True``)
-    ``delta_loss_attn`` ``loss_attn - base_loss``
-    ``loss_mlp``        with only the block's MLP output removed (``parts=True``)
-    ``delta_loss_mlp``  ``loss_mlp - base_loss``
-    ==================  ==============================================================
+def ablation_window_losses(model: nn.Module, windows: Windows, *, parts: bool = False, method: str = "prefix",
+                           batch_size: int = 8, cache: bool = True, progress: bool = True,
+                           layers: Iterable[int] | None = None, dtype: str = DEFAULT_DTYPE) -> pd.DataFrame:
+    """The NLL of every single-block ablation on every window: the long table.
 
-    ``method="prefix"`` reuses each batch's shared prefix; ``"naive"`` runs one full forward
-    per ablation (same numbers to float rounding). ``layers`` restricts the sweep to some
-    blocks. With ``cache=True`` the sweep is stored under the model's and the windows'
-    fingerprints and resumes after an interruption.
+    One row per (block, window): ``layer, window`` (index in ``windows``), ``nll`` (summed
+    next-token NLL, nats, with the block removed), ``base_nll`` (the full model's, same
+    window), ``n_tokens``; with ``parts=True`` also ``nll_attn, nll_mlp``. Arguments as in
+    :func:`ablation_table`, which summarizes this table (and shares its cache entry).
     """
     layers = _check(model, windows, layers, method, batch_size)
+    dtype = check_dtype(dtype)
+    check_fit(model, windows)
     batches = list(windows.input_ids.split(batch_size))
     tasks = [(b, layer) for b in range(len(batches)) for layer in layers]
-    scorer = _BatchScorer(model, batches, method)
+    scorer = _BatchScorer(model, windows, batches, method, dtype)
     key = None
     if cache:
         key = dict(kind="ablation", version=VERSION, model=model_fingerprint(model),
                    windows=windows.fingerprint, n_windows=windows.n_windows, layers=layers,
-                   parts=bool(parts), method=method, batch_size=batch_size,
-                   dtype=str(next(model.parameters()).dtype), device=model_device(model).type)
+                   parts=bool(parts), method=method, batch_size=batch_size, dtype=dtype,
+                   weights_dtype=str(next(model.parameters()).dtype), device=model_device(model).type)
         # Blocks journaled by an interrupted run are not recomputed; start the bar past them.
         done = len(Journal(entry_path("ablation", key).with_suffix(".partial.jsonl")).rows())
     bar = None
@@ -182,7 +203,7 @@ def ablation_table(model: nn.Module, windows: Windows, *, parts: bool = False, m
     def run(task):
         nonlocal bar
         if bar is None:
-            bar = tqdm(total=len(tasks), initial=done if cache else 0, desc="ablation",
+            bar = tqdm(total=len(tasks), initial=done if cache else 0, desc=f"ablation ({dtype})",
                        unit="block", disable=not progress, leave=False)
         row = scorer.row(*task, parts)
         bar.update()
@@ -194,15 +215,50 @@ def ablation_table(model: nn.Module, windows: Windows, *, parts: bool = False, m
         rows = pd.DataFrame([run(task) for task in tasks])
     if bar is not None:
         bar.close()
-    return summarize(rows, parts)
+    return _explode(rows, parts)
+
+
+def ablation_table(model: nn.Module, windows: Windows, *, parts: bool = False, method: str = "prefix",
+                   batch_size: int = 8, cache: bool = True, progress: bool = True,
+                   layers: Iterable[int] | None = None, dtype: str = DEFAULT_DTYPE,
+                   n_resamples: int = N_RESAMPLES, level: float = LEVEL, seed: int = SEED) -> pd.DataFrame:
+    """ΔLoss of removing each decoder block, on ``windows`` (from ``zones.data.corpus_windows``).
+
+    One row per block, in depth order:
+
+    =======================  ==============================================================
+    ``layer``                block index (0 = first)
+    ``loss``                 mean token cross-entropy (nats) with the block removed
+    ``base_loss``            the same for the full model, on the same tokens
+    ``delta_loss``           ``loss - base_loss``: the block's importance
+    ``delta_loss_low/high``  its ``level`` (95%) paired bootstrap interval over windows
+    ``n_tokens``             scored tokens
+    ``loss_attn``            with only the block's attention output removed (``parts=True``)
+    ``delta_loss_attn``      ``loss_attn - base_loss`` (and ``_low``/``_high``)
+    ``loss_mlp``             with only the block's MLP output removed (``parts=True``)
+    ``delta_loss_mlp``       ``loss_mlp - base_loss`` (and ``_low``/``_high``)
+    =======================  ==============================================================
+
+    ``method="prefix"`` reuses each batch's shared prefix; ``"naive"`` runs one full forward
+    per ablation (same numbers to float rounding). ``layers`` restricts the sweep to some
+    blocks. ``dtype`` is the scoring precision (``"float32"`` or ``"bfloat16"``,
+    ``zones.evaluate``). Intervals: ``zones.stats`` (``n_resamples``, ``level``, ``seed``;
+    NaN with a single window). With ``cache=True`` the sweep is stored under the model's and
+    the windows' fingerprints and resumes after an interruption. A non-finite loss is an error.
+    """
+    long = ablation_window_losses(model, windows, parts=parts, method=method, batch_size=batch_size, cache=cache,
+                                  progress=progress, layers=layers, dtype=dtype)
+    return summarize(long, parts, n_resamples=n_resamples, level=level, seed=seed)
 
 
 def ablation_summary(table: pd.DataFrame, k: int = 3) -> dict:
     """The numbers a chapter cites about one ablation table, as plain Python values.
 
     ``n_blocks, n_tokens, base_loss, base_ppl``; ``top`` (the ``k`` most important blocks,
-    most important first) and ``top_delta`` (their ΔLoss); ``median_delta``; ``top_share``
-    (their share of the summed positive ΔLoss); ``n_lowering`` (blocks with ΔLoss ≤ 0).
+    most important first) and ``top_delta`` (their ΔLoss) with ``top_delta_low``,
+    ``top_delta_high`` (their 95% intervals, when the table has them); ``median_delta``;
+    ``top_share`` (their share of the summed positive ΔLoss); ``n_lowering`` (blocks with
+    ΔLoss ≤ 0); ``n_separable`` (blocks whose ΔLoss interval excludes 0, when present).
     """
     delta = table.set_index("layer")["delta_loss"]
     top = [int(i) for i in delta.nlargest(k).index]
@@ -215,4 +271,7 @@ def ablation_summary(table: pd.DataFrame, k: int = 3) -> dict:
         "median_delta": float(delta.median()),
         "top_share": float(delta[top].clip(lower=0).sum() / positive) if positive > 0 else float("nan"),
         "n_lowering": int((delta <= 0).sum()),
-    }
+    } | ({"top_delta_low": [float(table.set_index("layer").loc[i, "delta_loss_low"]) for i in top],
+          "top_delta_high": [float(table.set_index("layer").loc[i, "delta_loss_high"]) for i in top],
+          "n_separable": int(((table["delta_loss_low"] > 0) | (table["delta_loss_high"] < 0)).sum())}
+         if {"delta_loss_low", "delta_loss_high"} <= set(table.columns) else {})

@@ -5,6 +5,13 @@ notebook ``notebooks/NAME.md`` (jupytext), executed into ``book/chapters/NAME.ip
 (working directory ``book/chapters``, so a chapter's tables land in
 ``book/chapters/results/NAME``). Parameters are passed only to the notebooks that declare
 them. ``run_notebook`` is the one way the project executes a chapter (the book, the tests).
+Chapters that read the others' tables (``RUN_LAST``: the claims scorecard) execute after
+them, wherever ``_toc.yml`` places them.
+
+Every asset a page loads ships with the build: Vega (``zones.figures``) and MathJax (from
+the ``django-static-mathjax`` package) are copied into ``book/_static``, and progress bars
+left in an executed chapter (tqdm widgets, which would make the page load require.js and
+the widget manager from CDNs) are removed with the widget state.
 """
 from __future__ import annotations
 
@@ -18,6 +25,12 @@ from typing import Any
 import yaml
 
 from .figures import BOOK_MODE_ENV, write_vega_bundle
+
+
+RUN_LAST = ("claims",)  # chapters that read the tables the other chapters wrote
+MATHJAX_PACKAGE = "django-static-mathjax"
+MATHJAX_FILE = "tex-svg-full.js"  # TeX input, SVG output, every extension: no fonts or extensions to fetch
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 class ChapterFailed(RuntimeError):
@@ -47,6 +60,72 @@ def chapters(root: Path) -> list[str]:
 
     walk(toc.get("chapters"))
     return names
+
+
+def execution_order(names: list[str]) -> list[str]:
+    """``names`` in table-of-contents order, but the ``RUN_LAST`` chapters after all others."""
+    return [n for n in names if n not in RUN_LAST] + [n for n in names if n in RUN_LAST]
+
+
+def mathjax_source() -> Path:
+    """MathJax's single-file TeX-to-SVG build, from the installed ``django-static-mathjax``."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("mathjax")
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    for folder in folders:
+        path = Path(folder) / "static" / "mathjax" / "es5" / MATHJAX_FILE
+        if path.exists():
+            return path
+    raise FileNotFoundError(f"MathJax ({MATHJAX_FILE}) not found: install the {MATHJAX_PACKAGE} package "
+                            f"(`pip install -e .` does) so that formulas typeset without a network")
+
+
+def write_static_assets(static_dir: Path) -> list[Path]:
+    """Copy every script the pages load into ``static_dir``: Vega's bundle and MathJax."""
+    from .cache import atomic_write_bytes
+
+    mathjax = Path(static_dir) / "mathjax" / MATHJAX_FILE
+    data = mathjax_source().read_bytes()
+    if not mathjax.exists() or mathjax.read_bytes() != data:
+        mathjax.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(mathjax, data)
+    return [write_vega_bundle(static_dir), mathjax]
+
+
+def drop_progress_widgets(path: Path) -> int:
+    """Remove progress bars (tqdm widgets) from an executed notebook, and its saved widget
+    state when no other widget is left; return the number of bars removed.
+
+    A bar is noise in a page, and any widget makes myst-nb add require.js and the
+    jupyter-widgets embed script, both from CDNs, to the page.
+    """
+    import re
+
+    import nbformat
+
+    notebook = nbformat.read(path, as_version=4)
+    bar = re.compile(r"\d+%\|.*\|\s*\d+/\S+")  # "name:  40%|████  | 2/5 [00:01<00:02, ...]"
+    removed, widgets_left = 0, False
+    for cell in notebook.cells:
+        if cell.cell_type != "code":
+            continue
+        kept = []
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if WIDGET_VIEW in data:
+                if bar.search(str(data.get("text/plain", ""))):
+                    removed += 1
+                    continue
+                widgets_left = True
+            kept.append(output)
+        cell["outputs"] = kept
+    if not removed and ("widgets" not in notebook.metadata or widgets_left):
+        return 0
+    if not widgets_left:
+        notebook.metadata.pop("widgets", None)
+    nbformat.write(notebook, path)
+    return removed
 
 
 def chapter_source(root: Path, name: str) -> Path:
@@ -119,11 +198,14 @@ def execute_chapter(root: Path, name: str, parameters: dict[str, Any]) -> Path:
     failed.unlink(missing_ok=True)
     params = chapter_parameters(source, parameters)
     print(f"zones book: executing {name} with {params}", flush=True)
-    # The kernel inherits the environment: book mode, and no progress bars in the pages.
-    saved = {key: os.environ.get(key) for key in (BOOK_MODE_ENV, "TQDM_DISABLE")}
-    os.environ.update({BOOK_MODE_ENV: "1", "TQDM_DISABLE": "1"})
+    # The kernel inherits the environment: book mode, and no progress bars in the pages
+    # (a bar in a notebook is a widget, and a widget makes the page load scripts from CDNs).
+    quiet = {BOOK_MODE_ENV: "1", "TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    saved = {key: os.environ.get(key) for key in quiet}
+    os.environ.update(quiet)
     try:
         run_notebook(source, running, params, cwd=target_dir)
+        drop_progress_widgets(running)
         os.replace(running, target)
     except papermill.PapermillExecutionError as err:
         os.replace(running, failed)
@@ -138,6 +220,40 @@ def execute_chapter(root: Path, name: str, parameters: dict[str, Any]) -> Path:
     return target
 
 
+GENERATED = ("_build", "chapters", "mathjax", "vega-bundle.js", ".*")  # written by the build, never copied
+
+
+def copy_project(dest: Path, names: list[str] | None = None, root: Path | None = None) -> Path:
+    """A copy of the book's sources (config, pages, chapters ``names`` or all) in ``dest``, to
+    build there without touching this checkout's ``book/``; the toc keeps only those chapters."""
+    import shutil
+
+    root = project_root(root)
+    names = chapters(root) if names is None else list(names)
+    dest = Path(dest)
+    (dest / "notebooks").mkdir(parents=True, exist_ok=True)
+    for name in names:
+        shutil.copy(chapter_source(root, name), dest / "notebooks")
+    shutil.copytree(root / "book", dest / "book", ignore=shutil.ignore_patterns(*GENERATED), dirs_exist_ok=True)
+    shutil.copy(root / "_config.yml", dest)
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+
+    def keep(entries):
+        kept = []
+        for entry in entries or []:
+            file = str(entry.get("file", ""))
+            if file.startswith("book/chapters/") and file.removeprefix("book/chapters/") not in names:
+                continue
+            if "sections" in entry:
+                entry = dict(entry, sections=keep(entry["sections"]))
+            kept.append(entry)
+        return kept
+
+    toc["chapters"] = keep(toc.get("chapters"))
+    (dest / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False, allow_unicode=True))
+    return dest
+
+
 def build_book(parameters: dict[str, Any] | None = None, only: list[str] | None = None,
                root: Path | None = None, execute: bool = True) -> Path:
     """Execute the chapters (all, or ``only``) and build the HTML book; return its index."""
@@ -147,7 +263,7 @@ def build_book(parameters: dict[str, Any] | None = None, only: list[str] | None 
     if unknown:
         raise ValueError(f"unknown chapter(s) {unknown}; the book has {names}")
     if execute:
-        for name in names:
+        for name in execution_order(names):
             if only and name not in only:
                 continue
             start = time.time()
@@ -156,7 +272,7 @@ def build_book(parameters: dict[str, Any] | None = None, only: list[str] | None 
     missing = [n for n in names if not (root / "book" / "chapters" / f"{n}.ipynb").exists()]
     if missing:
         raise FileNotFoundError(f"chapters never executed: {missing}; run without --only first")
-    write_vega_bundle(root / "book" / "_static")
+    write_static_assets(root / "book" / "_static")
     jupyter_book = Path(sys.executable).with_name("jupyter-book")
     command = [str(jupyter_book), "build", str(root), "--path-output",
                str(root / "book"), "--warningiserror", "--nitpick", "--keep-going"]

@@ -1,24 +1,40 @@
-"""Where expensive results live, and how they are keyed.
+"""Where expensive results live, how they are keyed, and how a read knows they are intact.
 
 A cached result is a file ``cache_dir()/<kind>/<key>.<ext>``. The key hashes a JSON dict of
 everything that determines the result (model fingerprint, corpus fingerprint, parameters);
-the dict itself is saved beside the result as ``<key>.json`` for people to read.
+the dict itself is saved beside the result as the sidecar ``<key>.json``, for people to read,
+together with the payload's sha256 and schema (``"_entry"``: ``sha256, bytes`` and, for a
+table, ``columns, rows``). Every read checks the payload against its sidecar: a damaged entry
+(truncated, edited, a sidecar of another key) raises ``CacheError``, one line naming the file,
+the cause and what to delete; it is never used. A payload without a verifiable sidecar (written
+by an older zones, or a crash between the two writes) is recomputed.
 
 Writes go to a temporary file that is renamed into place, so a crash never leaves a file a
-later run would trust. Sweeps that produce one row at a time append to a journal
-(``<key>.partial.jsonl``); a resumed sweep skips what the journal holds, and only the finished
-table is written under the final name.
+later run would trust; payload and sidecar are committed under one lock, so concurrent runs
+never pair one run's payload with another's sidecar. Sweeps that produce one row at a time
+append to a journal (``<key>.partial.jsonl``), one JSON row per line with its own sha256; a
+resumed sweep skips what the journal holds, and only the finished table is written under the
+final name.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import pandas as pd
+
+ENTRY = "_entry"  # the sidecar's record of the payload: sha256, bytes, and columns/rows for a table
+ROW_SHA = "_sha"  # a journal row's checksum field
+
+
+class CacheError(RuntimeError):
+    """A cache file is damaged or does not belong to its key (the message names it and the remedy)."""
 
 
 def cache_dir() -> Path:
@@ -28,16 +44,23 @@ def cache_dir() -> Path:
     return root
 
 
+def _canonical(parts: Any) -> str:
+    return json.dumps(parts, sort_keys=True, default=str)
+
+
 def cache_key(parts: dict[str, Any]) -> str:
     """A short stable hash of a JSON-serialisable dict."""
-    blob = json.dumps(parts, sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()[:20]
+    return hashlib.sha256(_canonical(parts).encode()).hexdigest()[:20]
 
 
 def entry_path(kind: str, parts: dict[str, Any], ext: str = "parquet") -> Path:
     folder = cache_dir() / kind
     folder.mkdir(parents=True, exist_ok=True)
     return folder / f"{cache_key(parts)}.{ext}"
+
+
+def sidecar_path(path: Path) -> Path:
+    return Path(path).with_suffix(".json")
 
 
 def readable_mode(path: Path, directory: bool = False) -> None:
@@ -47,33 +70,38 @@ def readable_mode(path: Path, directory: bool = False) -> None:
     os.chmod(path, (0o777 if directory else 0o666) & ~umask)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_bytes(path: Path, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    readable_mode(tmp)
-    os.replace(tmp, path)
-
-
-def write_table(df: pd.DataFrame, path: Path) -> Path:
-    """Write a table as CSV or Parquet (by suffix), atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
     try:
-        if path.suffix == ".parquet":
-            df.to_parquet(tmp, index=False)
-        else:
-            df.to_csv(tmp, index=False)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
         readable_mode(tmp)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def write_table(df: pd.DataFrame, path: Path) -> Path:
+    """Write a table as CSV or Parquet (by suffix), atomically."""
+    path = Path(path)
+    atomic_write_bytes(path, _table_bytes(df, path.suffix))
     return path
+
+
+def _table_bytes(df: pd.DataFrame, suffix: str) -> bytes:
+    buffer = io.BytesIO()
+    if suffix == ".parquet":
+        df.to_parquet(buffer, index=False)
+    else:
+        buffer.write(df.to_csv(index=False).encode("utf-8"))
+    return buffer.getvalue()
 
 
 def read_table(path: Path) -> pd.DataFrame:
@@ -81,26 +109,124 @@ def read_table(path: Path) -> pd.DataFrame:
     return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
 
 
+# --- verified entries ------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def entry_lock(path: Path, shared: bool = False):
+    """Hold a lock on ``path``'s entry (shared for reading, exclusive for writing); the OS
+    releases it if the process dies. Without ``fcntl`` (not POSIX) it does nothing."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    lock = Path(path).with_suffix(".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _damaged(path: Path, cause: str) -> CacheError:
+    side = sidecar_path(path)
+    return CacheError(f"cache entry {path} is damaged ({cause}); delete {path} and {side.name} "
+                      f"to recompute it")
+
+
+def write_entry(path: Path, parts: dict[str, Any], data: bytes, **schema: Any) -> None:
+    """Store ``data`` at ``path`` and its sidecar: ``parts`` plus sha256, size and ``schema``."""
+    record = dict(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data), **schema)
+    sidecar = json.dumps({**json.loads(_canonical(parts)), ENTRY: record}, indent=2, sort_keys=True)
+    with entry_lock(path):
+        atomic_write_bytes(path, data)
+        atomic_write_text(sidecar_path(path), sidecar)
+
+
+def read_entry(path: Path, parts: dict[str, Any]) -> tuple[bytes, dict[str, Any]] | None:
+    """The verified payload at ``path`` and its sidecar record, or None when there is no
+    verifiable entry (no payload, or no sidecar with a checksum: recompute it).
+
+    Raises ``CacheError`` when the sidecar is unreadable or belongs to other parts, or the
+    payload's size or sha256 differs from the sidecar's.
+    """
+    path = Path(path)
+    side = sidecar_path(path)
+    with entry_lock(path, shared=True):
+        if not path.exists() or not side.exists():
+            return None
+        try:
+            stored = json.loads(side.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as err:
+            raise CacheError(f"cache sidecar {side} is not valid JSON ({err}); delete {side} and "
+                             f"{path.name} to recompute the entry") from None
+        if not isinstance(stored, dict) or not isinstance(stored.get(ENTRY), dict):
+            return None  # written before entries were checksummed: not trusted, recomputed
+        record = stored.pop(ENTRY)
+        if stored != json.loads(_canonical(parts)):
+            raise CacheError(f"cache sidecar {side} describes another computation than its key "
+                             f"{path.stem}; delete {side} and {path.name} to recompute the entry")
+        data = path.read_bytes()
+    if len(data) != record.get("bytes") or hashlib.sha256(data).hexdigest() != record.get("sha256"):
+        raise _damaged(path, f"{len(data)} bytes whose sha256 differs from the one its sidecar "
+                             f"recorded for {record.get('bytes')} bytes")
+    return data, record
+
+
 def cached_table(kind: str, parts: dict[str, Any], compute: Callable[[], pd.DataFrame],
                  refresh: bool = False) -> pd.DataFrame:
     """Return the cached table for ``parts``, computing and storing it on a miss."""
     path = entry_path(kind, parts)
-    if path.exists() and not refresh:
-        return read_table(path)
+    if not refresh:
+        found = read_cached_table(path, parts)
+        if found is not None:
+            return found
     df = compute()
-    write_table(df, path)
-    atomic_write_text(path.with_suffix(".json"), json.dumps(parts, indent=2, default=str))
+    write_cached_table(df, path, parts)
     return df
+
+
+def write_cached_table(df: pd.DataFrame, path: Path, parts: dict[str, Any]) -> None:
+    write_entry(path, parts, _table_bytes(df, ".parquet"), columns=[str(c) for c in df.columns],
+                rows=len(df))
+
+
+def read_cached_table(path: Path, parts: dict[str, Any]) -> pd.DataFrame | None:
+    """The verified table at ``path`` (None on a miss; ``CacheError`` when damaged)."""
+    found = read_entry(path, parts)
+    if found is None:
+        return None
+    data, record = found
+    try:
+        df = pd.read_parquet(io.BytesIO(data))
+    except Exception as err:  # noqa: BLE001 - any parse failure is a damaged entry
+        raise _damaged(Path(path), f"unreadable parquet: {err}") from None
+    if [str(c) for c in df.columns] != record.get("columns") or len(df) != record.get("rows"):
+        raise _damaged(Path(path), f"columns/rows {list(df.columns)}/{len(df)} differ from the "
+                                   f"sidecar's {record.get('columns')}/{record.get('rows')}")
+    return df
+
+
+# --- journals of resumable sweeps ------------------------------------------------------------------
+
+def _row_sha(row: dict[str, Any]) -> str:
+    return hashlib.sha256(_canonical(row).encode()).hexdigest()[:16]
 
 
 class Journal:
     """Append-only record of finished rows of a resumable sweep.
 
-    Each line is one complete JSON row; a torn last line (a crash mid-write) is ignored.
+    Each line is one complete JSON row with its checksum (``_sha``, not returned by ``rows``);
+    a torn last line (a crash mid-write) is ignored. Any other unreadable line, a row whose
+    checksum fails, or one missing a ``required`` field raises ``CacheError`` naming the file
+    and the line: the journal is never silently half-used.
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, required: Sequence[str] = ()):
         self.path = Path(path)
+        self.required = tuple(required)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._drop_torn_tail()
 
@@ -112,20 +238,40 @@ class Journal:
         if data and not data.endswith(b"\n"):
             self.path.write_bytes(data[: data.rfind(b"\n") + 1])
 
+    def _damaged(self, line_no: int, cause: str) -> CacheError:
+        return CacheError(f"journal {self.path} line {line_no} is damaged ({cause}); delete {self.path} "
+                          f"to recompute the sweep")
+
     def rows(self) -> list[dict[str, Any]]:
         if not self.path.exists():
             return []
+        data = self.path.read_bytes()
+        torn = not data.endswith(b"\n")  # a crash mid-write: the last line is unfinished
+        lines = data.decode("utf-8", errors="replace").splitlines()
         rows = []
-        for line in self.path.read_text().splitlines():
+        for no, line in enumerate(lines, 1):
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError:
-                break
+                if torn and no == len(lines):
+                    break
+                raise self._damaged(no, "not a JSON row") from None
+            if not isinstance(row, dict) or ROW_SHA not in row:
+                raise self._damaged(no, "no checksum")
+            sha = row.pop(ROW_SHA)
+            if sha != _row_sha(row):
+                raise self._damaged(no, "checksum mismatch: the row was edited or corrupted")
+            missing = [f for f in self.required if f not in row]
+            if missing:
+                raise self._damaged(no, f"missing {', '.join(map(repr, missing))}")
+            rows.append(row)
         return rows
 
     def append(self, row: dict[str, Any]) -> None:
+        row = json.loads(json.dumps(row, default=float))  # the row as it will read back
+        line = json.dumps({**row, ROW_SHA: _row_sha(row)})
         with open(self.path, "a") as handle:
-            handle.write(json.dumps(row, default=float) + "\n")
+            handle.write(line + "\n")
             handle.flush()
             os.fsync(handle.fileno())
 
@@ -139,15 +285,23 @@ def resumable_table(kind: str, parts: dict[str, Any], tasks: Iterable[Any],
     """A table with one row per task, computed row by row and resumed after an interruption.
 
     ``run(task)`` returns the row (a dict); ``task_id(task)`` names the task in the journal.
-    Only when every task is done is the table written under its final name.
+    Only when every task is done is the table written under its final name. Journal rows
+    that lack a field the others have are damaged (``CacheError``).
     """
     path = entry_path(kind, parts)
-    if path.exists() and not refresh:
-        return read_table(path)
-    journal = Journal(path.with_suffix(".partial.jsonl"))
+    if not refresh:
+        found = read_cached_table(path, parts)
+        if found is not None:
+            return found
+    journal = Journal(path.with_suffix(".partial.jsonl"), required=("_task",))
     if refresh:
         journal.discard()
-    done = {row["_task"]: row for row in journal.rows()}
+    journaled = journal.rows()
+    fields = set().union(*journaled) if journaled else set()
+    for no, row in enumerate(journaled, 1):
+        if set(row) != fields:
+            raise journal._damaged(no, f"missing {', '.join(map(repr, sorted(fields - set(row))))}")
+    done = {row["_task"]: row for row in journaled}
     rows = []
     for task in tasks:
         tid = task_id(task)
@@ -157,7 +311,6 @@ def resumable_table(kind: str, parts: dict[str, Any], tasks: Iterable[Any],
             done[tid] = row
         rows.append(done[tid])
     df = pd.DataFrame(rows).drop(columns="_task")
-    write_table(df, path)
-    atomic_write_text(path.with_suffix(".json"), json.dumps(parts, indent=2, default=str))
+    write_cached_table(df, path, parts)
     journal.discard()
     return df

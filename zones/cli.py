@@ -1,41 +1,89 @@
 """The ``zones`` command line: the library's operations, writing the same tables.
 
     zones alpha  --model M --out DIR            per-matrix α table      -> DIR/alpha.csv
-    zones ablate --model M --corpus C --tokens N --seq-len S --out DIR
+    zones ablate --model M --corpus C --eval-tokens N --seq-len S --out DIR
                                                 ΔLoss per block         -> DIR/ablation.csv
     zones prune  --model M --strategies a,b --k-max 8 --out DIR
                                                 ΔPPL per strategy and k -> DIR/pruning.csv
     zones train  --depths 4,6,8 --out DIR       train a depth series   -> DIR/series.csv, ...
     zones book   [--model M] [--only NAME ...]  execute chapters, build the HTML book
-    zones lab                                   open the notebooks in JupyterLab
+    zones lab    [JUPYTERLAB OPTIONS]           open the notebooks in JupyterLab
+
+One vocabulary: --model, --tokenizer, --device, --corpus, --seq-len, --batch-size,
+--eval-tokens, --calibration-tokens, --dtype and --out mean the same in every command; --out is
+checked before any work.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
+from . import __version__
 from .models import DEFAULT_MODEL
 
 
-def _model_args(parser: argparse.ArgumentParser) -> None:
+def _model_args(parser: argparse.ArgumentParser, tokenizer: bool = False) -> None:
+    """--model, --device, --trust-remote-code; --tokenizer for commands that read text."""
     parser.add_argument("--model", default=DEFAULT_MODEL,
                         help=f"built-in alias, local directory, .gguf file or hub id (default: {DEFAULT_MODEL})")
-    parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
+    if tokenizer:
+        parser.add_argument("--tokenizer", default=None, metavar="PATH",
+                            help="tokenizer directory or hub id to use instead of the model's own")
+    _device_arg(parser)
     parser.add_argument("--trust-remote-code", action="store_true",
                         help="allow the model's own Python code to run (off by default)")
 
 
+def _device_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
+
+
+def _out_arg(parser: argparse.ArgumentParser, default: str = "results") -> None:
+    parser.add_argument("--out", default=default, help=f"output folder (default: {default})")
+
+
 def _load(args):
+    """The model of ``--model``; its tokenizer only when the command has ``--tokenizer``."""
     from .models import load_model
 
-    return load_model(args.model, device=args.device, trust_remote_code=args.trust_remote_code)
+    text = dict(tokenizer=args.tokenizer) if hasattr(args, "tokenizer") else dict(load_tokenizer=False)
+    return load_model(args.model, device=args.device, trust_remote_code=args.trust_remote_code, **text)
+
+
+def check_out(out: str) -> Path:
+    """``--out`` before any work: a folder, or one that can be created there, and writable."""
+    path = Path(out).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--out {out} is a file, not a folder; pass a folder for the results")
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise ValueError(f"--out {out} cannot be created: {existing} is a file; pass a folder for the results")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {out} is not writable ({existing} denies writing); pass a folder you can write")
+    return path
 
 
 def _text_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--corpus", default="stdlib", help="corpus name or text file(s) (default: stdlib)")
+    parser.add_argument("--corpus", default="stdlib",
+                        help="stdlib, stdlib-code, wikitext2 or UTF-8 text file(s)/glob (default: stdlib)")
     parser.add_argument("--seq-len", type=int, default=256, help="window length in tokens (default: 256)")
     parser.add_argument("--batch-size", type=int, default=8, help="windows per forward (default: 8)")
+
+
+def _dtype_arg(parser: argparse.ArgumentParser) -> None:
+    from .evaluate import DEFAULT_DTYPE, DTYPES
+
+    parser.add_argument("--dtype", default=DEFAULT_DTYPE, choices=DTYPES,
+                        help=f"scoring precision of the forward passes (default: {DEFAULT_DTYPE})")
+
+
+def _budget_args(parser: argparse.ArgumentParser, calibration_help: str) -> None:
+    """The token budgets, by split: --eval-tokens and --calibration-tokens."""
+    parser.add_argument("--eval-tokens", type=int, default=None,
+                        help="scored eval tokens; 0 = the whole split (default: the chapter's CPU budget)")
+    parser.add_argument("--calibration-tokens", type=int, default=None, help=calibration_help)
 
 
 def _budget(tokens: int | None, default: int) -> int | None:
@@ -75,22 +123,34 @@ def cmd_alpha(args) -> None:
         print(f"{len(noted)} matrices have NaN estimates; see the note column")
 
 
+def _split_budget(args) -> int | None:
+    """ablate's budget: the chosen split's flag (``--tokens``, hidden, is the old spelling)."""
+    from .ablation import DEFAULT_EVAL_TOKENS
+
+    other = "calibration" if args.split == "eval" else "eval"
+    if getattr(args, f"{other}_tokens") is not None:
+        raise ValueError(f"--{other}-tokens sets the {other} split's budget, but --split is {args.split}; "
+                         f"pass --{args.split}-tokens")
+    tokens = getattr(args, f"{args.split}_tokens")
+    return _budget(args.tokens if tokens is None else tokens, DEFAULT_EVAL_TOKENS)
+
+
 def cmd_ablate(args) -> None:
-    from .ablation import DEFAULT_EVAL_TOKENS, ablation_table
+    from .ablation import ablation_table
     from .data import corpus_windows, load_corpus
 
-    tokens = _budget(args.tokens, DEFAULT_EVAL_TOKENS)
+    tokens = _split_budget(args)
     corpus = load_corpus(args.corpus)  # an unknown or empty corpus fails before the model loads
     loaded = _load(args)
     windows = corpus_windows(corpus, loaded.tokenizer, args.seq_len, args.split, tokens)
     table = ablation_table(loaded.model, windows, parts=args.parts, method=args.method,
-                           batch_size=args.batch_size)
+                           batch_size=args.batch_size, dtype=args.dtype)
     _write(table, args.out, "ablation.csv")
 
 
 def cmd_prune(args) -> None:
     from .data import corpus_windows, load_corpus
-    from .pruning import (DEFAULT_CALIBRATION_TOKENS, DEFAULT_EVAL_TOKENS, DEFAULT_STRATEGIES,
+    from .pruning import (DEFAULT_CALIBRATION_TOKENS, DEFAULT_EVAL_TOKENS, DEFAULT_SEEDS, DEFAULT_STRATEGIES,
                           check_strategy_names, pruning_table)
     from .strategies import available_strategies
 
@@ -105,7 +165,8 @@ def cmd_prune(args) -> None:
     calibration = corpus_windows(corpus, loaded.tokenizer, args.seq_len, "calibration",
                                  _budget(args.calibration_tokens, DEFAULT_CALIBRATION_TOKENS))
     table = pruning_table(loaded.model, eval_windows, calibration, strategies=names, k_max=args.k_max,
-                          seeds=args.seeds, batch_size=args.batch_size, model_name=args.model)
+                          seeds=DEFAULT_SEEDS if args.seeds is None else args.seeds,
+                          batch_size=args.batch_size, model_name=args.model, dtype=args.dtype)
     _write(table, args.out, "pruning.csv")
 
 
@@ -124,7 +185,8 @@ def cmd_train(args) -> None:
     except ValueError:
         raise ValueError(f"--depths needs comma-separated integers such as 4,6,8, not {args.depths!r}") from None
     configs = series_configs(args.profile, depths, **overrides)  # bad sizes fail before any work
-    runs = [train_model(c, device=args.device, refresh=args.refresh) for c in configs]
+    runs = [train_model(c, device=args.device, refresh=args.refresh, keep_checkpoints=args.keep_checkpoints)
+            for c in configs]
     summary = series_summary(runs)
     _write(summary, args.out, "series.csv")
     _write(series_history(runs), args.out, "history.csv")
@@ -146,18 +208,98 @@ def cmd_book(args) -> None:
     print(f"book: {index}")
 
 
-def cmd_lab(args) -> None:
-    import subprocess
-
+def lab_command(lab_args: list[str]) -> list[str]:
+    """The jupyter-lab command line: the notebooks folder and JupyterLab's own options
+    (a ``--`` separator dropped; ``--allow-root`` added when running as root)."""
     from .book import project_root
 
-    subprocess.run([str(Path(sys.executable).with_name("jupyter-lab")),
-                    str(project_root() / "notebooks"), *args.lab_args], check=False)
+    options = [a for a in lab_args if a != "--"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and not any("allow-root" in a or "allow_root" in a
+                                                                 for a in options):
+        options.append("--allow-root")
+    return [str(Path(sys.executable).with_name("jupyter-lab")), str(project_root() / "notebooks"), *options]
+
+
+def cmd_lab(args) -> int:
+    import subprocess
+
+    return subprocess.run(lab_command(args.lab_args), check=False).returncode
+
+
+# --- engineer D: zones lifecycle and zones sweep --------------------------------------------------
+
+def _executor_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--executor", default="local", choices=["local", "ray"],
+                        help="local: in this process (default); ray: one Ray task per job (pip install \"zones[ray]\")")
+    parser.add_argument("--ray-address", default=None,
+                        help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray instance)")
+    parser.add_argument("--retries", type=int, default=2, help="retries of a failed job (default: 2)")
+    parser.add_argument("--cpus-per-job", type=float, default=1, help="CPUs each job asks for (default: 1)")
+
+
+def cmd_lifecycle(args) -> None:
+    from .checkpoints import lifecycle_snapshots
+    from .executors import check_executor
+
+    check_executor(args.executor)  # before any work
+    if not args.memory_budget >= 0:
+        raise ValueError(f"--memory-budget must be a number of MB >= 0 (0: no bound), not {args.memory_budget}")
+    if args.model and args.revisions is None:
+        raise ValueError("--model names the hub repository of --revisions; pass --revisions step0,step1000,...")
+    table = lifecycle_snapshots(args.checkpoints, args.model, revisions=args.revisions, train_run=args.train_run,
+                                executor=args.executor, ray_address=args.ray_address, retries=args.retries,
+                                cpus_per_job=args.cpus_per_job, device=args.device, refresh=args.refresh,
+                                memory_budget=int(args.memory_budget * 2**20) or None)
+    _write(table, args.out, "snapshots.csv")
+
+
+def cmd_sweep(args) -> None:
+    from .executors import alpha_sweep, check_executor
+
+    check_executor(args.executor)
+    table = alpha_sweep(args.models.split(","), args.executor, ray_address=args.ray_address, retries=args.retries,
+                        cpus_per_job=args.cpus_per_job, device=args.device, trust_remote_code=args.trust_remote_code)
+    _write(table, args.out, "alpha.csv")
+
+
+def _add_lifecycle_and_sweep(sub) -> None:
+    p = sub.add_parser("lifecycle", help="spectral snapshots of a series of checkpoints (weights only)",
+                       description="One snapshot (stable rank, alpha_shape, alpha_esd of every block matrix) "
+                                   "per checkpoint, from hub revisions, local checkpoint directories or the "
+                                   "checkpoints of a zones train --keep-checkpoints run -> OUT/snapshots.csv")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--revisions", default=None, help="hub revisions of --model, e.g. step0,step1000,step2000")
+    source.add_argument("--checkpoints", nargs="+", default=None, metavar="DIR_OR_GLOB",
+                        help="local checkpoint directories or a quoted glob, e.g. 'runs/*/checkpoint-*'")
+    source.add_argument("--train-run", default=None, metavar="DIR",
+                        help="a zones train run directory or zones train --out folder (with --keep-checkpoints)")
+    p.add_argument("--model", default=None, help="hub id whose --revisions to read, e.g. EleutherAI/pythia-160m")
+    _executor_args(p)
+    p.add_argument("--memory-budget", type=float, default=256,
+                   help="MB of float64 matrices decomposed at once (default: 256; 0: no bound); the "
+                        "weights stream from disk one matrix at a time")
+    _device_arg(p)
+    p.add_argument("--refresh", action="store_true", help="recompute instead of reading the cache")
+    _out_arg(p, "results/lifecycle")
+    p.set_defaults(func=cmd_lifecycle)
+
+    p = sub.add_parser("sweep", help="zones alpha over a list of models, one job per model",
+                       description="The alpha table of every model -> OUT/alpha.csv with a model column")
+    p.add_argument("--models", required=True, help="comma-separated models (aliases, directories or hub ids)")
+    _executor_args(p)
+    _device_arg(p)
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="allow the models' own Python code to run (off by default)")
+    _out_arg(p)
+    p.set_defaults(func=cmd_sweep)
+
+# --- end of engineer D's block ------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zones", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"zones {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("alpha", help="fit α for every weight matrix of every block")
@@ -169,36 +311,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--window", nargs=2, type=float, default=[0.0, 0.5], metavar=("LO", "HI"),
                    help="rank window of the spectral-shape fit, as fractions of n (default: 0 0.5)")
     p.add_argument("--no-cache", action="store_true", help="recompute instead of reading the cache")
-    p.add_argument("--out", default="results", help="output folder (default: results)")
+    _out_arg(p)
     p.set_defaults(func=cmd_alpha)
 
     p = sub.add_parser("ablate", help="ΔLoss of removing each decoder block in turn")
-    _model_args(p)
+    _model_args(p, tokenizer=True)
     _text_args(p)
-    p.add_argument("--tokens", type=int, default=None,
-                   help="scored-token budget; 0 = the whole split (default: the chapter's CPU budget, "
-                        "zones.ablation.DEFAULT_EVAL_TOKENS)")
+    _budget_args(p, "scored calibration tokens with --split calibration; 0 = the whole split")
+    _dtype_arg(p)
+    p.add_argument("--tokens", type=int, default=None, help=argparse.SUPPRESS)  # the old --eval-tokens
     p.add_argument("--split", default="eval", choices=["eval", "calibration"], help="windows to score")
     p.add_argument("--method", default="prefix", choices=["prefix", "naive"],
                    help="prefix: reuse the shared prefix (default); naive: one full forward per block")
     p.add_argument("--parts", action="store_true", help="also remove only attention / only MLP")
-    p.add_argument("--out", default="results", help="output folder (default: results)")
+    _out_arg(p)
     p.set_defaults(func=cmd_ablate)
 
     p = sub.add_parser("prune", help="ΔPPL of removing k = 1..K blocks, chosen by each pruning strategy")
-    _model_args(p)
+    _model_args(p, tokenizer=True)
     _text_args(p)
     p.add_argument("--strategies", default=None,
                    help="comma-separated strategy names (default: zone_aware, last_n, random and the "
                         "field's baselines; see --list-strategies)")
     p.add_argument("--k-max", type=int, default=8, help="remove k = 1..K blocks (default: 8)")
-    p.add_argument("--seeds", type=int, default=5, help="seeds of the random strategy (default: 5)")
-    p.add_argument("--eval-tokens", type=int, default=None,
-                   help="scored eval tokens; 0 = the whole split (default: the chapter's CPU budget)")
-    p.add_argument("--calibration-tokens", type=int, default=None,
-                   help="calibration tokens for the baselines; 0 = the whole split (default: the chapter's)")
+    p.add_argument("--seeds", type=int, default=None,
+                   help="seeds of each seeded strategy (default: zones.pruning.DEFAULT_SEEDS)")
+    _budget_args(p, "calibration tokens for the baselines; 0 = the whole split (default: the chapter's)")
+    _dtype_arg(p)
     p.add_argument("--list-strategies", action="store_true", help="list the registered strategies and exit")
-    p.add_argument("--out", default="results", help="output folder (default: results)")
+    _out_arg(p)
     p.set_defaults(func=cmd_prune)
 
     p = sub.add_parser("train", help="train a depth series of GPT-NeoX models with spectral snapshots")
@@ -218,10 +359,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--snapshot-every", type=int, default=None, help="steps between spectral snapshots (default: 25)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="any other training parameter of zones.train.TrainConfig")
-    p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
+    _device_arg(p)
     p.add_argument("--refresh", action="store_true", help="retrain even if the run is cached")
     p.add_argument("--copy-models", action="store_true", help="copy the trained models to OUT/models/depth-N")
-    p.add_argument("--out", default="results/train", help="output folder (default: results/train)")
+    p.add_argument("--keep-checkpoints", action="store_true",
+                   help="keep the model of every snapshot step (RUN/checkpoints/step-N) for zones lifecycle")
+    _out_arg(p, "results/train")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("book", help="execute the chapter notebooks and build the book")
@@ -232,27 +375,54 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-execute", action="store_true", help="rebuild HTML from executed chapters")
     p.set_defaults(func=cmd_book)
 
-    p = sub.add_parser("lab", help="open the notebooks in JupyterLab")
-    p.add_argument("lab_args", nargs=argparse.REMAINDER, help="passed to jupyter-lab")
+    p = sub.add_parser("lab", help="open the notebooks in JupyterLab",
+                       description="Open notebooks/ in JupyterLab. Every other option (--no-browser, "
+                                   "--port 8899, ...; also after --) goes to jupyter-lab; --allow-root is "
+                                   "added when running as root.")
     p.set_defaults(func=cmd_lab)
+
+    # --- engineer D: lifecycle and sweep (cmd_lifecycle, cmd_sweep and their parsers) go here ---
+    _add_lifecycle_and_sweep(sub)
+
     return parser
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse; only ``zones lab`` accepts options it does not know (they are JupyterLab's)."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "lab":
+        args.lab_args = extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def _close_progress_bars() -> None:
+    """Close the progress bars an error left open (they would share the error's line)."""
+    from tqdm import tqdm
+
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     try:
-        args.func(args)
+        if getattr(args, "out", None) is not None:
+            check_out(args.out)  # a bad --out fails before any work
+        code = args.func(args)
     except KeyboardInterrupt:
         print("interrupted; finished work is cached and a rerun resumes", file=sys.stderr)
         return 130
     except Exception as err:  # one clear line for the user; the traceback with ZONES_DEBUG=1
-        import os
-
         if os.environ.get("ZONES_DEBUG"):
             raise
-        print(f"zones {args.command}: error: {err}", file=sys.stderr)
+        _close_progress_bars()  # so the error starts a line of its own
+        message = " ".join(str(err).split()) or type(err).__name__
+        print(f"zones {args.command}: error: {message}", file=sys.stderr)
         return 1
-    return 0
+    return code or 0
 
 
 if __name__ == "__main__":

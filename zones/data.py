@@ -8,7 +8,11 @@ Corpora by name:
                   docstrings): a larger offline corpus, meant for training small models.
 * ``wikitext2``   WikiText-2 raw, test split (``wikitext2:validation`` for the other), through
                   the ``datasets`` package; needs the network.
-* a path or glob  local text files, concatenated in sorted order.
+* a path or glob  local text files, concatenated in sorted order. They must be UTF-8 text: a
+                  file with a NUL byte is binary and one that is not valid UTF-8 (Latin-1, say)
+                  is a ``CorpusError`` naming the file and the byte offset, with the remedy
+                  (convert it to UTF-8); nothing is ever decoded with replacement characters.
+                  A UTF-8 byte-order mark is dropped.
 
 Token windows: the corpus is tokenized once, cut into non-overlapping windows of ``seq_len``
 tokens, and every fourth window goes to the ``calibration`` split, the rest to ``eval``, so
@@ -108,46 +112,78 @@ def stdlib_docstrings(python_files: list[Path] | None = None) -> str:
 
 
 def _cached_stdlib_docstrings(tag: str) -> str:
-    from .cache import atomic_write_text, cache_dir
+    """The stdlib corpus, cached as a checksummed entry (a damaged copy is an error naming it)."""
+    from .cache import cache_dir, read_entry, write_entry
 
     path = cache_dir() / "corpora" / f"stdlib-docstrings-{tag}.txt"
-    if path.exists():
-        return path.read_text(encoding="utf-8")
+    parts = dict(kind="stdlib-docstrings", tag=tag)
+    found = read_entry(path, parts)
+    if found is not None:
+        return found[0].decode("utf-8")
     text = stdlib_docstrings()
-    atomic_write_text(path, text)
+    if text.strip():
+        write_entry(path, parts, text.encode("utf-8"))
     return text
 
 
+def read_text_file(path: str | Path) -> str:
+    """A text file's contents: UTF-8 (a leading byte-order mark dropped), or a ``CorpusError``.
+
+    A NUL byte means a binary file; an invalid UTF-8 sequence names its byte offset.
+    """
+    data = Path(path).read_bytes()
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise CorpusError(f"{path} is a binary file (NUL byte at offset {nul}), not text; "
+                          f"pass UTF-8 text files as the corpus")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise CorpusError(f"{path} is not UTF-8 text (byte 0x{data[err.start]:02x} at offset {err.start}); "
+                          f"convert it to UTF-8, e.g. iconv -f latin1 -t utf-8") from None
+
+
 def _load_wikitext2(split: str) -> str:
+    """WikiText-2 raw through ``datasets``: from the hub, or its local cache when offline."""
+    from .hub import HubUnreachableError, hub_lookup
+
     try:
         import datasets
 
-        rows = datasets.load_dataset("wikitext", "wikitext-2-raw-v1", split=split)
-    except Exception as err:  # the datasets library raises many kinds when offline
-        raise CorpusError(f"wikitext2 ({split}) could not be loaded; it needs the network or a "
-                          f"local datasets cache: {err}") from err
+        with hub_lookup(f"wikitext2 ({split})", "use a local corpus instead: --corpus 'path/to/*.txt'"):
+            rows = datasets.load_dataset("wikitext", "wikitext-2-raw-v1", split=split)
+    except HubUnreachableError as err:
+        raise CorpusError(str(err)) from None
+    except Exception as err:  # the datasets library raises many kinds
+        raise CorpusError(f"wikitext2 ({split}) could not be loaded: {str(err).strip().splitlines()[0]}; "
+                          f"it needs the network or a local datasets cache") from err
     return "".join(rows["text"])
 
 
 def load_corpus(name: str = "stdlib") -> Corpus:
     """Load a corpus by name (``stdlib``, ``wikitext2[:split]``) or path/glob of text files."""
+    stdlib_root = sysconfig.get_paths()["stdlib"]
     if name == "stdlib":
         tag = "python-" + ".".join(map(str, sys.version_info[:3]))
         text = _cached_stdlib_docstrings(tag)
+        source = f"no prose docstrings in the standard library at {stdlib_root}"
     elif name == "stdlib-code":
         tag = "python-" + ".".join(map(str, sys.version_info[:3]))
         text = "\n\n".join(p.read_text(encoding="utf-8", errors="replace") for p in stdlib_files())
+        source = f"no .py files in the standard library at {stdlib_root}"
     elif name.startswith("wikitext2"):
         split = name.partition(":")[2] or "test"
         text, tag = _load_wikitext2(split), split
+        source = f"the {split} split holds no text"
     else:
         files = sorted(glob.glob(str(Path(name).expanduser()), recursive=True))
         files = [f for f in files if Path(f).is_file()]
         if not files:
             raise CorpusError(f"unknown corpus {name!r}: not 'stdlib', 'wikitext2', nor an existing file or glob")
-        text, tag = "\n\n".join(Path(f).read_text(encoding="utf-8", errors="replace") for f in files), ""
+        text, tag = "\n\n".join(read_text_file(f) for f in files), ""
+        source = f"{', '.join(files[:3])}{' ...' if len(files) > 3 else ''} hold(s) only whitespace"
     if not text.strip():
-        raise CorpusError(f"corpus {name!r} is empty")
+        raise CorpusError(f"corpus {name!r} is empty: {source}; pass --corpus with a non-empty text file")
     return Corpus(name, text, _fingerprint(name, tag, text))
 
 

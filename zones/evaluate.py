@@ -2,8 +2,17 @@
 
 Protocol: non-overlapping windows of ``seq_len`` tokens; inside a window, every token after
 the first is predicted from all tokens before it and counted once (``seq_len - 1`` per
-window). Loss is the mean over all scored tokens; perplexity is ``exp(loss)``. No KV cache is
-built. Comparisons between models (full vs. pruned) always use the same windows.
+window). Loss is the mean over all scored tokens (the token-weighted mean of the windows);
+perplexity is ``exp(loss)``. No KV cache is built. Comparisons between models (full vs.
+pruned) always use the same windows, and every result keeps its per-window NLL sums, so that
+``zones.stats`` can resample windows for a paired interval.
+
+Precision (``dtype``): ``"float32"`` runs the model as it is; ``"bfloat16"`` runs the blocks
+under ``torch.autocast`` in bfloat16 (the weights are never changed). The final norm, the LM
+head and the log-sum-exp always run in float32, and NLL sums are accumulated in float64.
+
+Every score is checked: a NaN or infinite loss on any window stops with
+``zones.stats.NonFiniteLossError`` naming the variant and the window, never a number.
 
 ``evaluate_removals`` scores many sets of removed blocks on the same windows without a full
 forward for each: every batch is traced once through the full model (``BlockTrace``), and
@@ -14,10 +23,12 @@ chunks of tokens so the (tokens × vocabulary) logits are never held at once.
 """
 from __future__ import annotations
 
+import contextlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 from tqdm.auto import tqdm
@@ -25,14 +36,20 @@ from tqdm.auto import tqdm
 from .adapters import get_adapter
 from .blocks import BlockTrace, check_layers
 from .data import Windows
+from .stats import check_finite
 
 HEAD_CHUNK = 2048  # tokens per LM-head call: bounds the logits held at once
+DTYPES = ("float32", "bfloat16")
+DEFAULT_DTYPE = "float32"
 
 
 @dataclass(frozen=True)
 class LossResult:
     loss: float       # mean cross-entropy per scored token, nats
     n_tokens: int     # scored tokens
+    # per-window NLL sums (float64) and scored tokens, in the windows' order
+    window_nll: np.ndarray | None = field(default=None, compare=False, repr=False)
+    window_tokens: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
     def ppl(self) -> float:
@@ -43,34 +60,82 @@ def model_device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def nll_sum(logits: torch.Tensor, input_ids: torch.Tensor) -> tuple[float, int]:
-    """Summed next-token negative log-likelihood (float64) and the number of tokens scored."""
+def check_dtype(dtype: str) -> str:
+    """The scoring precision, checked: ``"float32"`` or ``"bfloat16"``."""
+    name = str(dtype).replace("torch.", "")
+    if name not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, not {dtype!r}")
+    return name
+
+
+def scoring_precision(model: nn.Module, dtype: str = DEFAULT_DTYPE):
+    """A context in which the model's blocks run in ``dtype`` (autocast for bfloat16)."""
+    if check_dtype(dtype) == "float32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=model_device(model).type, dtype=torch.bfloat16)
+
+
+def check_fit(model: nn.Module, windows: Windows) -> None:
+    """Sequence length and token ids against the model, before any forward
+    (``zones.models.check_windows_fit``)."""
+    from .models import check_windows_fit
+
+    check_windows_fit(model, windows)
+
+
+def _full_precision(device: torch.device):
+    return torch.autocast(device_type=device.type, enabled=False)
+
+
+def nll_windows(logits: torch.Tensor, input_ids: torch.Tensor) -> np.ndarray:
+    """Summed next-token NLL of each window (float64, shape (batch,))."""
     pred = logits[:, :-1].float()
     target = input_ids[:, 1:].to(pred.device)
-    nll = nn.functional.cross_entropy(pred.reshape(-1, pred.shape[-1]), target.reshape(-1),
-                                      reduction="sum")
-    return float(nll.double()), int(target.numel())
+    nll = nn.functional.cross_entropy(pred.reshape(-1, pred.shape[-1]), target.reshape(-1), reduction="none")
+    return nll.double().reshape(target.shape).sum(-1).cpu().numpy()
 
 
-def head_nll_sum(adapter, hidden: torch.Tensor, input_ids: torch.Tensor, *,
-                 normed: bool = False) -> float:
-    """Summed next-token NLL (float64) of the last hidden state, through norm and LM head.
+def nll_sum(logits: torch.Tensor, input_ids: torch.Tensor) -> tuple[float, int]:
+    """Summed next-token negative log-likelihood (float64) and the number of tokens scored."""
+    return float(nll_windows(logits, input_ids).sum()), int(input_ids[:, 1:].numel())
+
+
+def head_nll_windows(adapter, hidden: torch.Tensor, input_ids: torch.Tensor, *,
+                     normed: bool = False) -> np.ndarray:
+    """Summed next-token NLL of each window (float64, shape (batch,)) from the last hidden
+    state, through the final norm and LM head in full precision.
 
     ``hidden`` is the input of the final norm (``normed=False``) or its output. The last
     position predicts nothing that is scored, so it is dropped before the head.
     """
-    hidden = hidden[:, :-1]
-    if not normed:
-        hidden = adapter.final_norm()(hidden)
-    hidden = hidden.reshape(-1, hidden.shape[-1])
-    target = input_ids[:, 1:].reshape(-1).to(hidden.device)
     head = adapter.lm_head()
-    total = torch.zeros((), dtype=torch.float64, device=hidden.device)
-    for h, t in zip(hidden.split(HEAD_CHUNK), target.split(HEAD_CHUNK)):
-        logits = head(h).float()
-        nll = torch.logsumexp(logits, dim=-1) - logits.gather(1, t[:, None])[:, 0]
-        total += nll.double().sum()
-    return float(total)
+    weight = next(head.parameters())
+    batch, length = hidden.shape[0], hidden.shape[1] - 1
+    with _full_precision(hidden.device):
+        hidden = hidden[:, :-1].to(weight.dtype)
+        if not normed:
+            hidden = adapter.final_norm()(hidden)
+        hidden = hidden.reshape(-1, hidden.shape[-1])
+        target = input_ids[:, 1:].reshape(-1).to(hidden.device)
+        per_token = torch.empty(target.shape[0], dtype=torch.float64, device=hidden.device)
+        for start in range(0, target.shape[0], HEAD_CHUNK):
+            logits = head(hidden[start:start + HEAD_CHUNK]).float()
+            t = target[start:start + HEAD_CHUNK]
+            nll = torch.logsumexp(logits, dim=-1) - logits.gather(1, t[:, None])[:, 0]
+            per_token[start:start + HEAD_CHUNK] = nll.double()
+    return per_token.reshape(batch, length).sum(-1).cpu().numpy()
+
+
+def head_nll_sum(adapter, hidden: torch.Tensor, input_ids: torch.Tensor, *, normed: bool = False) -> float:
+    """Summed next-token NLL (float64) of the last hidden state, through norm and LM head."""
+    return float(head_nll_windows(adapter, hidden, input_ids, normed=normed).sum())
+
+
+def forward_nll_windows(model: nn.Module, input_ids: torch.Tensor) -> np.ndarray:
+    """Per-window NLL sums of one plain forward: the model's body (in the current precision),
+    then its LM head in full precision."""
+    hidden = model.base_model(input_ids=input_ids, use_cache=False)[0]  # after the final norm
+    return head_nll_windows(get_adapter(model), hidden, input_ids, normed=True)
 
 
 def _batches(windows: Windows, batch_size: int) -> list[torch.Tensor]:
@@ -81,18 +146,37 @@ def _batches(windows: Windows, batch_size: int) -> list[torch.Tensor]:
     return list(windows.input_ids.split(batch_size))
 
 
+def _result(nll: np.ndarray, tokens: np.ndarray) -> LossResult:
+    return LossResult(float(nll.sum() / tokens.sum()), int(tokens.sum()), nll, tokens)
+
+
+def loss_name(windows: Windows) -> str:
+    """How an error names a loss: ``"loss on the eval windows"``."""
+    return f"loss on the {windows.split} windows" if windows.split else "loss"
+
+
+def removal_label(removed: Iterable[int]) -> str:
+    """How an error names a removal set: ``"of the full model"``, ``"with blocks [3, 7] removed"``."""
+    removed = sorted(int(b) for b in removed)
+    if not removed:
+        return "of the full model"
+    return f"with block{'s' if len(removed) > 1 else ''} {removed if len(removed) > 1 else removed[0]} removed"
+
+
 def evaluate_loss(model: nn.Module, windows: Windows, batch_size: int = 8,
-                  progress: bool = False) -> LossResult:
+                  progress: bool = False, dtype: str = DEFAULT_DTYPE) -> LossResult:
     """Mean token cross-entropy of ``model`` on ``windows`` (one full forward per batch)."""
+    dtype = check_dtype(dtype)
+    batches = _batches(windows, batch_size)
+    check_fit(model, windows)
     device = model_device(model)
-    total, count = 0.0, 0
-    with torch.inference_mode():
-        for ids in tqdm(_batches(windows, batch_size), desc="scoring", disable=not progress, leave=False):
-            ids = ids.to(device)
-            logits = model(input_ids=ids, use_cache=False).logits
-            s, n = nll_sum(logits, ids)
-            total, count = total + s, count + n
-    return LossResult(total / count, count)
+    parts = []
+    with torch.inference_mode(), scoring_precision(model, dtype):
+        for ids in tqdm(batches, desc="scoring", disable=not progress, leave=False):
+            parts.append(forward_nll_windows(model, ids.to(device)))
+    nll = np.concatenate(parts)
+    check_finite(nll[None], lambda _: "of the model", loss_name(windows))
+    return _result(nll, np.full(len(nll), windows.seq_len - 1, dtype=np.int64))
 
 
 def tree_order(removals: Sequence[Iterable[int]], n_blocks: int) -> list[int]:
@@ -132,42 +216,53 @@ def _restart(path: list, trace: BlockTrace, n: int, first_change: int, first_rem
 
 
 def evaluate_removals(model: nn.Module, windows: Windows, removals: Sequence[Iterable[int]], *,
-                      batch_size: int = 8, progress: bool = True,
-                      desc: str = "removal sets") -> list[LossResult]:
+                      batch_size: int = 8, progress: bool = True, desc: str = "removal sets",
+                      dtype: str = DEFAULT_DTYPE) -> list[LossResult]:
     """Mean token loss with each set of blocks in ``removals`` skipped, all on the same
     windows, in the order given (an empty set is the full model). Equals ``evaluate_loss``
     under ``skip_blocks`` for each set, to float rounding; shared prefixes run once per batch.
+    Each result keeps its per-window NLL sums (``window_nll``, ``window_tokens``).
     """
+    dtype = check_dtype(dtype)
     sets = [tuple(check_layers(model, r)) for r in removals]
     batches = _batches(windows, batch_size)
+    check_fit(model, windows)
     adapter = get_adapter(model)
     n = adapter.n_blocks
     order = tree_order(sets, n)
     device = model_device(model)
-    totals, counts = [0.0] * len(sets), [0] * len(sets)
+    nll = np.zeros((len(sets), windows.n_windows))
     bar = tqdm(total=len(batches) * len(sets), desc=desc, disable=not progress, leave=False)
+    first = 0
     for ids in batches:
         ids = ids.to(device)
-        trace = BlockTrace(model, ids)
-        # path[b]: input of block b under the previous set; path[n]: its last hidden state
-        path = [trace.block_input(b) for b in range(n)] + [trace.final_hidden]
-        previous: set[int] = set()
-        with torch.inference_mode():
-            for j in order:
-                removed = set(sets[j])
-                diff = removed ^ previous
-                if diff:
-                    start = _restart(path, trace, n, min(diff), min(removed, default=n))
-                    hidden = path[start]
-                    for b in range(start, n):
-                        path[b] = hidden
-                        if b not in removed:
-                            hidden = trace.run_block(b, hidden)
-                    path[n] = hidden
-                previous = removed
-                totals[j] += head_nll_sum(adapter, path[n], ids)
-                counts[j] += int(ids[:, 1:].numel())
-                bar.update()
+        rows = slice(first, first + ids.shape[0])
+        with scoring_precision(model, dtype):
+            trace = BlockTrace(model, ids)
+            # path[b]: input of block b under the previous set; path[n]: its last hidden state
+            path = [trace.block_input(b) for b in range(n)] + [trace.final_hidden]
+            previous: set[int] = set()
+            with torch.inference_mode():
+                for j in order:
+                    removed = set(sets[j])
+                    diff = removed ^ previous
+                    if diff:
+                        start = _restart(path, trace, n, min(diff), min(removed, default=n))
+                        hidden = path[start]
+                        for b in range(start, n):
+                            path[b] = hidden
+                            if b not in removed:
+                                hidden = trace.run_block(b, hidden)
+                        path[n] = hidden
+                    previous = removed
+                    nll[j, rows] = head_nll_windows(adapter, path[n], ids)
+                    bar.update()
+        # Smallest sets first: a broken full model is named as such, not by a set containing it.
+        by_size = sorted(range(len(sets)), key=lambda j: len(sets[j]))
+        check_finite(nll[by_size, rows], lambda i: removal_label(sets[by_size[i]]), loss_name(windows),
+                     first_window=first, n_windows=windows.n_windows)
+        first += ids.shape[0]
         del trace, path
     bar.close()
-    return [LossResult(t / c, c) for t, c in zip(totals, counts)]
+    tokens = np.full(windows.n_windows, windows.seq_len - 1, dtype=np.int64)
+    return [_result(nll[j], tokens) for j in range(len(sets))]

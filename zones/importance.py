@@ -4,10 +4,11 @@ Importance is a block's single-block ablation ΔLoss (``zones.ablation``); α is
 block from ``zones.spectra.layer_alpha`` (a single role's, or the parameter-weighted mean over
 the block's matrices). With only tens of blocks per model, ρ comes with
 
-* a **bootstrap 95% interval**: blocks resampled with replacement, ρ recomputed, the 2.5th and
-  97.5th percentiles of the resampled ρ;
+* a **bootstrap 95% interval**: blocks resampled with replacement (pairs kept together), ρ
+  recomputed, the 2.5th and 97.5th percentiles of the resampled ρ (``zones.stats.paired_bootstrap``,
+  i.e. ``scipy.stats.bootstrap``);
 * a **permutation p-value** (two-sided): the α values shuffled against ΔLoss, p = (1 + #{|ρ_perm|
-  ≥ |ρ|}) / (1 + n_perm).
+  ≥ |ρ|}) / (1 + n_perm) (``scipy.stats.permutation_test``; all n! pairings when n! ≤ n_perm).
 
 Every draw comes from a seeded generator, so the numbers are reproducible.
 """
@@ -20,9 +21,11 @@ from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
+import scipy.stats
 from scipy.stats import rankdata
 
 from .ablation import DEFAULT_EVAL_TOKENS, ablation_table
+from .stats import paired_bootstrap
 
 # Per-matrix columns of ``zones.spectra.alpha_table`` worth correlating with importance, in
 # the order the ρ table lists them; those missing from a table are left out.
@@ -94,20 +97,21 @@ def spearman(x, y, *, n_boot: int = 2000, n_perm: int = 10000, level: float = 0.
     rho = spearman_rho(x, y)
     if np.isnan(rho):
         return Correlation(nan, nan, nan, nan, n)
-    rng = np.random.default_rng(seed)
-
-    pick = rng.integers(0, n, size=(n_boot, n))
-    boot = _corr_rows(rankdata(x[pick], axis=1), rankdata(y[pick], axis=1))
-    tail = (1 - level) / 2 * 100
-    ci_low, ci_high = np.nanpercentile(boot, [tail, 100 - tail])
-
-    rank_x, rank_y = rankdata(x), rankdata(y)
-    shuffled = rng.permuted(np.broadcast_to(rank_y, (n_perm, n)), axis=1)
-    null = _corr_rows(np.broadcast_to(rank_x, (n_perm, n)), shuffled)
-    # A tiny tolerance so that permutations tying the observed |ρ| count as extreme.
-    extreme = int(np.sum(np.abs(null) >= abs(rho) - 1e-12))
-    p_value = (1 + extreme) / (1 + n_perm)
-    return Correlation(rho, float(ci_low), float(ci_high), float(p_value), n)
+    # Resampled blocks are ranked again (ties change); resamples with all ranks tied are NaN
+    # and left out of the percentiles.
+    ranked_rho = lambda a, b: _corr_rows(rankdata(a, axis=-1), rankdata(b, axis=-1))
+    interval = paired_bootstrap(ranked_rho, (x, y), n_resamples=int(n_boot), level=level, seed=seed)
+    # Under the null every pairing of the ranks is equally likely; |ρ| makes the test two-sided.
+    try:
+        kwargs = dict(rng=np.random.default_rng(seed))
+        test = lambda: scipy.stats.permutation_test(
+            (rankdata(x), rankdata(y)), lambda a, b, axis=-1: np.abs(_corr_rows(a, b)), permutation_type="pairings",
+            vectorized=True, n_resamples=int(n_perm), alternative="greater", **kwargs)
+        p_value = test().pvalue
+    except TypeError:  # scipy < 1.15 calls the generator random_state
+        kwargs = dict(random_state=np.random.default_rng(seed))
+        p_value = test().pvalue
+    return Correlation(rho, float(interval.low), float(interval.high), float(p_value), n)
 
 
 # --- importance against α ------------------------------------------------------------------------
@@ -193,11 +197,11 @@ def model_labels(names: Sequence[str]) -> list[str]:
 def measure_models(models: Sequence[str] | str, *, corpus: str = "stdlib", seq_len: int = 256,
                    eval_tokens: int | None = DEFAULT_EVAL_TOKENS, batch_size: int = 8,
                    parts: bool = False, split: str = "eval", device: str | None = None,
-                   progress: bool = True) -> list[ModelImportance]:
+                   progress: bool = True, dtype: str = "float32") -> list[ModelImportance]:
     """Ablation and α tables of each model in turn, on the same corpus and token budget.
 
     Both tables are cached, so a second chapter with the same parameters only reads them.
-    ``eval_tokens=None`` scores the whole split.
+    ``eval_tokens=None`` scores the whole split; ``dtype`` is the ablation's scoring precision.
     """
     from .data import corpus_windows, load_corpus
     from .models import load_model
@@ -211,7 +215,8 @@ def measure_models(models: Sequence[str] | str, *, corpus: str = "stdlib", seq_l
     for name, label in zip(names, model_labels(names)):
         loaded = load_model(name, device=device)
         windows = corpus_windows(text, loaded.tokenizer, seq_len, split, eval_tokens)
-        table = ablation_table(loaded.model, windows, parts=parts, batch_size=batch_size, progress=progress)
+        table = ablation_table(loaded.model, windows, parts=parts, batch_size=batch_size, progress=progress,
+                               dtype=dtype)
         alphas = alpha_table(loaded.model)
         results.append(ModelImportance(name, label, loaded.fingerprint, len(table), table, alphas))
         del loaded

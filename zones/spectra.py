@@ -24,7 +24,9 @@ selects the same x_min as the full scan.
 
 Degenerate matrices (non-finite entries, all zeros, rank ≤ 1, fewer than 10 singular values,
 too few eigenvalues above the threshold) give NaN in the affected columns and a ``note`` that
-says why; they never raise in the middle of a sweep.
+says why; they never raise in the middle of a sweep. The numerical rank is judged in the
+matrix's own precision (float32, bfloat16, ...: a singular value below what rounding W to its
+dtype can produce counts as zero), although the spectra themselves are computed in float64.
 """
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ from torch import nn
 
 from .adapters import get_adapter
 
-VERSION = "spectra-2"  # bump when any estimator's arithmetic changes (invalidates cached tables)
+VERSION = "spectra-3"  # bump when any estimator's arithmetic changes (invalidates cached tables)
 EVALS_THRESHOLD = 1e-5  # eigenvalues at or below this are dropped from the ESD fits (WeightWatcher's)
 MIN_SINGULAR_VALUES = 10  # fewer than this: no α at all
 SMALL_N = 20  # below this many eigenvalues, WeightWatcher 0.7.7 switches to its small-sample fit
@@ -456,11 +458,26 @@ def _companions(lam: torch.Tensor, rank: torch.Tensor) -> tuple[np.ndarray, np.n
     return stable.cpu().numpy(), log_top.cpu().numpy(), entropy.cpu().numpy()
 
 
-def _numerical_rank(lam: torch.Tensor, big_dims: torch.Tensor) -> torch.Tensor:
-    """#σ > σ_max · max(rows, cols) · ε, as ``numpy.linalg.matrix_rank`` (and WeightWatcher)."""
+def _numerical_rank(lam: torch.Tensor, big_dims: torch.Tensor, unit_roundoff: torch.Tensor) -> torch.Tensor:
+    """#σ above what rounding can produce, judged in the input's own precision.
+
+    Two floors, the larger wins: the float64 spectrum's own resolution σ_max · max(rows, cols)
+    · ε₆₄ (``numpy.linalg.matrix_rank``'s tolerance, and WeightWatcher's), and the input's
+    rounding: storing W in a dtype with unit roundoff u (ε/2: 6e-8 for float32, 0.004 for
+    bfloat16) perturbs each entry by at most u·|w_ij|, so by Weyl's inequality no singular
+    value moves by more than u·‖W‖_F. A singular value below that cannot be told from zero:
+    a rank-1 float32 matrix is rank 1, not a spectrum of rounding noise.
+    """
     sv = lam.sqrt()
-    tol = sv[:, -1:] * big_dims[:, None].to(lam.dtype) * _EPS
-    return (sv > tol).sum(1)
+    resolution = sv[:, -1] * big_dims.to(lam.dtype) * _EPS
+    rounding = unit_roundoff.to(lam.dtype) * lam.sum(1).sqrt()
+    tol = torch.maximum(resolution, rounding)
+    return (sv > tol[:, None]).sum(1)
+
+
+def unit_roundoff(dtype: torch.dtype) -> float:
+    """Half the machine epsilon of a floating dtype (0 for exact integer and boolean dtypes)."""
+    return 0.5 * torch.finfo(dtype).eps if dtype.is_floating_point or dtype.is_complex else 0.0
 
 
 def check_estimators(estimators: Iterable[str] | None) -> tuple[str, ...]:
@@ -530,7 +547,8 @@ def _spectral_table(mats, window, chosen, threshold, progress, workers) -> pd.Da
     for (n, _), idx in usable.items():
         lam = torch.stack([spec[k] for k in idx])
         big = torch.tensor([max(mats[k].shape) for k in idx], device=lam.device)
-        rank = _numerical_rank(lam, big)
+        roundoff = torch.tensor([unit_roundoff(mats[k].dtype) for k in idx], device=lam.device)
+        rank = _numerical_rank(lam, big, roundoff)
         rank_np = rank.cpu().numpy()
         few = n < MIN_SINGULAR_VALUES
         for pos, k in enumerate(idx):

@@ -21,7 +21,11 @@ Built in (definitions in the book's methods page):
 ``zone_aware_no_spreading``  the same without avoiding adjacent removals
 ``zone_aware_one_zone``      the same with one zone (no segmentation)
 ``last_n``                   the last k blocks
+``last_n_keep_last``         the k blocks just before the final block (Gromov et al.'s
+                             practice: the deepest blocks except the last)
 ``random``                   k blocks uniformly at random (one plan per seed)
+``random_protected``         the same among blocks 1..L−2 (first and last kept), the
+                             like-for-like comparator of zone-aware's protected ends
 ``alpha_lowest``             the k lowest-α blocks (no zones, no protection)
 ``block_influence``          ShortGPT: lowest BI = 1 − mean cos(block input, output)
 ``angular``                  Gromov et al.: the run of k blocks whose input and output
@@ -53,7 +57,7 @@ from .cache import Journal, cached_table, entry_path
 from .data import Windows
 from .models import model_fingerprint
 
-VERSION = "1"
+VERSION = "2"
 MIN_REMAINING = 2  # a pruned model keeps at least this many blocks
 
 
@@ -239,8 +243,11 @@ class PruningContext:
 
     def __init__(self, model: nn.Module, calibration: Windows | None = None, *,
                  alpha: pd.DataFrame | None = None, batch_size: int = 8, cache: bool = True,
-                 progress: bool = True):
+                 progress: bool = True, dtype: str = "float32"):
+        from .evaluate import check_dtype
+
         self.model = model
+        self.dtype = check_dtype(dtype)
         self.calibration = calibration
         self.batch_size = batch_size
         self.cache = cache
@@ -267,7 +274,8 @@ class PruningContext:
         windows = self._need_calibration(kind)
         device = next(self.model.parameters()).device.type
         return dict(kind=kind, version=VERSION, model=self.fingerprint, windows=windows.fingerprint,
-                    n_windows=windows.n_windows, batch_size=self.batch_size, device=device, **extra)
+                    n_windows=windows.n_windows, batch_size=self.batch_size, device=device, dtype=self.dtype,
+                    **extra)
 
     # --- α ---------------------------------------------------------------------------------
     @property
@@ -288,8 +296,11 @@ class PruningContext:
             raise StrategyError(f"the α table has layers {list(profile.index)} but the model has "
                                 f"{self.n_blocks} blocks: is it the table of another model?")
         if profile.isna().any():
-            raise StrategyError(f"{estimator} ({role}) is NaN for layers "
-                                f"{profile.index[profile.isna()].tolist()}: choose another estimator")
+            raise StrategyError(
+                f"{estimator} ({role}) is NaN for layers {profile.index[profile.isna()].tolist()} (the α table's "
+                f"note column says why), so the α-based strategies cannot rank them: leave zone_aware*, "
+                f"alpha_lowest out of --strategies, or register a variant on a finite estimator "
+                f"(register_strategy('zone_aware_esd', estimator='alpha_esd', ...)(zone_aware))")
         return profile
 
     # --- calibration measurements ------------------------------------------------------------
@@ -303,7 +314,7 @@ class PruningContext:
         """
         if self._hidden_stats is None:
             compute = lambda: _hidden_stats(self.model, self._need_calibration("hidden_stats"),
-                                            self.batch_size, self.progress)
+                                            self.batch_size, self.progress, self.dtype)
             self._hidden_stats = (cached_table("pruning-hidden-stats", self._key("pruning-hidden-stats"), compute)
                                   if self.cache else compute())
         return self._hidden_stats
@@ -315,7 +326,7 @@ class PruningContext:
 
             self._ablation = ablation_table(self.model, self._need_calibration("ablation_rank"),
                                             batch_size=self.batch_size, cache=self.cache,
-                                            progress=self.progress)
+                                            progress=self.progress, dtype=self.dtype)
         return self._ablation
 
     def calibration_losses(self, removals: Sequence[Sequence[int]], desc: str = "calibration") -> list[float]:
@@ -323,21 +334,37 @@ class PruningContext:
         from .evaluate import evaluate_removals
 
         results = evaluate_removals(self.model, self._need_calibration(desc), removals,
-                                 batch_size=self.batch_size, progress=self.progress, desc=desc)
+                                    batch_size=self.batch_size, progress=self.progress, desc=desc, dtype=self.dtype)
         return [r.loss for r in results]
 
 
-def _hidden_stats(model: nn.Module, windows: Windows, batch_size: int, progress: bool) -> pd.DataFrame:
+def _hidden_stats(model: nn.Module, windows: Windows, batch_size: int, progress: bool,
+                  dtype: str = "float32") -> pd.DataFrame:
+    from .evaluate import check_fit, scoring_precision
+    from .stats import NonFiniteLossError
+
+    check_fit(model, windows)
     n = get_adapter(model).n_blocks
     device = next(model.parameters()).device
     cos_sum = torch.zeros(n + 1, n + 1, dtype=torch.float64)
     angle_sum = torch.zeros(n + 1, n + 1, dtype=torch.float64)
     n_tokens = n_windows = 0
     batches = list(windows.input_ids.split(batch_size))
+    first = 0
     for ids in tqdm(batches, desc="hidden states", disable=not progress, leave=False):
-        trace = BlockTrace(model, ids.to(device))
+        with scoring_precision(model, dtype):
+            trace = BlockTrace(model, ids.to(device))
         # states[j]: input of block j (j = n: the output of the last block)
         states = [trace.block_input(j) for j in range(n)] + [trace.final_hidden]
+        for j, state in enumerate(states):
+            finite = torch.isfinite(state).flatten(1).all(-1)
+            if not bool(finite.all()):
+                where = "the output of the last block" if j == n else f"the input of block {j}"
+                raise NonFiniteLossError(
+                    f"the hidden states on the calibration windows are not finite at {where} (window "
+                    f"{first + int((~finite).nonzero()[0, 0])} of {windows.n_windows}): check the model's weights "
+                    f"for NaN/inf")
+        first += ids.shape[0]
         unit = torch.stack([nn.functional.normalize(s.double(), dim=-1) for s in states])  # (n+1, B, T, d)
         del trace, states
         # Σ over tokens of cos(state i, state j) is one dot product of the flattened unit states.
@@ -415,6 +442,14 @@ def last_n(ctx, k_max, seed):
     return prefixes(range(ctx.n_blocks - 1, -1, -1), k_max)
 
 
+@register_strategy("last_n_keep_last", protect_first=0, protect_last=1,
+                   description="the k blocks just before the final block")
+def last_n_keep_last(ctx, k_max, seed, *, protect_first, protect_last):
+    """The deepest blocks except the last ``protect_last`` (deepest removed first): the
+    practitioners' Last-N (Gromov et al., 2024), which keeps the final block."""
+    return prefixes(range(ctx.n_blocks - 1 - protect_last, protect_first - 1, -1), k_max)
+
+
 @register_strategy("random", seeded=True, protect_first=0, protect_last=0,
                    description="k blocks uniformly at random")
 def random_blocks(ctx, k_max, seed, *, protect_first, protect_last):
@@ -422,6 +457,10 @@ def random_blocks(ctx, k_max, seed, *, protect_first, protect_last):
     for each k, a uniformly random k-subset, nested across k."""
     allowed = np.arange(protect_first, ctx.n_blocks - protect_last)
     return prefixes(np.random.default_rng(seed).permutation(allowed), k_max)
+
+
+register_strategy("random_protected", seeded=True, protect_first=1, protect_last=1,
+                  description="k blocks at random among all but the first and the last")(random_blocks)
 
 
 @register_strategy("alpha_lowest", estimator="alpha_shape", role="q",
@@ -482,7 +521,8 @@ def greedy_order(ctx: PruningContext, k_max: int) -> list[int]:
     journal = None
     order: list[int] = []
     if ctx.cache:
-        journal = Journal(entry_path("pruning-greedy", ctx._key("pruning-greedy"), ext="jsonl"))
+        journal = Journal(entry_path("pruning-greedy", ctx._key("pruning-greedy"), ext="jsonl"),
+                          required=("step", "removed", "block", "loss"))
         for row in journal.rows():
             if row["step"] != len(order) or row["removed"] != order:
                 break  # a journal that does not extend the order step by step is ignored

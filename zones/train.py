@@ -16,8 +16,11 @@ and α are measured with ``zones.spectra.alpha_table``; the time this takes is r
 Caching: a finished run is a directory ``cache_dir()/train/<key>`` keyed by every training
 parameter, the corpus fingerprint and ``VERSION``, written under a temporary name and renamed
 into place, so a second call loads instead of training. While training, a checkpoint
-(weights, optimizer, step, logs so far) is written atomically to ``<key>.partial/`` every
-``checkpoint_every`` steps; an interrupted run resumes from it.
+(weights, optimizer, step, logs so far) is written atomically to
+``<key>.partial/checkpoint.safetensors`` every ``checkpoint_every`` steps; an interrupted run
+resumes from it. The checkpoint is safetensors with a JSON header (no pickle is ever loaded),
+and its run identity is checked before any tensor is read. ``keep_checkpoints=True`` keeps the
+model of every snapshot step as a loadable directory, for ``zones.checkpoints``.
 
 The trained series feeds the other chapters' analyses: ``heldout_windows(run)`` gives the
 run's held-out windows as ``zones.data.Windows``, and ``series_importance(runs)`` runs the
@@ -94,8 +97,31 @@ class TrainConfig:
                     "steps", "eval_every", "eval_windows", "snapshot_every", "checkpoint_every"]
         for name in positive:
             value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or value < 1:
+            if not _is_int(value) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, not {value!r}")
+        for name in ("vocab_size", "heldout_every", "seed"):
+            if not _is_int(getattr(self, name)):
+                raise ValueError(f"{name} must be an integer, not {getattr(self, name)!r}")
+        for name in ("width", "warmup_steps"):
+            if getattr(self, name) is not None and not _is_int(getattr(self, name)):
+                raise ValueError(f"{name} must be an integer or None, not {getattr(self, name)!r}")
+        for name in ("lr", "min_lr_ratio", "weight_decay", "grad_clip"):
+            value = getattr(self, name)
+            if not _is_number(value) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, not {value!r}")
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, not {self.weight_decay}")
+        if self.grad_clip < 0:
+            raise ValueError(f"grad_clip must be >= 0 (0 = no clipping), not {self.grad_clip}")
+        betas = self.betas
+        if (isinstance(betas, (str, bytes)) or not hasattr(betas, "__len__") or len(betas) != 2
+                or not all(_is_number(b) and 0 <= b < 1 for b in betas)):
+            raise ValueError(f"betas must be two numbers in [0, 1), e.g. betas=[0.9, 0.95], not {betas!r}")
+        object.__setattr__(self, "betas", (float(betas[0]), float(betas[1])))
+        if not isinstance(self.corpus, str) or not self.corpus:
+            raise ValueError(f"corpus must be a corpus name or a path, not {self.corpus!r}")
+        if self.seed < 0:
+            raise ValueError(f"seed must be >= 0, not {self.seed}")
         if self.width is not None and (self.width < 1 or self.width % self.head_dim):
             raise ValueError(f"width {self.width} must be a positive multiple of head_dim {self.head_dim}")
         if self.hidden_size % self.head_dim:
@@ -133,6 +159,14 @@ class TrainConfig:
         return {**asdict(self), "betas": list(self.betas)}
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
 # Each profile fills the fields it names; the rest keep TrainConfig's defaults.
 PROFILES: dict[str, dict[str, Any]] = {
     # Teaching scale: three depths, all trained in a few minutes on two CPU cores.
@@ -166,9 +200,7 @@ def profile_config(profile: str = "cpu", depth: int | None = None, **overrides) 
     settings.update({k: v for k, v in overrides.items() if v is not None})
     if depth is None:
         depth = PROFILES[profile]["depths"][0]
-    if "betas" in settings:
-        settings["betas"] = tuple(settings["betas"])
-    return TrainConfig(depth=int(depth), **settings)
+    return TrainConfig(depth=int(depth), **settings)  # validates every field (betas included)
 
 
 def series_configs(profile: str = "cpu", depths: Iterable[int] | None = None,
@@ -399,12 +431,17 @@ def load_run(path: str | Path) -> TrainedRun:
 
 def train_model(config: TrainConfig, *, device: str | None = None, refresh: bool = False,
                 progress: bool = True, stop_after: int | None = None,
-                on_step: Callable[[int, float], None] | None = None) -> TrainedRun:
+                on_step: Callable[[int, float], None] | None = None,
+                keep_checkpoints: bool = False) -> TrainedRun:
     """Train one model (or load the finished run from the cache) and return the run.
 
     ``stop_after=N`` stops after step N as an interruption would, after writing a checkpoint,
     and raises ``TrainingInterrupted``; the next call resumes from it. ``on_step(step, loss)``
     is called after every optimizer step. ``refresh=True`` retrains from scratch.
+    ``keep_checkpoints=True`` also keeps the model at every snapshot step as a loadable
+    directory ``run.path/checkpoints/step-NNNNNN`` (config, safetensors, tokenizer and
+    ``zones-checkpoint.json`` with its step), for ``zones.checkpoints``; a cached run that
+    kept none is trained again (the results are the same, bit for bit).
     """
     from tqdm.auto import tqdm
 
@@ -416,6 +453,9 @@ def train_model(config: TrainConfig, *, device: str | None = None, refresh: bool
     key = run_key(config, corpus.fingerprint)
     final_dir = cache_dir() / "train" / cache_key(key)
     partial_dir = final_dir.with_name(final_dir.name + ".partial")
+    if keep_checkpoints and (final_dir / "run.json").exists() and not (final_dir / "checkpoints").is_dir():
+        print(f"zones: the cached run {final_dir} kept no checkpoints; training it again to keep them")
+        refresh = True
     if refresh:
         shutil.rmtree(final_dir, ignore_errors=True)
         shutil.rmtree(partial_dir, ignore_errors=True)
@@ -432,27 +472,34 @@ def train_model(config: TrainConfig, *, device: str | None = None, refresh: bool
     model = build_model(config).to(device)
     optimizer = _optimizer(model, config)
     state = dict(step=0, history=[], snapshots=[], pending_losses=[], train_seconds=0.0,
-                 snapshot_seconds=0.0, eval_seconds=0.0)
-    checkpoint = partial_dir / "checkpoint.pt"
+                 snapshot_seconds=0.0, eval_seconds=0.0, keep_checkpoints=keep_checkpoints)
+    checkpoint = partial_dir / CHECKPOINT_FILE
+    if (partial_dir / "checkpoint.pt").exists():  # an older format (a pickle): never loaded
+        print(f"zones: ignoring {partial_dir / 'checkpoint.pt'} (pickled checkpoints are not loaded)")
     if checkpoint.exists():
-        saved = torch.load(checkpoint, map_location=device, weights_only=False)
-        if saved["key"] != key:
-            raise RuntimeError(f"checkpoint {checkpoint} belongs to another run; delete it to retrain")
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        state = saved["state"]
+        saved = load_checkpoint(checkpoint, key, model, optimizer)
+        if keep_checkpoints and not saved.get("keep_checkpoints"):
+            print(f"zones: the checkpoint in {partial_dir} kept no models before step {saved['step']}; "
+                  f"training from step 0 to keep them all")
+            shutil.rmtree(partial_dir, ignore_errors=True)
+            model = build_model(config).to(device)
+            optimizer = _optimizer(model, config)
+        else:
+            state = saved
+    keep = bool(state.get("keep_checkpoints"))
 
     def save_checkpoint():
         partial_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=partial_dir, suffix=".tmp")
-        os.close(fd)
-        torch.save(dict(key=key, model=model.state_dict(), optimizer=optimizer.state_dict(), state=state), tmp)
-        os.replace(tmp, checkpoint)  # the checkpoint is either the old one or the new one, never half
+        write_checkpoint(checkpoint, key, model, optimizer, state)
 
     def snapshot(step):
         start = time.perf_counter()
         state["snapshots"].extend(spectral_snapshot(model, step).to_dict("records"))
         state["snapshot_seconds"] += time.perf_counter() - start
+        if keep:  # the model these rows were measured on, as a loadable directory
+            _save_atomically(partial_dir / "checkpoints" / f"step-{step:06d}",
+                             lambda tmp: save_model_directory(tmp, model, tokenizer, dict(step=step, depth=config.depth,
+                                                                                          run_key=cache_key(key))))
 
     def evaluate(step):
         train_losses, state["pending_losses"] = state["pending_losses"], []
@@ -524,6 +571,8 @@ def train_model(config: TrainConfig, *, device: str | None = None, refresh: bool
     def write(tmp: Path):
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
+        if keep:
+            os.replace(partial_dir / "checkpoints", tmp / "checkpoints")
         write_table(history, tmp / "history.csv")
         write_table(snapshots, tmp / "snapshots.parquet")
         atomic_write_text(tmp / "run.json", json.dumps(dict(config=config.as_dict(), key=key, summary=summary),
@@ -532,6 +581,90 @@ def train_model(config: TrainConfig, *, device: str | None = None, refresh: bool
     _save_atomically(final_dir, write)
     shutil.rmtree(partial_dir, ignore_errors=True)
     return load_run(final_dir)
+
+
+CHECKPOINT_FILE = "checkpoint.safetensors"  # tensors + a JSON header: no pickle is ever loaded
+
+
+def _json_default(value):
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, (np.floating, torch.Tensor)):
+        return float(value)
+    raise TypeError(f"cannot store {type(value).__name__} in a checkpoint")
+
+
+def write_checkpoint(path: Path, key: dict, model: nn.Module, optimizer: torch.optim.Optimizer,
+                     state: dict) -> None:
+    """Weights, optimizer state and the run's state so far, in one safetensors file.
+
+    The run's identity (``key``), its state (step, logs) and the optimizer's non-tensor
+    state live as JSON in the file's header, so a reader checks the identity before it
+    reads a single tensor. Written to a temporary file and renamed: old or new, never half.
+    """
+    from safetensors.torch import save_file
+
+    saved = optimizer.state_dict()
+    tensors = {f"model.{name}": t.detach().contiguous().cpu() for name, t in model.state_dict().items()}
+    scalars = {}
+    for index, entry in saved["state"].items():
+        for name, value in entry.items():
+            if torch.is_tensor(value):
+                tensors[f"optimizer.{index}.{name}"] = value.detach().contiguous().cpu()
+            else:
+                scalars[f"{index}.{name}"] = value
+    header = dict(key=key, state=state, param_groups=saved["param_groups"], optimizer_scalars=scalars)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        save_file(tensors, tmp, metadata={"zones": json.dumps(header, default=_json_default)})
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def load_checkpoint(path: Path, key: dict, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """Restore ``model`` and ``optimizer`` from ``write_checkpoint``'s file and return the run's
+    state. The run identity is checked before any tensor is read; a checkpoint of another run
+    or a damaged file is one clear error naming the file and what to delete."""
+    from safetensors import safe_open
+
+    remedy = f"delete {path.parent} to train this run from step 0"
+
+    def damaged(err: Exception) -> RuntimeError:
+        first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+        return RuntimeError(f"checkpoint {path} is damaged or incomplete ({type(err).__name__}: {first}); {remedy}")
+
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as handle:
+            header = json.loads((handle.metadata() or {})["zones"])
+            same_run = header.get("key") == key
+            tensors = {name: handle.get_tensor(name) for name in handle.keys()} if same_run else {}
+    except Exception as err:  # noqa: BLE001 - a truncated file, a foreign file, a bad header
+        raise damaged(err) from None
+    if not same_run:
+        raise RuntimeError(f"checkpoint {path} belongs to another run; {remedy}")
+    try:
+        model.load_state_dict({n[len("model."):]: t for n, t in tensors.items() if n.startswith("model.")})
+        entries: dict[int, dict] = {}
+        for name, value in [*((n[len("optimizer."):], t) for n, t in tensors.items() if n.startswith("optimizer.")),
+                            *header["optimizer_scalars"].items()]:
+            index, _, field_name = name.partition(".")
+            entries.setdefault(int(index), {})[field_name] = value
+        groups = [dict(g, betas=tuple(g["betas"])) if "betas" in g else g for g in header["param_groups"]]
+        optimizer.load_state_dict(dict(state=entries, param_groups=groups))
+        return header["state"]
+    except Exception as err:  # noqa: BLE001 - tensors that do not fit this run's model
+        raise damaged(err) from None
+
+
+def save_model_directory(target: Path, model: nn.Module, tokenizer, meta: dict) -> None:
+    """A loadable model directory (config, safetensors weights, tokenizer) with ``meta`` (its
+    step, ...) in ``zones-checkpoint.json``."""
+    model.save_pretrained(target, safe_serialization=True)
+    tokenizer.save_pretrained(target)
+    atomic_write_text(Path(target) / "zones-checkpoint.json", json.dumps(meta, indent=2))
 
 
 def _save_atomically(target: Path, write: Callable[[Path], Any]) -> None:

@@ -3,6 +3,11 @@
 Altair's default HTML output loads Vega from a CDN. ``setup()`` switches to a renderer that
 calls ``vegaEmbed`` from a copy of Vega bundled locally (by ``vl-convert``): in the built book
 the bundle is a static file every page loads; in JupyterLab ``setup()`` displays it once.
+
+Every chart fits the book's article column: a single or layered chart takes the column's
+width (``fit``, Altair's ``width="container"``); panels of a faceted or concatenated chart
+wrap into rows (``wrap``, ``panel_width``) instead of running off the right edge, and the
+book's CSS shrinks what is still wider (a phone) as a whole.
 """
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from pathlib import Path
 
 import altair as alt
 
+COLUMN_WIDTH = 660  # px: the book's article column at a desktop width, less the y axis and legend
 BOOK_MODE_ENV = "ZONES_BOOK_BUILD"  # set by `zones book`: the page loads the bundle itself
 BUNDLE_NAME = "vega-bundle.js"
 
@@ -36,15 +42,70 @@ def vega_bundle() -> str:
 
 
 def write_vega_bundle(static_dir: Path) -> Path:
+    from zones.cache import atomic_write_text
+
     path = Path(static_dir) / BUNDLE_NAME
-    path.parent.mkdir(parents=True, exist_ok=True)
     text = vega_bundle()
     if not path.exists() or path.read_text() != text:
-        path.write_text(text)
+        atomic_write_text(path, text)
     return path
 
 
+def fit(chart, height: int | None = None):
+    """A single or layered chart that takes the width of the column it is drawn in."""
+    return chart.properties(width="container", **({"height": height} if height else {}))
+
+
+def panel_width(columns: int, legend: bool = True) -> int:
+    """Width of one of ``columns`` panels side by side, so that the row fits the column."""
+    spare = 150 if legend else 40  # the legend, the shared y axis and the gaps
+    return max(120, (COLUMN_WIDTH - spare) // max(1, columns) - 20)
+
+
+def stack(charts, **kwargs) -> alt.VConcatChart:
+    """Charts one above the other as ONE figure; a chart sized to the container gets the
+    column's width (a concatenated view cannot take the container's)."""
+    def sized(chart):
+        return chart.properties(width=COLUMN_WIDTH - 120) if chart.to_dict().get("width") == "container" else chart
+    return alt.vconcat(*[sized(c) for c in charts], **kwargs)
+
+
+def wrap(panels, columns: int = 2, **kwargs) -> alt.ConcatChart:
+    """Panels in rows of at most ``columns`` (one row when there are fewer)."""
+    panels = list(panels)
+    return alt.concat(*panels, columns=min(columns, len(panels)), **kwargs)
+
+
+TITLE_CHARS = 40  # a title line at most this long fits a chart at a phone's width
+
+
+def wrap_titles(spec, width: int = TITLE_CHARS):
+    """The spec with every title longer than ``width`` characters split into lines (Vega
+    draws a title on one line, past the chart's edge when the chart is narrow)."""
+    import textwrap
+
+    def lines(text):
+        return textwrap.wrap(text, width) if isinstance(text, str) and len(text) > width else text
+
+    if isinstance(spec, list):
+        return [wrap_titles(item, width) for item in spec]
+    if not isinstance(spec, dict):
+        return spec
+    out = {}
+    for key, value in spec.items():
+        if key == "title" and isinstance(value, str):
+            out[key] = lines(value)
+        elif key == "title" and isinstance(value, dict) and "text" in value:
+            out[key] = dict(value, text=lines(value["text"]))
+        elif key in ("datasets", "data"):
+            out[key] = value
+        else:
+            out[key] = wrap_titles(value, width)
+    return out
+
+
 def _offline_renderer(spec: dict, **_options) -> dict:
+    spec = wrap_titles(spec)
     div = f"zones-chart-{uuid.uuid4().hex[:12]}"
     html = (f'<div id="{div}" class="zones-chart"></div>\n'
             f"<script>vegaEmbed('#{div}', {json.dumps(spec)}, {{actions: false}})"

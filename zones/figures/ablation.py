@@ -3,7 +3,9 @@
 Both take the tidy table of ``zones.importance.importance_frame``: ``model, layer, delta_loss,
 alpha`` (and whatever other ablation columns, shown in tooltips). ΔLoss is drawn on a log
 axis; a block whose removal does not raise the loss (ΔLoss ≤ 0) cannot sit on it, so it is
-drawn at the axis floor in grey and its true value is in the tooltip.
+drawn at the axis floor in grey and its true value is in the tooltip. When the table has the
+interval columns of ``zones.ablation.ablation_table`` (``delta_loss_low``, ``delta_loss_high``),
+the bars carry them as error bars (an end below the axis floor is drawn at the floor).
 """
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from typing import Mapping
 import altair as alt
 import numpy as np
 import pandas as pd
+
+from zones.figures import panel_width as fitted_panel_width
 
 ALPHA_SCHEME = "viridis"
 HIGHLIGHT = {"most important": "#d62728", "least important": "#1f77b4", "other": "#9e9e9e"}
@@ -33,11 +37,21 @@ def log_floor(values: pd.Series) -> float:
     return float(positive.min() / 3) if len(positive) else 1e-6
 
 
+INTERVAL = ("delta_loss_low", "delta_loss_high")
+
+
+def _has_interval(df: pd.DataFrame) -> bool:
+    return all(c in df.columns for c in INTERVAL) and bool(df[list(INTERVAL)].notna().any().all())
+
+
 def _with_plot_value(frame: pd.DataFrame) -> pd.DataFrame:
     df = frame.copy()
     floor = log_floor(df["delta_loss"])
     df["raises_loss"] = df["delta_loss"] > 0
     df["delta_loss_plot"] = df["delta_loss"].where(df["raises_loss"], floor)
+    if _has_interval(df):  # ends of the error bar on the log axis: never below its floor
+        for column in INTERVAL:
+            df[f"{column}_plot"] = df[column].where(df[column] > floor, floor)
     return df
 
 
@@ -49,11 +63,15 @@ def _tooltip(df: pd.DataFrame, alpha_title: str) -> list:
                           ("delta_loss_attn", "ΔLoss, attention only"), ("delta_loss_mlp", "ΔLoss, MLP only")):
         if column in df.columns:
             tips.append(alt.Tooltip(f"{column}:Q", title=title, format=".4f"))
+    if _has_interval(df):
+        tips[3:3] = [alt.Tooltip("delta_loss_low:Q", title="95% interval, low", format=".4f"),
+                     alt.Tooltip("delta_loss_high:Q", title="95% interval, high", format=".4f")]
     return tips
 
 
 def _log_domain(df: pd.DataFrame) -> list[float]:
-    return [float(df["delta_loss_plot"].min()) / 1.5, float(df["delta_loss_plot"].max()) * 1.5]
+    top = df["delta_loss_high_plot"].max() if "delta_loss_high_plot" in df else df["delta_loss_plot"].max()
+    return [float(df["delta_loss_plot"].min()) / 1.5, float(max(top, df["delta_loss_plot"].max())) * 1.5]
 
 
 def _y(domain: list[float], title: str = "ΔLoss when removed (nats, log)") -> alt.Y:
@@ -75,7 +93,7 @@ def ablation_bars(frame: pd.DataFrame, *, alpha_title: str = "α", titles: Mappi
     domain = _log_domain(df)
     y = _y(domain)
     color_domain = [float(np.nanmin(df["alpha"])), float(np.nanmax(df["alpha"]))]
-    panel_width = width or max(180, min(620, 900 // len(models)))
+    panel_width = width or fitted_panel_width(len(models))  # the row fits the book's column
     panels = []
     for model in models:
         part = df[df["model"] == model]
@@ -88,7 +106,12 @@ def ablation_bars(frame: pd.DataFrame, *, alpha_title: str = "α", titles: Mappi
                             scale=alt.Scale(scheme=ALPHA_SCHEME, domain=color_domain)))
         # Blocks whose removal lowers the loss: a grey stub at the axis floor.
         lowers = base.transform_filter("!datum.raises_loss").mark_bar(color="#bdbdbd")
-        panels.append(alt.layer(bars, lowers, title=_panel_title(model, titles))
+        layers = [bars, lowers]
+        if _has_interval(part):  # the 95% paired bootstrap interval of each block's ΔLoss
+            layers.append(alt.Chart(part).mark_rule(color="#212121", strokeWidth=1.2).encode(
+                x=alt.X("layer:O"), y=alt.Y("delta_loss_low_plot:Q", scale=alt.Scale(type="log", domain=domain)), y2="delta_loss_high_plot:Q",
+                tooltip=_tooltip(part, alpha_title)))
+        panels.append(alt.layer(*layers, title=_panel_title(model, titles))
                       .properties(width=panel_width, height=height))
     return alt.hconcat(*panels).resolve_scale(y="shared", color="shared")
 
@@ -108,7 +131,7 @@ def importance_scatter(frame: pd.DataFrame, *, alpha_title: str = "α", titles: 
         df.loc[df.loc[rows, "delta_loss"].idxmax(), "highlight"] = "most important"
         df.loc[df.loc[rows, "delta_loss"].idxmin(), "highlight"] = "least important"
     y = _y(_log_domain(df))
-    panel_width = width or max(220, min(520, 900 // len(models)))
+    panel_width = width or fitted_panel_width(len(models))  # the row fits the book's column
     panels = []
     for model in models:
         part = df[df["model"] == model]

@@ -4,6 +4,8 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
+from zones.figures import COLUMN_WIDTH, fit, panel_width
+
 GROUP_COLORS = alt.Scale(domain=["Q/K", "V/O", "MLP"], range=["#d62728", "#1f77b4", "#7f7f7f"])
 ESTIMATOR_TITLES = {"alpha_shape": "spectral-shape α", "alpha_esd": "ESD α (WeightWatcher)",
                     "alpha_hill": "Hill α (median x_min)"}
@@ -23,18 +25,18 @@ def alpha_profile_bars(table: pd.DataFrame, role: str = "q", value: str = "alpha
         raise ValueError(f"no rows for role {role!r}; roles present: {sorted(table['role'].unique())}")
     last = df["layer"].max()
     df["position"] = df["layer"].map(lambda l: "first" if l == 0 else "last" if l == last else "middle")
-    return alt.Chart(df, title=title or f"{value} of the {role} projection by layer").mark_bar().encode(
+    return fit(alt.Chart(df, title=title or f"{value} of the {role} projection by layer").mark_bar().encode(
         x=alt.X("layer:O", title="layer"),
         y=alt.Y(f"{value}:Q", title=value),
         color=alt.Color("position:N", scale=alt.Scale(domain=["first", "middle", "last"],
                                                      range=["#d62728", "#9ecae9", "#d62728"]),
                         legend=None),
         tooltip=["layer:O", "role:N", alt.Tooltip(f"{value}:Q", format=".3f")],
-    ).properties(width=520, height=220)
+    ), height=220)
 
 
-def alpha_by_role(table: pd.DataFrame, value: str = "alpha_shape") -> alt.FacetChart:
-    """Small multiples: ``value`` against depth, one panel per role, on a shared y scale
+def alpha_by_role(table: pd.DataFrame, value: str = "alpha_shape", columns: int = 3) -> alt.FacetChart:
+    """Small multiples: ``value`` against depth, one panel per role (``columns`` to a row), on a shared y scale
     (so that a flat panel and a steep one can be compared), coloured by Q/K, V/O, MLP."""
     from zones.spectra import role_group
 
@@ -48,8 +50,9 @@ def alpha_by_role(table: pd.DataFrame, value: str = "alpha_shape") -> alt.FacetC
         color=alt.Color("group:N", scale=GROUP_COLORS, title="group"),
         tooltip=["role:N", "layer:O", alt.Tooltip(f"{value}:Q", format=".3f")],
     )
-    return (base.mark_line() + base.mark_point(size=18, filled=True)).properties(width=150, height=120).facet(
-        facet=alt.Facet("role:N", title=None, sort=roles), columns=4,
+    return (base.mark_line() + base.mark_point(size=18, filled=True)).properties(
+        width=panel_width(columns), height=120).facet(
+        facet=alt.Facet("role:N", title=None, sort=roles), columns=columns,
         title=f"{ESTIMATOR_TITLES.get(value, value)} by depth, every role")
 
 
@@ -76,5 +79,5 @@ def estimators_by_depth(table: pd.DataFrame, role: str = "q",
         chart = base.mark_line(color="#444") + base.mark_point(filled=True, color="#d62728", size=30)
         if value == "alpha_esd":
             chart = alt.Chart(part).mark_rule(color="#bbb").encode(x="layer:Q", y="low:Q", y2="high:Q") + chart
-        panels.append(chart.properties(width=520, height=130))
+        panels.append(chart.properties(width=COLUMN_WIDTH - 60, height=130))
     return alt.vconcat(*panels, title=f"The estimators side by side: the {role} projection")

@@ -5,19 +5,21 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
+from zones.figures import fit, panel_width
+
 GROUP_ORDER = ["Q/K", "V/O", "MLP", "all"]
 
 
 def loss_curves(history: pd.DataFrame) -> alt.Chart:
     """Held-out loss against training step, one line per depth (a ``series_history`` table)."""
     df = history.dropna(subset=["heldout_loss"])
-    return alt.Chart(df, title="Held-out loss during training").mark_line(point=True).encode(
+    return fit(alt.Chart(df, title="Held-out loss during training").mark_line(point=True).encode(
         x=alt.X("step:Q", title="training step"),
         y=alt.Y("heldout_loss:Q", title="held-out loss (nats/token)", scale=alt.Scale(zero=False)),
         color=alt.Color("depth:O", title="depth"),
         tooltip=["depth:O", "step:Q", alt.Tooltip("heldout_loss:Q", format=".3f"),
                  alt.Tooltip("train_loss:Q", format=".3f")],
-    ).properties(width=460, height=240)
+    ), height=240)
 
 
 def lifecycle_heatmap(grid: pd.DataFrame, title: str, value_title: str,
@@ -29,14 +31,15 @@ def lifecycle_heatmap(grid: pd.DataFrame, title: str, value_title: str,
         y=alt.Y("layer:O", title="layer", sort="descending"),
         color=alt.Color("value:Q", title=value_title, scale=alt.Scale(scheme=scheme, reverse=reverse)),
         tooltip=["depth:O", "group:N", "layer:O", "step:Q", alt.Tooltip("value:Q", format=".3f")],
-    ).properties(width=200, height=110)
+    ).properties(width=panel_width(len(groups)) - 15, height=110)
     return base.facet(row=alt.Row("depth:O", title="depth"),
                       column=alt.Column("group:N", title=None, sort=groups),
                       title=title).resolve_scale(y="independent")
 
 
-def wave_gradient_lines(gradient: pd.DataFrame) -> alt.FacetChart:
-    """Early-minus-late compression against step, one panel per group, one line per depth."""
+def wave_gradient_lines(gradient: pd.DataFrame, columns: int = 2) -> alt.FacetChart:
+    """Early-minus-late compression against step, one panel per group (``columns`` to a row),
+    one line per depth."""
     groups = [g for g in GROUP_ORDER if g in set(gradient["group"])]
     base = alt.Chart(gradient)
     lines = base.mark_line(point=True).encode(
@@ -46,19 +49,21 @@ def wave_gradient_lines(gradient: pd.DataFrame) -> alt.FacetChart:
         tooltip=["depth:O", "group:N", "step:Q", alt.Tooltip("gradient:Q", format=".3f")],
     )
     zero = base.mark_rule(color="gray", strokeDash=[4, 4]).encode(y=alt.datum(0))
-    return alt.layer(lines, zero).properties(width=200, height=180).facet(
-        column=alt.Column("group:N", title=None, sort=groups))
+    return alt.layer(lines, zero).properties(width=panel_width(columns), height=180).facet(
+        facet=alt.Facet("group:N", title=None, sort=groups), columns=columns)
 
 
-def final_profiles(profile: pd.DataFrame, value_title: str = "α") -> alt.FacetChart:
-    """The final α profile against relative depth, one line per depth, one panel per group."""
+def final_profiles(profile: pd.DataFrame, value_title: str = "α", columns: int = 2) -> alt.FacetChart:
+    """The final α profile against relative depth, one line per depth, one panel per group
+    (``columns`` to a row)."""
     groups = [g for g in GROUP_ORDER if g in set(profile["group"])]
     return alt.Chart(profile).mark_line(point=True).encode(
         x=alt.X("relative_depth:Q", title="relative depth"),
         y=alt.Y("value:Q", title=value_title, scale=alt.Scale(zero=False)),
         color=alt.Color("depth:O", title="depth"),
         tooltip=["depth:O", "group:N", "layer:O", alt.Tooltip("value:Q", format=".3f")],
-    ).properties(width=170, height=180).facet(column=alt.Column("group:N", title=None, sort=groups))
+    ).properties(width=panel_width(columns), height=180).facet(
+        facet=alt.Facet("group:N", title=None, sort=groups), columns=columns)
 
 
 def delta_alpha_scaling(table: pd.DataFrame, exponent: float, prefactor: float,
@@ -83,5 +88,4 @@ def delta_alpha_scaling(table: pd.DataFrame, exponent: float, prefactor: float,
         x=x, y=y, strokeDash=alt.StrokeDash("line:N", title=None), color=alt.value("#555"))
     points = alt.Chart(table).mark_point(filled=True, size=90, color="#d62728").encode(
         x=x, y=y, tooltip=["depth:Q", alt.Tooltip("delta_alpha:Q", format=".3f")])
-    return alt.layer(drawn, points).properties(width=380, height=260,
-                                               title=title or "Δα against depth")
+    return fit(alt.layer(drawn, points).properties(title=title or "Δα against depth"), height=260)

@@ -1,4 +1,10 @@
-"""Figures of the depth-pruning chapter. Each takes the tables of ``zones.pruning``."""
+"""Figures of the depth-pruning chapter. Each takes the tables of ``zones.pruning``.
+
+Where a summary carries the 95% paired intervals of ``zones.pruning.summarize_pruning``
+(``delta_ppl_low``, ``delta_ppl_high``), the charts draw them as error bars (on a log axis an
+end at or below 0 is drawn at the axis floor); the crossover chart draws the ratio's interval
+and marks a collapsed ratio at the top of the chart instead of plotting its value.
+"""
 from __future__ import annotations
 
 import math
@@ -7,11 +13,13 @@ from typing import Sequence
 import altair as alt
 import pandas as pd
 
+from zones.figures import COLUMN_WIDTH  # charts fit the book's column
+
 # Ours in blue, the heuristic it is measured against in orange, chance in grey.
 COLORS = {"zone_aware": "#1f77b4", "last_n": "#ff7f0e", "random": "#7f7f7f", "alpha_lowest": "#9467bd",
           "block_influence": "#2ca02c", "angular": "#17becf", "ablation_rank": "#8c564b", "greedy": "#d62728",
           "zone_aware_no_protection": "#e377c2", "zone_aware_no_spreading": "#bcbd22",
-          "zone_aware_one_zone": "#393b79"}
+          "zone_aware_one_zone": "#393b79", "last_n_keep_last": "#ffbb78", "random_protected": "#c7c7c7"}
 FALLBACK = ["#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"]
 
 
@@ -25,10 +33,28 @@ def _positive(summary: pd.DataFrame, strategies: Sequence[str] | None) -> pd.Dat
     return df[df["delta_ppl"] > 0].copy()  # a log axis cannot show ΔPPL ≤ 0
 
 
+def _has_interval(df: pd.DataFrame) -> bool:
+    return {"delta_ppl_low", "delta_ppl_high"} <= set(df.columns) and bool(df["delta_ppl_high"].notna().any())
+
+
+def _interval_ends(df: pd.DataFrame, floor: float) -> pd.DataFrame:
+    """The interval's ends where a log axis can draw them (an end ≤ 0 at ``floor``)."""
+    df = df.copy()
+    for column in ("delta_ppl_low", "delta_ppl_high"):
+        df[f"{column}_plot"] = df[column].where(df[column] > floor, floor)
+    return df
+
+
+def _interval_tooltips() -> list:
+    return [alt.Tooltip("delta_ppl_low:Q", format=".3g", title="95% interval, low"),
+            alt.Tooltip("delta_ppl_high:Q", format=".3g", title="95% interval, high")]
+
+
 def delta_ppl_bars(summary: pd.DataFrame, strategies: Sequence[str] = ("zone_aware", "last_n", "random"),
                    title: str | None = None) -> alt.LayerChart:
-    """Grouped bars of ΔPPL (log y) per k; seeded strategies show their seed mean with a
-    min–max whisker."""
+    """Grouped bars of ΔPPL (log y) per k, with the 95% paired interval as a whisker when the
+    summary has it (seeded strategies: their median over seeds); without intervals, seeded
+    strategies show their seed min–max."""
     df = _positive(summary, strategies)
     order = [s for s in strategies if s in set(df["strategy"])]
     base = alt.Chart(df).encode(
@@ -39,21 +65,29 @@ def delta_ppl_bars(summary: pd.DataFrame, strategies: Sequence[str] = ("zone_awa
     floor = df[["delta_ppl", "delta_ppl_min"]].where(lambda d: d > 0).min().min() if len(df) else 1.0
     # bars grow from a power of ten below the smallest value, so every bar is visible
     y_scale = alt.Scale(type="log", domainMin=10 ** math.floor(math.log10(floor)) if floor == floor else 1.0)
+    interval = _has_interval(df)
+    tips = ["strategy:N", "k:O", alt.Tooltip("delta_ppl:Q", format=".3g", title="ΔPPL (median over seeds)")]
+    tips += _interval_tooltips() if interval else []
+    tips += [alt.Tooltip("delta_ppl_min:Q", format=".3g", title="min over seeds"),
+             alt.Tooltip("delta_ppl_max:Q", format=".3g", title="max over seeds"), "n_seeds:Q"]
     bars = base.mark_bar(clip=True).encode(
-        y=alt.Y("delta_ppl:Q", scale=y_scale, title="ΔPPL (log scale)", stack=None),
-        tooltip=["strategy:N", "k:O", alt.Tooltip("delta_ppl:Q", format=".2f", title="ΔPPL (mean)"),
-                 alt.Tooltip("delta_ppl_min:Q", format=".2f", title="min"),
-                 alt.Tooltip("delta_ppl_max:Q", format=".2f", title="max"), "n_seeds:Q"],
-    )
-    whiskers = base.transform_filter("datum.n_seeds > 1").mark_rule(color="black").encode(
-        y=alt.Y("delta_ppl_min:Q", scale=y_scale), y2="delta_ppl_max:Q")
-    return (bars + whiskers).properties(width=560, height=260, title=title or "ΔPPL by number of blocks removed")
+        y=alt.Y("delta_ppl:Q", scale=y_scale, title="ΔPPL (log scale)", stack=None), tooltip=tips)
+    if interval:
+        low_end = 10 ** math.floor(math.log10(floor)) if floor == floor else 1.0
+        whiskers = alt.Chart(_interval_ends(df, low_end)).mark_rule(color="black").encode(
+            x=alt.X("k:O"), xOffset=alt.XOffset("strategy:N", sort=order),
+            y=alt.Y("delta_ppl_low_plot:Q", scale=y_scale), y2="delta_ppl_high_plot:Q", tooltip=tips)
+    else:
+        whiskers = base.transform_filter("datum.n_seeds > 1").mark_rule(color="black").encode(
+            y=alt.Y("delta_ppl_min:Q", scale=y_scale), y2="delta_ppl_max:Q")
+    return (bars + whiskers).properties(width="container", height=260, title=title or "ΔPPL by number of blocks removed")
 
 
 def delta_ppl_lines(summary: pd.DataFrame, strategies: Sequence[str] | None = None,
                     title: str | None = None, dashed: Sequence[str] = ()) -> alt.LayerChart:
     """ΔPPL (log y) against k, one line per strategy (``dashed`` ones dashed, so lines that
-    coincide stay visible); click the legend to pick out one."""
+    coincide stay visible), with the 95% paired interval as a vertical rule at each point when
+    the summary has it; click the legend to pick out one."""
     df = _positive(summary, strategies)
     df["line"] = df["strategy"].isin(list(dashed)).map({True: "dashed", False: "solid"})
     order = list(dict.fromkeys(s for s in (strategies or summary["strategy"]) if s in set(df["strategy"])))
@@ -65,20 +99,39 @@ def delta_ppl_lines(summary: pd.DataFrame, strategies: Sequence[str] | None = No
         opacity=alt.condition(pick, alt.value(1.0), alt.value(0.12)),
         strokeDash=alt.StrokeDash("line:N", scale=alt.Scale(domain=["solid", "dashed"], range=[[1, 0], [6, 3]]),
                                   legend=None),
-        tooltip=["strategy:N", "k:Q", alt.Tooltip("delta_ppl:Q", format=".2f", title="ΔPPL"),
-                 alt.Tooltip("ppl:Q", format=".2f", title="PPL")],
+        tooltip=["strategy:N", "k:Q", alt.Tooltip("delta_ppl:Q", format=".3g", title="ΔPPL")]
+                + (_interval_tooltips() if _has_interval(df) else []) + [alt.Tooltip("ppl:Q", format=".2f", title="PPL")],
     )
-    return (base.mark_line() + base.mark_point(filled=True, size=40)).add_params(pick).properties(
-        width=560, height=280, title=title or "ΔPPL of every strategy")
+    chart = base.mark_line() + base.mark_point(filled=True, size=40)
+    if _has_interval(df):
+        floor = float(df["delta_ppl"].min()) / 3
+        rules = alt.Chart(_interval_ends(df, floor)).mark_rule(strokeWidth=1.5).encode(
+            x="k:Q", y=alt.Y("delta_ppl_low_plot:Q", scale=alt.Scale(type="log")), y2="delta_ppl_high_plot:Q",
+            color=alt.Color("strategy:N", scale=_color(order), sort=order),
+            opacity=alt.condition(pick, alt.value(0.6), alt.value(0.06)))
+        chart = chart + rules
+    return chart.add_params(pick).properties(
+        width="container", height=280, title=title or "ΔPPL of every strategy")
 
 
 def crossover_chart(comparison: pd.DataFrame, numerator: str = "last_n",
                     denominator: str = "zone_aware") -> alt.LayerChart:
     """ΔPPL(numerator) / ΔPPL(denominator) against k (log y), with the line at 1 and the
-    region where each strategy wins shaded."""
-    df = comparison.dropna(subset=["ratio"])
-    lo = min(float(df["ratio"].min()) if len(df) else 1.0, 1.0) / 1.6
-    hi = max(float(df["ratio"].max()) if len(df) else 1.0, 1.0) * 1.6
+    region where each strategy wins shaded.
+
+    With the columns of ``zones.pruning.compare_strategies`` (``ratio_low``, ``ratio_high``,
+    ``status``), each ratio carries its 95% interval, and a ratio whose status is
+    ``"collapsed"`` is not plotted as a value: a triangle at the top of the chart marks it
+    ("collapsed": one arm's ΔPPL interval reaches 0, or the ratio exceeds 10³).
+    """
+    status = comparison["status"] if "status" in comparison else pd.Series("ratio", index=comparison.index)
+    df = comparison[(status == "ratio") & comparison["ratio"].notna()].copy()
+    collapsed = comparison[status == "collapsed"].copy()
+    has_interval = {"ratio_low", "ratio_high"} <= set(df.columns) and bool(df["ratio_high"].notna().any())
+    values = [df["ratio"]] + ([df["ratio_low"].where(df["ratio_low"] > 0), df["ratio_high"]] if has_interval else [])
+    values = pd.concat(values).dropna()
+    lo = min(float(values.min()) if len(values) else 1.0, 1.0) / 1.6
+    hi = max(float(values.max()) if len(values) else 1.0, 1.0) * 1.6
     k_lo, k_hi = float(comparison["k"].min()) - 0.5, float(comparison["k"].max()) + 0.5
     regions = pd.DataFrame([
         dict(x=k_lo, x2=k_hi, y=1.0, y2=hi, region=f"{denominator} wins", label_y=hi ** 0.5),
@@ -102,9 +155,27 @@ def crossover_chart(comparison: pd.DataFrame, numerator: str = "last_n",
         x=alt.X("k:Q", scale=alt.Scale(domain=[k_lo, k_hi], nice=False)),
         y=alt.Y("ratio:Q", scale=y_scale, title=f"ΔPPL {numerator} / ΔPPL {denominator} (log scale)",
                 axis=alt.Axis(grid=False)),
-        tooltip=["k:Q", alt.Tooltip("ratio:Q", format=".2f"), alt.Tooltip(f"{numerator}:Q", format=".2f"),
-                 alt.Tooltip(f"{denominator}:Q", format=".2f"), "winner:N"])
-    return (shade + labels + one + line).properties(width=560, height=260,
+        tooltip=["k:Q", alt.Tooltip("ratio:Q", format=".3g")]
+                + ([alt.Tooltip("ratio_low:Q", format=".3g", title="95% interval, low"),
+                    alt.Tooltip("ratio_high:Q", format=".3g", title="95% interval, high")] if has_interval else [])
+                + [alt.Tooltip(f"{numerator}:Q", format=".3g"), alt.Tooltip(f"{denominator}:Q", format=".3g"),
+                   "winner:N"])
+    chart = shade + labels + one + line
+    if has_interval:
+        ends = df.assign(low_plot=df["ratio_low"].where(df["ratio_low"] > lo, lo),
+                         high_plot=df["ratio_high"].where(df["ratio_high"] < hi, hi))
+        chart = chart + alt.Chart(ends).mark_rule(color="black", strokeWidth=1.5).encode(
+            x=alt.X("k:Q", scale=alt.Scale(domain=[k_lo, k_hi], nice=False)),
+            y=alt.Y("low_plot:Q", scale=y_scale), y2="high_plot:Q")
+    if len(collapsed):
+        marks = collapsed.assign(y=hi / 1.25, label="collapsed")
+        tips = ["k:Q", alt.Tooltip("ratio:Q", format=".3g", title="ratio (not meaningful)"),
+                alt.Tooltip(f"{numerator}:Q", format=".3g"), alt.Tooltip(f"{denominator}:Q", format=".3g"), "winner:N"]
+        at = dict(x=alt.X("k:Q", scale=alt.Scale(domain=[k_lo, k_hi], nice=False)), y=alt.Y("y:Q", scale=y_scale))
+        chart = (chart + alt.Chart(marks).mark_point(shape="triangle-up", filled=True, size=90, color="#b71c1c")
+                 .encode(tooltip=tips, **at)
+                 + alt.Chart(marks).mark_text(dy=-11, fontSize=10, color="#b71c1c").encode(text="label:N", **at))
+    return chart.properties(width="container", height=260,
                                                     title=f"{numerator} / {denominator}: above 1, {denominator} wins")
 
 
@@ -119,7 +190,7 @@ def removed_on_profile(zones: pd.DataFrame, plans: pd.DataFrame, k: int,
         color=alt.Color("zone_label:N", title="zone (1 = lowest mean α)", scale=alt.Scale(scheme="blues", reverse=True)),
         tooltip=["layer:O", alt.Tooltip("alpha:Q", format=".3f"), "zone_label:N",
                  alt.Tooltip("zone_mean:Q", format=".3f", title="zone mean α")],
-    ).properties(width=560, height=150, title=f"Blocks removed at k = {k}, on the α profile")
+    ).properties(width=COLUMN_WIDTH - 200, height=150, title=f"Blocks removed at k = {k}, on the α profile")
     rows = []
     chosen = plans[plans["k"] == k]
     if "seed" in chosen:
@@ -135,5 +206,5 @@ def removed_on_profile(zones: pd.DataFrame, plans: pd.DataFrame, k: int,
         color=alt.Color("strategy:N", scale=_color(order), legend=None),
         tooltip=["strategy:N", "layer:O", alt.Tooltip("turn:Q", title="removed as number")])
     turns = base.mark_text(fontSize=8, color="white").encode(text="turn:Q")
-    grid = (squares + turns).properties(width=560, height=18 * len(order))
+    grid = (squares + turns).properties(width=COLUMN_WIDTH - 200, height=18 * len(order))
     return alt.vconcat(profile, grid).resolve_scale(color="independent")

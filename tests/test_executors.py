@@ -1,0 +1,132 @@
+"""Executors: local and Ray give the same table; a failed or killed job is retried or reported
+by name, never dropped."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import tiny_model
+from zones import checkpoints
+from zones.executors import Job, JobFailed, alpha_sweep, run_jobs
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def flaky(marker: str, value: int, failures: int = 1):
+    """Fails its first ``failures`` calls (counted in the file ``marker``), then returns value²."""
+    path = Path(marker)
+    calls = int(path.read_text()) if path.exists() else 0
+    path.write_text(str(calls + 1))
+    if calls < failures:
+        raise OSError(f"transient failure {calls + 1}")
+    return value * value
+
+
+def dies_once(marker: str, checkpoint):
+    """Kills its own process on the first attempt (as an out-of-memory kill would), then computes."""
+    if not os.path.exists(marker):
+        Path(marker).write_text("died")
+        os._exit(1)
+    return checkpoints.checkpoint_snapshot(checkpoint)
+
+
+def always_dies(checkpoint):
+    os._exit(1)
+
+
+def test_local_jobs_return_in_order_and_a_transient_failure_is_retried(tmp_path, capsys):
+    jobs = [Job(f"job-{k}", flaky, (str(tmp_path / f"m{k}"), k, 1 if k == 2 else 0)) for k in range(4)]
+    assert run_jobs(jobs, progress=False) == [0, 1, 4, 9]
+    assert "job job-2 failed (OSError: transient failure 1); retry 1 of 2" in capsys.readouterr().err
+
+
+def test_a_job_failing_every_attempt_is_reported_by_name_and_no_result_is_returned(tmp_path):
+    jobs = [Job("good", flaky, (str(tmp_path / "a"), 3, 0)), Job("ckpt step-7", flaky, (str(tmp_path / "b"), 1, 9))]
+    with pytest.raises(JobFailed, match=r"1 of 2 jobs failed: ckpt step-7 \(OSError: transient failure 2; "
+                                        r"2 attempts\)"):
+        run_jobs(jobs, retries=1, progress=False)
+    assert (tmp_path / "b").read_text() == "2"  # bounded: one try and one retry
+    with pytest.raises(ValueError, match="unknown executor"):
+        run_jobs(jobs, "dask")
+
+
+def test_a_permanent_error_is_reported_at_once_not_retried(tmp_path):
+    from zones.checkpoints import Checkpoint, checkpoint_snapshot
+
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text('{"model_type": "mamba"}')
+    job = Job("ckpt", checkpoint_snapshot, (Checkpoint(str(tmp_path / "ckpt"), 0),))
+    with pytest.raises(JobFailed, match=r"1 of 1 jobs failed: ckpt \(.*mamba.*; 1 attempt\)"):
+        run_jobs([job], retries=3, progress=False)
+
+
+def save_series(root: Path, steps=(0, 10, 20, 30)) -> list[Path]:
+    paths = []
+    for k, step in enumerate(steps):
+        tiny_model("gpt_neox", n_layers=2, seed=100 + k).save_pretrained(root / f"step-{step}")
+        paths.append(root / f"step-{step}")
+    return paths
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    ray = pytest.importorskip("ray", reason='the Ray executor tests need Ray: pip install "zones[ray]"')
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this test file
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def test_ray_executor_gives_the_local_table_and_fills_the_drivers_cache(ray_instance, tmp_path, monkeypatch):
+    paths = [str(p) for p in save_series(tmp_path)]
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "local-cache"))
+    local = checkpoints.lifecycle_snapshots(paths, progress=False)
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "driver-cache"))
+    remote = checkpoints.lifecycle_snapshots(paths, executor="ray", progress=False)
+    pd.testing.assert_frame_equal(remote, local)
+    stored = sorted((tmp_path / "driver-cache" / "snapshots").glob("*.parquet"))
+    assert len(stored) == len(paths)  # every result landed in the driver's cache
+    computed = []
+    monkeypatch.setattr(checkpoints, "snapshot_rows", lambda *a, **k: computed.append(1))
+    again = checkpoints.lifecycle_snapshots(paths, progress=False)  # local, from that cache
+    assert computed == [] and again.equals(local)
+
+
+def test_a_killed_ray_job_is_retried_and_one_that_always_dies_is_reported(ray_instance, tmp_path):
+    series = checkpoints.resolve_checkpoints([str(p) for p in save_series(tmp_path, steps=(0, 5))])
+    marker = str(tmp_path / "died-once")
+    jobs = [Job(c.label, dies_once, (marker, c)) for c in series]
+    results = run_jobs(jobs, "ray", retries=2, progress=False)
+    assert Path(marker).exists()  # one attempt died ...
+    expected = [checkpoints.checkpoint_snapshot(c).rows for c in series]
+    for result, rows in zip(results, expected):  # ... and its retry computed the same rows
+        pd.testing.assert_frame_equal(result.rows, rows)
+    with pytest.raises(JobFailed, match=rf"1 of 2 jobs failed: {series[1].label} "
+                                        r"\(.*the worker running it died; 2 attempts\)"):
+        run_jobs([jobs[0], Job(series[1].label, always_dies, (series[1],))], "ray", retries=1, progress=False)
+
+
+def test_cli_sweep_stacks_the_alpha_tables_of_several_models(tiny_model_dir, tiny_tokenizer, tmp_path):
+    from zones.cli import main
+    from zones.models import load_model
+    from zones.spectra import alpha_table
+
+    other = tmp_path / "gpt2"
+    tiny_model("gpt2", n_layers=2, vocab=len(tiny_tokenizer)).save_pretrained(other)
+    tiny_tokenizer.save_pretrained(other)
+    models = [str(tiny_model_dir), str(other)]
+    assert main(["sweep", "--models", ",".join(models), "--out", str(tmp_path / "out")]) == 0
+    table = pd.read_csv(tmp_path / "out" / "alpha.csv")
+    assert table["model"].drop_duplicates().tolist() == models
+    for name in models:
+        expected = alpha_table(load_model(name, device="cpu").model)
+        got = table[table["model"] == name]
+        assert got["alpha_shape"].to_numpy() == pytest.approx(expected["alpha_shape"].to_numpy(), rel=1e-9)
+    with pytest.raises(ValueError, match="listed twice"):
+        alpha_sweep(models + models[:1])

@@ -1,0 +1,402 @@
+"""The chapters' verdicts and the claims scorecard: every branch of every rule, on synthetic
+tables with a known answer, and the pages that call them on tiny models."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from zones.report import alpha_profile, claims, common, importance, layer_ablation, lifecycle
+
+NAN = float("nan")
+
+
+# --- common ----------------------------------------------------------------------------------------
+
+def test_save_writes_strict_json_and_plain_values(tmp_path):
+    out = common.save(tmp_path / "r", {"t": pd.DataFrame({"a": [1, 2]})},
+                      {"x": np.float64(NAN), "n": np.int64(3), "v": [np.float32(0.5), math.inf]})
+    assert json.loads((out / "summary.json").read_text()) == {"x": None, "n": 3, "v": [0.5, None]}
+    assert pd.read_csv(out / "t.csv")["a"].tolist() == [1, 2]
+    assert common.plain({"a": np.bool_(True)}) == {"a": True}
+
+
+def test_unit_bootstrap_covers_a_known_slope_and_is_nan_with_too_few_units():
+    rng = np.random.default_rng(1)
+    x = np.linspace(0, 1, 30)
+    y = 0.3 * x + rng.normal(0, 0.05, x.size)
+    est, low, high = common.unit_bootstrap([x, y], alpha_profile._slope)
+    assert low < 0.3 < high and low < est < high and high - low < 0.2
+    assert math.isnan(common.unit_bootstrap([x[:2], y[:2]], alpha_profile._slope)[1])
+    # strata: each resampled on its own
+    est, low, high = common.unit_bootstrap([np.array([1.0, 1.2, 0.8]), np.array([0.0, 0.1, -0.1])],
+                                           lambda a, b, axis=-1: a.mean(axis) - b.mean(axis), paired=False)
+    assert est == pytest.approx(1.0) and 0.7 < low < 1.0 < high < 1.3
+
+
+@pytest.mark.parametrize("low, high, side", [(0.1, 0.2, "above"), (-0.2, -0.1, "below"), (-0.1, 0.1, "straddles"),
+                                             (NAN, 0.1, "undefined")])
+def test_interval_side(low, high, side):
+    assert common.interval_side(low, high, 0.0) == side
+
+
+# --- alpha profile ---------------------------------------------------------------------------------
+
+def _alpha_table(values: dict[str, np.ndarray]) -> pd.DataFrame:
+    rows = [dict(layer=i, role=role, alpha_shape=float(v)) for role, vs in values.items() for i, v in enumerate(vs)]
+    return pd.DataFrame(rows)
+
+
+def test_depth_trend_says_rises_falls_or_flat():
+    rng = np.random.default_rng(0)
+    x = np.linspace(0, 1, 24)
+    table = _alpha_table({"q": 0.22 + 0.26 * x + rng.normal(0, 0.02, x.size),
+                          "k": 0.5 - 0.2 * x + rng.normal(0, 0.02, x.size),
+                          "v": 0.4 + np.tile([0.05, -0.05], 12)})
+    trend = alpha_profile.depth_trend(table).set_index("role")
+    assert trend.loc["q", "trend"] == "rises" and trend.loc["q", "rise_low"] < 0.26 < trend.loc["q", "rise_high"]
+    assert trend.loc["q", "first_fit"] == pytest.approx(0.22, abs=0.03)
+    assert trend.loc["k", "trend"] == "falls"
+    assert trend.loc["v", "trend"] == "flat within noise"
+    assert alpha_profile.trend_word(NAN, NAN) == "undefined"
+
+
+def test_qk_vo_asymmetry_branches():
+    rng = np.random.default_rng(0)
+    wavy, flat = np.sin(np.linspace(0, 3, 20)), 0.01 * rng.normal(size=20)
+
+    def profile(qk, vo):
+        return pd.DataFrame([dict(layer=i, group=g, value=v) for g, vs in (("Q/K", qk), ("V/O", vo))
+                             for i, v in enumerate(vs)])
+
+    assert alpha_profile.qk_vo_asymmetry(profile(wavy, flat))["asymmetry"] == "Q/K larger"
+    assert alpha_profile.qk_vo_asymmetry(profile(flat, wavy))["asymmetry"] == "V/O larger"
+    noise = rng.normal(size=20)
+    same = alpha_profile.qk_vo_asymmetry(profile(noise, noise[::-1]))  # equal spread, other order
+    assert same["asymmetry"] == "not separable" and same["ratio_low"] < 1 < same["ratio_high"]
+    missing = alpha_profile.qk_vo_asymmetry(profile(wavy, flat).query("group == 'Q/K'"))
+    assert missing["asymmetry"] == "undefined"
+    for result in (alpha_profile.qk_vo_asymmetry(profile(wavy, flat)), same, missing):
+        assert alpha_profile.asymmetry_sentence(result)  # every branch has its sentence
+    # group_profile averages the roles of a group per layer
+    table = _alpha_table({"q": np.array([1.0, 2.0]), "k": np.array([3.0, 4.0]), "v": np.array([0.0, 0.0])})
+    groups = alpha_profile.group_profile(table).set_index(["layer", "group"])["value"]
+    assert groups[(0, "Q/K")] == 2.0 and groups[(1, "Q/K")] == 3.0 and groups[(1, "V/O")] == 0.0
+
+
+# --- layer ablation --------------------------------------------------------------------------------
+
+def _ablation(delta, half_width):
+    delta = np.asarray(delta, dtype=float)
+    return pd.DataFrame(dict(layer=range(len(delta)), loss=3 + delta, base_loss=3.0, delta_loss=delta, n_tokens=100,
+                             delta_loss_low=delta - half_width, delta_loss_high=delta + half_width))
+
+
+def test_first_blocks_matter_most_branches():
+    twelve = np.full(12, 0.1)
+    holds = layer_ablation.first_blocks_matter_most(_ablation(np.r_[2.0, twelve[1:]], 0.05))
+    assert holds["verdict"] == "holds" and holds["first_blocks"] == "0–1" and holds["top_first"] == 0
+    fails = layer_ablation.first_blocks_matter_most(_ablation(np.r_[0.1, 0.1, twelve[2:-1], 3.0], 0.05))
+    assert fails["verdict"] == "does not hold" and fails["top_later"] == 11
+    close = layer_ablation.first_blocks_matter_most(_ablation(np.r_[1.0, 0.1, twelve[2:-1], 0.9], 0.2))
+    assert close["verdict"] == "inconclusive"
+    no_intervals = layer_ablation.first_blocks_matter_most(
+        _ablation(np.r_[2.0, twelve[1:]], 0.05).drop(columns=["delta_loss_low", "delta_loss_high"]))
+    assert no_intervals["verdict"] == "inconclusive" and math.isnan(no_intervals["top_first_low"])
+    for result in (holds, fails, close):
+        assert result["first_blocks"] in layer_ablation.first_blocks_sentence(result)
+    with pytest.raises(ValueError, match="too few blocks"):
+        layer_ablation.first_blocks_matter_most(_ablation([1.0], 0.1))
+
+
+def test_ablation_numbers_count_blocks_without_a_detectable_cost():
+    numbers = layer_ablation.ablation_numbers(_ablation([2.0, 0.01, -0.02, 0.5], 0.05))
+    assert numbers["top"] == [0, 3, 1] and numbers["n_lowering"] == 1 and numbers["n_not_raising"] == 2
+    assert numbers["top_low"][0] == pytest.approx(1.95)
+    text = layer_ablation.top_blocks_text(numbers, "m")
+    assert text.startswith("block 0 (2.00 [1.95, 2.05] nats)") and text.endswith("in m")
+    bare = layer_ablation.ablation_numbers(_ablation([2.0, 0.1], 0.1).drop(columns=["delta_loss_low"]))
+    assert math.isnan(bare["n_not_raising"]) and "[n/a]" in layer_ablation.top_blocks_text(bare, "m")
+
+
+# --- importance ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("low, high, phrase", [(0.2, 0.8, "larger"), (-0.8, -0.2, "smaller"),
+                                               (-0.2, 0.5, "does not detectably"), (NAN, NAN, "cannot be computed")])
+def test_rho_verdict_branches(low, high, phrase):
+    assert phrase in importance.rho_verdict(dict(rho=0.3, ci_low=low, ci_high=high), "m", "α")
+
+
+def test_strongest_counts_the_estimators_not_separable_from_it():
+    rhos = pd.DataFrame(dict(estimator=["a", "b", "c", "d"], role="weighted", rho=[0.6, -0.7, 0.1, NAN],
+                             ci_low=[0.3, -0.9, -0.2, NAN], ci_high=[0.8, -0.4, 0.3, NAN]))
+    best = importance.strongest(rhos)
+    assert best["estimator"] == "b" and best["n_close"] == 0  # 0.6's interval does not reach −0.7
+    rhos.loc[0, ["rho", "ci_low", "ci_high"]] = [-0.6, -0.8, -0.3]
+    assert importance.strongest(rhos)["close"] == ["a (weighted)"]
+    assert importance.strongest(rhos.assign(rho=NAN)) is None
+
+
+# --- lifecycle -------------------------------------------------------------------------------------
+
+def _compression(early, late, steps=10):
+    """A (depth 4) compression grid: layers 0, 1 follow ``early``, 2, 3 follow ``late`` (functions of step)."""
+    rows = []
+    for step in range(steps):
+        for layer, curve, wobble in ((0, early, 0.0), (1, early, 0.01), (2, late, 0.0), (3, late, 0.01)):
+            value = curve[layer](step) if isinstance(curve, tuple) else curve(step)
+            rows.append(dict(depth=4, group="Q/K", step=step, layer=layer, relative_depth=layer / 3,
+                             value=value + wobble * step))
+    return pd.DataFrame(rows)
+
+
+def test_wave_reversal_branches():
+    fast = lambda t: min(0.5, 0.2 * t)
+    slow = lambda t: 0.09 * t
+    holds = lifecycle.wave_reversal(_compression(fast, slow), 4)
+    assert holds["verdict"] == "holds" and holds["peak_low"] > 0 and holds["after_high"] < 0
+    never_overtaken = lifecycle.wave_reversal(_compression(fast, lambda t: 0.02 * t), 4)
+    assert never_overtaken["verdict"] == "does not hold" and never_overtaken["after_low"] > 0
+    late_first = lifecycle.wave_reversal(_compression(lambda t: 0.0, slow), 4)
+    assert late_first["verdict"] == "does not hold" and late_first["peak_high"] <= 0
+    mixed = lifecycle.wave_reversal(_compression((lambda t: min(0.9, 0.3 * t), lambda t: 0.0), lambda t: 0.3), 4)
+    assert mixed["verdict"] == "inconclusive"
+
+
+def _snapshots(exponent: float, depths=(4, 8, 16), noise=0.02, seed=0):
+    """Snapshots whose α profile is a ramp of height 0.1 · L^exponent, times (1 + noise) per step."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for depth in depths:
+        for step in range(0, 101, 10):
+            delta = 0.1 * depth ** exponent * (1 + rng.normal(0, noise))
+            for layer in range(depth):
+                for role in ("q", "v"):
+                    alpha = 0.3 + delta * layer / (depth - 1)
+                    rows.append(dict(depth=depth, step=step, layer=layer, role=role, stable_rank=10.0 - step / 20,
+                                     alpha_shape=alpha, alpha_esd=3.0))
+    return pd.DataFrame(rows)
+
+
+def test_delta_alpha_exponent_branches():
+    holds = lifecycle.delta_alpha_exponent(_snapshots(0.26))
+    assert holds["verdict"] == "holds" and holds["low"] < 0.26 < holds["high"] and holds["n_late"] == [3, 3, 3]
+    steep = lifecycle.delta_alpha_exponent(_snapshots(1.0))
+    assert steep["verdict"] == "does not hold" and steep["exponent"] == pytest.approx(1.0, abs=0.05)
+    noisy = lifecycle.delta_alpha_exponent(_snapshots(0.26, noise=0.3, depths=(4, 5), seed=2))
+    assert noisy["verdict"] == "inconclusive" and noisy["low"] < 0 < 0.26 < noisy["high"]
+    one = lifecycle.delta_alpha_exponent(_snapshots(0.26, depths=(4,)))
+    assert one["verdict"] == "inconclusive" and math.isnan(one["exponent"])
+
+
+def test_lifecycle_sentences():
+    assert lifecycle.peak_shape(0.5).startswith("an interior") and "not an inverted U" in lifecycle.peak_shape(1.0)
+    by_group = pd.DataFrame({"compression_spread_max": [0.3, 0.1], "alpha_spread_final": [0.2, 0.1]},
+                            index=["Q/K", "V/O"])
+    assert "both" in lifecycle.asymmetry_sentence(by_group)
+    assert "neither" in lifecycle.asymmetry_sentence(by_group[::-1].set_axis(["Q/K", "V/O"]))
+    by_group.loc["V/O", "alpha_spread_final"] = 0.5
+    assert "only the compression" in lifecycle.asymmetry_sentence(by_group)
+    waves = pd.DataFrame([dict(depth=4, group="Q/K", leader="none", peak_step=0, trough_step=0, reversed=False),
+                          dict(depth=6, group="Q/K", leader="early", peak_step=30, trough_step=90, reversed=True)])
+    assert "neither half" in lifecycle.wave_sentence(waves, 4)
+    assert "step 30, and the gradient did reverse" in lifecycle.wave_sentence(waves, 6)
+
+
+def test_dissociation_rule():
+    snaps = _snapshots(0.26, depths=(4,))
+    gradient = pd.DataFrame(dict(depth=4, group="Q/K", step=[0, 50, 100], gradient=[0.0, 0.4, 0.05]))
+    shown = lifecycle.dissociation(gradient, snaps, 4, "alpha_shape")
+    assert shown["wave_share"] == pytest.approx(12.5) and "the dissociation the paper reports" in shown["dissociation_text"]
+    lasting = gradient.assign(gradient=[0.0, 0.4, 0.4])
+    assert "did not separate" in lifecycle.dissociation(lasting, snaps, 4, "alpha_shape")["dissociation_text"]
+
+
+# --- claims ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("low, high, p, verdict", [
+    (0.70, 0.90, 0.001, claims.HOLDS), (0.75, 0.95, 0.05, claims.OPEN), (0.1, 0.6, 0.001, claims.FAILS),
+    (0.5, 0.9, 0.001, claims.OPEN), (NAN, NAN, NAN, claims.OPEN)])
+def test_score_rho(low, high, p, verdict):
+    assert claims.score_rho(0.8, low, high, p) == verdict
+
+
+@pytest.mark.parametrize("low, high, verdict", [(1.2, 3.0, claims.HOLDS), (5.0, 9.0, claims.HOLDS),
+                                                (0.3, 1.05, claims.FAILS), (0.9, 2.0, claims.OPEN),
+                                                (NAN, NAN, claims.OPEN)])
+def test_score_ratio(low, high, verdict):
+    assert claims.score_ratio(low, high) == verdict
+
+
+@pytest.mark.parametrize("low, high, verdict", [(10.0, 30.0, claims.HOLDS), (1.5, 4.0, claims.FAILS),
+                                                (1e4, 1e6, claims.FAILS), (NAN, NAN, claims.OPEN)])
+def test_score_gap(low, high, verdict):
+    assert claims.score_gap(low, high) == verdict
+
+
+def test_score_claims_without_chapters_marks_every_claim_not_measured():
+    scores = claims.score_claims({})
+    assert list(scores.columns) == claims.COLUMNS and len(scores) == len(claims.CLAIMS)
+    assert set(scores["verdict"]) == {claims.MISSING} and set(scores["claim"]) == set(claims.CLAIMS.values())
+
+
+# --- the chapters' run() on tiny models, and the scorecard page reading what they wrote ------------------
+
+def test_scorecard_page_scores_the_tables_the_chapters_wrote(tiny_model_dir, tmp_path, one_thread, monkeypatch):
+    from zones import report
+    from zones.book import run_notebook
+
+    results = tmp_path / "results"
+    alpha = report.alpha_profile.run(model=str(tiny_model_dir), out_dir=str(results / "alpha_profile"), n_boot=200)
+    ablation = report.layer_ablation.run(models=[str(tiny_model_dir)], seq_len=32, eval_tokens=155, batch_size=4,
+                                         out_dir=str(results / "layer_ablation"), progress=False)
+    pruning = report.pruning.run(model=str(tiny_model_dir), seq_len=32, eval_tokens=124, calibration_tokens=31,
+                                 k_max=2, seeds=2, strategies=["zone_aware", "last_n", "last_n_keep_last", "random"],
+                                 batch_size=2, out_dir=str(results / "pruning"), progress=False)
+    # What each chapter glues is plain Python, and its tables carry their intervals.
+    for result in (alpha, ablation, pruning):
+        assert all(isinstance(v, (str, int, float, list)) or v is None for _, v in result.glue_items())
+    assert {"rise_low", "rise_high", "trend"} <= set(alpha["trend"].columns)
+    assert ablation.summary["models"][0]["first_blocks"]["verdict"] in ("holds", "does not hold", "inconclusive")
+    assert (ablation["ablation"]["delta_loss_low"] <= ablation["ablation"]["delta_loss_high"]).all()
+
+    monkeypatch.setenv("ZONES_BOOK_BUILD", "1")
+    run_notebook(report_root() / "notebooks" / "claims.md", tmp_path / "claims.ipynb", cwd=tmp_path,
+                 parameters=dict(results_dir=str(results), out_dir=str(results / "claims")))
+    scores = pd.read_csv(results / "claims" / "claims.csv")
+    assert list(scores.columns) == claims.COLUMNS
+    verdicts = scores.set_index("claim")["verdict"]
+    assert verdicts[claims.CLAIMS["wave"]] == claims.MISSING and verdicts[claims.CLAIMS["exponent"]] == claims.MISSING
+    measured = scores[scores["verdict"] != claims.MISSING]
+    assert set(measured["claim"]) == {claims.CLAIMS[c] for c in ("ratio", "gap", "rise", "first", "asymmetry")}
+    assert set(measured["verdict"]) <= {claims.HOLDS, claims.FAILS, claims.OPEN}
+    # The rows are the chapters' numbers: the α rise of the Q projection, Last-N and its fair variant.
+    rise = scores[scores["claim"] == claims.CLAIMS["rise"]].iloc[0]
+    q = alpha["trend"].set_index("role").loc["q"]
+    assert rise["interval"] == claims._interval(q["rise_low"], q["rise_high"])
+    ratio_rows = scores[scores["claim"] == claims.CLAIMS["ratio"]]
+    assert ratio_rows["ours"].str.startswith(("last_n/", "last_n_keep_last/")).all() and len(ratio_rows) == 2
+    page = (tmp_path / "claims.ipynb").read_text()
+    assert "Traceback" not in page and claims.RULES["rho"][:40] in page
+
+
+def report_root():
+    from zones.book import project_root
+
+    return project_root()
+
+
+# --- pruning ---------------------------------------------------------------------------------------
+
+def _pairwise(rows):
+    return pd.DataFrame([dict(k=k, strategy_a=a, strategy_b=b, diff=d, diff_low=lo, diff_high=hi,
+                              separable=bool(lo > 0 or hi < 0)) for k, a, b, d, lo, hi in rows])
+
+
+def test_standing_reads_the_pair_either_way_round():
+    from zones.report import pruning
+
+    pairs = _pairwise([(2, "zone_aware", "last_n", -0.3, -0.5, -0.1), (2, "random", "zone_aware", -0.2, -0.4, -0.05),
+                       (2, "zone_aware", "angular", 0.1, -0.1, 0.3), (2, "zone_aware", "greedy", 0.0, 0.0, 0.0),
+                       (2, "zone_aware", "ablation_rank", 0.1, NAN, NAN)])
+    assert pruning.standing(pairs, 2, "zone_aware", "last_n")[0] == "ahead"
+    word, diff, low, high = pruning.standing(pairs, 2, "zone_aware", "random")
+    assert word == "behind" and (diff, low, high) == (0.2, 0.05, 0.4)
+    assert pruning.standing(pairs, 2, "zone_aware", "angular")[0] == "not separable"
+    assert pruning.standing(pairs, 2, "zone_aware", "greedy")[0] == "same blocks"
+    assert pruning.standing(pairs, 2, "zone_aware", "ablation_rank")[0] == "undefined"
+    assert pruning.standing(pairs, 3, "zone_aware", "last_n")[0] == "undefined"
+    text = pruning.baseline_text(pairs, 2, ["zone_aware", "last_n", "random", "angular", "greedy"])
+    assert "separably ahead of last_n (−0.30 [−0.50, −0.10] nats)" in text and "separably behind random" in text
+    assert "not separable from angular" in text and "the same blocks as greedy" in text
+    recipe = pruning.recipe_text(_pairwise([(2, "zone_aware", "v1", -0.3, -0.5, -0.1),
+                                            (2, "zone_aware", "v2", 0.0, 0.0, 0.0)]), 2, ["v1", "v2", "v3"])
+    assert recipe == "At k = 2: v1: +0.30 [+0.10, +0.50] nats, worse than the full recipe; v2: the same blocks."
+
+
+@pytest.mark.parametrize("row, phrase", [
+    (dict(ratio=2.0, ratio_low=1.5, ratio_high=2.6, status="ratio"), "ΔPPL ratio 2.0 [1.5, 2.6]"),
+    (dict(ratio=5e5, ratio_low=1e5, ratio_high=9e5, status="collapsed"), "last_n collapsed (ratio > 10³×)"),
+    (dict(ratio=40.0, ratio_low=2.0, ratio_high=NAN, status="collapsed"), "zone_aware's ΔPPL is not separable from 0"),
+    (dict(ratio=NAN, ratio_low=NAN, ratio_high=NAN, status="n/a"), "no ratio"),
+])
+def test_ratio_text_never_quotes_a_collapsed_ratio(row, phrase):
+    from zones.report import pruning
+
+    text = pruning.ratio_text(pd.Series(dict(row, reference="last_n", ours="zone_aware")))
+    assert text.startswith(phrase) and ("500" not in text)
+
+
+@pytest.mark.parametrize("winners, phrase", [
+    (["last_n", "tie", "zone_aware", "zone_aware"], "separably ahead of last_n from k = 3 up to k = 4"),
+    (["zone_aware"] * 4, "ahead of last_n at every k"),
+    (["last_n"] * 4, "behind last_n at every k"),
+    (["tie"] * 4, "not separable at any k from 1 to 4: no crossover can be claimed"),
+    (["zone_aware", "tie", "last_n", "tie"], "separably ahead of last_n at k = 1, behind it at k = 3, not separable "
+                                             "from it at k = 2, 4: no lasting crossover"),
+])
+def test_crossover_text_claims_only_separable_wins(winners, phrase):
+    from zones.report import pruning
+
+    comparison = pd.DataFrame(dict(k=[1, 2, 3, 4], winner=winners))
+    assert phrase in pruning.crossover_text(comparison, "zone_aware", "last_n")
+
+
+@pytest.mark.parametrize("low, high, verdict", [(1.2, 2.0, "holds"), (0.5, 0.9, "does not hold"),
+                                                (0.9, 1.6, "is inconclusive at this budget")])
+def test_claim_text_uses_the_scorecard_rule(low, high, verdict):
+    from zones.report import pruning
+
+    comparison = pd.DataFrame([dict(reference="last_n", ours="zone_aware", k=8, ratio=(low + high) / 2,
+                                    ratio_low=low, ratio_high=high, status="ratio")])
+    assert pruning.claim_text(comparison, 8).endswith(f"the claim {verdict}.")
+    assert "not run" in pruning.claim_text(comparison, 8, "last_n_keep_last")
+
+
+def test_best_text_names_the_set_not_a_single_best():
+    from zones.report import pruning
+
+    best = pd.DataFrame(dict(k=[1, 2], best=["greedy", "angular"], best_set=["greedy,zone_aware", "angular"]))
+    assert pruning.best_text(best) == "k = 1: {greedy, zone_aware}; k = 2: {angular}. zone_aware is in the set at k = 1."
+    assert pruning.best_text(best.iloc[1:]).endswith("zone_aware is in none of them.")
+
+
+def test_score_claims_reads_every_chapter_table(tmp_path):
+    rho = pd.DataFrame([dict(estimator="alpha_shape", role="weighted", rho=0.8, ci_low=0.72, ci_high=0.9,
+                             p_value=0.001, n_layers=30, model="m"),
+                        dict(estimator="alpha_esd", role="weighted", rho=0.1, ci_low=-0.3, ci_high=0.4,
+                             p_value=0.5, n_layers=30, model="m")])
+    crossover = pd.DataFrame([dict(reference=r, ours="zone_aware", k=k, reference_delta_ppl=9.0, ours_delta_ppl=3.0,
+                                   ratio=3.0, ratio_low=lo, ratio_high=3.5, status="ratio", winner="zone_aware")
+                              for r, lo in (("last_n", 1.5), ("last_n_keep_last", 0.8), ("random", 2.0))
+                              for k in (1, 2)])
+    best = pd.DataFrame([dict(k=1, best="a", best_set="a", worst="b", worst_best_ratio=20.0,
+                              worst_best_ratio_low=15.0, worst_best_ratio_high=30.0, gap_status="ratio"),
+                         dict(k=2, best="a", best_set="a,c", worst="b", worst_best_ratio=4.0,
+                              worst_best_ratio_low=2.0, worst_best_ratio_high=6.0, gap_status="ratio")])
+    wave = pd.DataFrame([dict(depth=4, group="Q/K", peak=0.2, peak_low=0.1, peak_high=0.3, after=-0.1,
+                              after_low=-0.2, after_high=-0.05, verdict="holds")])
+    asym = pd.DataFrame([dict(depth=4, ratio=0.5, ratio_low=0.3, ratio_high=0.8, asymmetry="V/O larger")])
+    exponent = pd.DataFrame([dict(exponent=0.9, low=0.7, high=1.1, depths="4,6,8", n_late="5,5,5", group="all",
+                                  verdict="does not hold", paper_exponent=0.26)])
+    for chapter, found in {"importance_vs_alpha": dict(rho=rho), "pruning": dict(crossover=crossover, best=best),
+                           "spectral_lifecycle": dict(wave_claim=wave, asymmetry_claim=asym,
+                                                      delta_alpha_claim=exponent)}.items():
+        common.save(tmp_path / chapter, found, dict(corpus="stdlib", model_name="m", alpha_estimator="alpha_shape",
+                                                    alpha_role="weighted"))
+    tables = claims.load_tables(tmp_path)
+    assert set(tables) == {"importance_vs_alpha", "pruning", "spectral_lifecycle"}
+    scores = claims.score_claims(tables)
+    by_claim = scores.groupby("claim")["verdict"].apply(list)
+    assert by_claim[claims.CLAIMS["rho"]] == [claims.HOLDS]          # only the chapter's chosen α is scored
+    assert by_claim[claims.CLAIMS["ratio"]] == [claims.HOLDS, claims.OPEN]  # Last-N, then keeping the last block
+    assert by_claim[claims.CLAIMS["gap"]] == [claims.HOLDS]          # the largest gap (k = 1) contains 23.7
+    assert by_claim[claims.CLAIMS["wave"]] == [claims.HOLDS]
+    assert by_claim[claims.CLAIMS["asymmetry"]] == [claims.FAILS]
+    assert by_claim[claims.CLAIMS["exponent"]] == [claims.FAILS]
+    assert by_claim[claims.CLAIMS["rise"]] == [claims.MISSING] and by_claim[claims.CLAIMS["first"]] == [claims.MISSING]
+    assert scores.loc[scores["claim"] == claims.CLAIMS["rho"], "interval"].item() == "[0.72, 0.90]"
+    assert claims.verdict_counts(scores)[claims.HOLDS] == 4

@@ -1,0 +1,6 @@
+"""``python -m zones``: the same command line as ``zones``."""
+import sys
+
+from .cli import main
+
+sys.exit(main())

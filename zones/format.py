@@ -1,0 +1,252 @@
+"""Numbers, intervals and tables as a reader sees them: the one formatting helper of the book.
+
+Every chapter's glue and every table shown in a page go through these functions, so the book
+writes numbers one way:
+
+- significant figures, not fixed decimals (``fmt_num(0.012345) -> "0.0123"``), and powers of
+  ten for the very large or small (``fmt_num(22369156.15) -> "2.24 × 10⁷"``);
+- a true minus sign (``−``), not a hyphen;
+- an estimate with its interval as ``"0.19 [−0.20, 0.54]"`` (``fmt_interval``), the bounds to
+  as many decimals as the interval's width deserves;
+- ratios as ``"3.2×"``, and beyond ``cap`` as ``"> 10⁴×"`` (``fmt_ratio``);
+- losses and perplexities always labelled: ``fmt_nats(0.123) -> "0.123 nats"``,
+  ``fmt_ppl(23.41) -> "perplexity 23.4"``, ``fmt_delta_ppl(3.2) -> "ΔPPL +3.20"``;
+- NaN as ``"n/a"`` (the prose says why), never as a plausible number.
+
+``display_table`` shows a DataFrame rounded the same way inside a box that scrolls
+sideways (the CSVs keep full precision), and ``csv_links`` links a chapter's CSV files for
+download: a MyST ``{download}`` role per file, which Jupyter Book 1.x copies into the built
+book (``_downloads/``), so the links work offline.
+"""
+from __future__ import annotations
+
+import html
+import math
+import os
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+MINUS = "\u2212"
+SUPERSCRIPTS = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
+NA = "n/a"
+SCIENTIFIC_ABOVE = 1e4   # |x| at or above this is written as m × 10ⁿ
+SCIENTIFIC_BELOW = 1e-3  # non-zero |x| below this too
+
+
+def _minus(text: str) -> str:
+    return text.replace("-", MINUS)
+
+
+def _finite(x) -> float | None:
+    """``x`` as a float, or None for NaN/None (±inf is kept)."""
+    if x is None:
+        return None
+    value = float(x)
+    return None if math.isnan(value) else value
+
+
+def _exponent(x: float) -> int:
+    return int(math.floor(math.log10(abs(x))))
+
+
+def power_of_ten(exponent: int) -> str:
+    """``10ⁿ`` with a superscript exponent: ``power_of_ten(-4) -> "10⁻⁴"``."""
+    return "10" + str(int(exponent)).translate(SUPERSCRIPTS)
+
+
+def _decimals(x: float, digits: int) -> int:
+    """Decimals that give ``x`` its ``digits`` significant figures (after rounding)."""
+    if x == 0:
+        return max(digits - 1, 0)
+    decimals = max(digits - 1 - _exponent(x), 0)
+    rounded = round(x, decimals)
+    if rounded != 0 and _exponent(rounded) != _exponent(x):  # 0.9996 -> 1.00, not 1.000
+        decimals = max(digits - 1 - _exponent(rounded), 0)
+    return decimals
+
+
+def _fixed(x: float, decimals: int, signed: bool = False) -> str:
+    text = f"{x:{'+' if signed else ''},.{decimals}f}"
+    if float(text.replace(",", "")) == 0:  # no "−0.00"
+        text = text.replace("-", "+" if signed else "")
+    return _minus(text)
+
+
+def _scientific(x: float, digits: int, signed: bool = False) -> str:
+    exponent = _exponent(x)
+    mantissa = round(x / 10 ** exponent, max(digits - 1, 0))
+    if abs(mantissa) >= 10:
+        exponent, mantissa = exponent + 1, mantissa / 10
+    return f"{_fixed(mantissa, max(digits - 1, 0), signed)} × {power_of_ten(exponent)}"
+
+
+def fmt_num(x, digits: int = 3, signed: bool = False) -> str:
+    """``x`` to ``digits`` significant figures; powers of ten outside [10⁻³, 10⁴).
+
+    >>> fmt_num(0.012345), fmt_num(649812.71), fmt_num(-1.5), fmt_num(1234.5)
+    ('0.0123', '6.50 × 10⁵', '−1.50', '1,230')
+    """
+    value = _finite(x)
+    if value is None:
+        return NA
+    if math.isinf(value):
+        return ("+" if signed and value > 0 else "") + ("∞" if value > 0 else MINUS + "∞")
+    if value == 0:
+        return "0"
+    if value != 0 and not SCIENTIFIC_BELOW <= abs(value) < SCIENTIFIC_ABOVE:
+        return _scientific(value, digits, signed)
+    decimals = _decimals(value, digits)
+    if decimals == 0:  # 1234.5 at 3 figures: 1,230
+        value = round(value, digits - 1 - _exponent(value)) if value else 0.0
+    return _fixed(value, decimals, signed)
+
+
+def fmt_int(n) -> str:
+    """A count with thousands separators: ``fmt_int(16320) -> "16,320"``."""
+    value = _finite(n)
+    return NA if value is None else _minus(f"{int(round(value)):,}")
+
+
+def fmt_interval(estimate, low, high, digits: int = 2, unit: str = "", signed: bool = False) -> str:
+    """``"0.19 [−0.20, 0.54]"``: the estimate and its interval, to the decimals that give the
+    interval's width ``digits`` significant figures; ``unit`` follows (``"… nats"``).
+
+    Values of 10⁴ or more are written each in scientific form. A missing bound gives
+    ``"0.19 [n/a]"``.
+    """
+    est, lo, hi = _finite(estimate), _finite(low), _finite(high)
+    suffix = f" {unit}" if unit else ""
+    if est is None:
+        return NA
+    if lo is None or hi is None or math.isinf(lo) or math.isinf(hi):
+        bounds = NA if lo is None or hi is None else f"{fmt_num(lo, digits, signed)}, {fmt_num(hi, digits, signed)}"
+        return f"{fmt_num(est, digits + 1, signed)} [{bounds}]{suffix}"
+    if max(abs(est), abs(lo), abs(hi)) >= SCIENTIFIC_ABOVE:
+        parts = [fmt_num(v, digits + 1, signed) for v in (est, lo, hi)]
+    else:
+        width = abs(hi - lo)
+        reference = width if width > 0 else abs(est)
+        decimals = _decimals(reference, digits) if reference > 0 else digits
+        decimals = min(decimals, 8)
+        parts = [_fixed(v, decimals, signed) for v in (est, lo, hi)]
+    return f"{parts[0]} [{parts[1]}, {parts[2]}]{suffix}"
+
+
+def fmt_ratio(ratio, digits: int = 2, cap: float = 1e4) -> str:
+    """A ratio with ``×``: ``"3.2×"``; beyond ``cap`` (or infinite) ``"> 10⁴×"``, below
+    ``1/cap`` ``"< 10⁻⁴×"``."""
+    value = _finite(ratio)
+    if value is None:
+        return NA
+    cap_exponent = round(math.log10(cap))
+    if value > cap:
+        return f"> {power_of_ten(cap_exponent)}×"
+    if 0 <= value < 1 / cap:
+        return f"< {power_of_ten(-cap_exponent)}×"
+    return f"{fmt_num(value, digits)}×"
+
+
+def fmt_nats(x, digits: int = 3, signed: bool = False) -> str:
+    """A loss or a loss difference in nats: ``fmt_nats(0.123) -> "0.123 nats"``."""
+    text = fmt_num(x, digits, signed)
+    return text if text == NA else f"{text} nats"
+
+
+def fmt_ppl(x, digits: int = 3) -> str:
+    """A perplexity, labelled: ``fmt_ppl(23.41) -> "perplexity 23.4"``."""
+    text = fmt_num(x, digits)
+    return text if text == NA else f"perplexity {text}"
+
+
+def fmt_delta_ppl(x, digits: int = 3) -> str:
+    """A change of perplexity, labelled and signed: ``fmt_delta_ppl(3.2) -> "ΔPPL +3.20"``."""
+    text = fmt_num(x, digits, signed=True)
+    return text if text == NA else f"ΔPPL {text}"
+
+
+def fmt_pct(fraction, digits: int = 2) -> str:
+    """A fraction as a percentage: ``fmt_pct(0.1234) -> "12%"``."""
+    value = _finite(fraction)
+    return NA if value is None else f"{fmt_num(100 * value, digits)}%"
+
+
+def fmt_p(p, digits: int = 2, floor: float = 1e-3) -> str:
+    """A p-value: ``"p = 0.031"``, or ``"p < 0.001"`` below ``floor``."""
+    value = _finite(p)
+    if value is None:
+        return f"p = {NA}"
+    if value < floor:
+        return f"p < {fmt_num(floor, 1)}"
+    return f"p = {fmt_num(value, digits)}"
+
+
+def for_glue(value, digits: int = 3):
+    """What a chapter glues for its prose: a float as ``fmt_num`` text (so the page writes it
+    like every other number), a count of 10⁴ or more with separators, anything else as it is."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return value if abs(value) < 10_000 else fmt_int(value)
+    if isinstance(value, float):
+        return fmt_num(value, digits)
+    return value
+
+
+def rounded(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
+    """The table with every float cell written by ``fmt_num`` (strings; for display only)."""
+    shown = table.copy()
+    for column in shown.columns:
+        if pd.api.types.is_float_dtype(shown[column]):
+            shown[column] = shown[column].map(lambda v: fmt_num(v, digits))
+        elif pd.api.types.is_integer_dtype(shown[column]) and not pd.api.types.is_bool_dtype(shown[column]):
+            shown[column] = shown[column].map(lambda v: f"{int(v)}" if abs(int(v)) < 10_000 else fmt_int(v))
+    return shown
+
+
+class DisplayTable:
+    """A DataFrame shown rounded, in a box that scrolls sideways (``div.zones-table``)."""
+
+    def __init__(self, table: pd.DataFrame, digits: int = 3, caption: str | None = None, index: bool = False):
+        self.data, self.digits, self.caption, self.index = table, digits, caption, index
+
+    def _repr_html_(self) -> str:
+        styler = rounded(self.data, self.digits).style
+        if not self.index:
+            styler = styler.hide(axis="index")
+        if self.caption:
+            styler = styler.set_caption(html.escape(self.caption))
+        return f'<div class="zones-table">{styler.to_html()}</div>'
+
+    def __repr__(self) -> str:
+        return rounded(self.data, self.digits).to_string(index=self.index)
+
+
+def display_table(table: pd.DataFrame, digits: int = 3, caption: str | None = None,
+                  index: bool = False) -> DisplayTable:
+    """What a page shows of ``table``: its floats to ``digits`` significant figures, in a
+    sideways-scrolling box. Display it (last line of a cell, or ``IPython.display.display``)."""
+    return DisplayTable(table, digits, caption, index)
+
+
+def csv_links(out_dir: str | os.PathLike, names: Iterable[str] | None = None, start: str | os.PathLike | None = None):
+    """A Markdown line linking the chapter's CSV tables for download (full precision).
+
+    Each file becomes a MyST ``{download}`` role with its path relative to ``start`` (the
+    notebook's working directory, where the book resolves it); Jupyter Book copies the files
+    into the build. Raises ``FileNotFoundError`` when a named table was not written.
+    """
+    from IPython.display import Markdown
+
+    folder = Path(out_dir)
+    files = sorted(folder.glob("*.csv")) if names is None else [folder / n for n in names]
+    missing = [str(f) for f in files if not f.exists()]
+    if missing:
+        raise FileNotFoundError(f"cannot link {', '.join(missing)}: the chapter did not write it; re-run the chapter")
+    if not files:
+        raise FileNotFoundError(f"no CSV tables in {folder} to link; re-run the chapter")
+    base = Path(start) if start is not None else Path.cwd()
+    links = [f"{{download}}`{f.name} <{Path(os.path.relpath(f.resolve(), base.resolve())).as_posix()}>`"
+             for f in files]
+    return Markdown("**Download the tables** (CSV, full precision): " + " · ".join(links))

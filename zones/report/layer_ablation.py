@@ -1,0 +1,160 @@
+"""The layer-ablation chapter: which blocks the model cannot do without, with intervals.
+
+ΔLoss intervals are the paired eval-window bootstrap of ``zones.ablation`` (columns
+``delta_loss_low, delta_loss_high``). Where a table has no interval columns, the interval
+is NaN and no verdict is drawn from it.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import pandas as pd
+
+from ..format import fmt_interval
+from .common import NAN, ChapterResult, save
+
+FIRST_FRACTION = 0.1   # "the first blocks": the first ⌈0.1 · L⌉ blocks (at least one)
+
+
+def _bounds(table: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    if {"delta_loss_low", "delta_loss_high"} <= set(table.columns):
+        return table["delta_loss_low"].astype(float), table["delta_loss_high"].astype(float)
+    nan = pd.Series(NAN, index=table.index)
+    return nan, nan
+
+
+def interval_text(value: float, low: float, high: float, unit: str = "nats") -> str:
+    """``"0.41 [0.37, 0.46] nats"`` (``zones.format.fmt_interval``; ``[n/a]`` without one)."""
+    return fmt_interval(value, low, high, unit=unit)
+
+
+def ablation_numbers(table: pd.DataFrame, k: int = 3) -> dict:
+    """What the chapter cites about one model's ablation table (plain values).
+
+    ``n_blocks, n_tokens, base_loss, base_ppl``; ``top`` (the ``k`` blocks with the largest
+    ΔLoss, largest first), ``top_delta, top_low, top_high``; ``median_delta``; ``top_share``
+    (their share of the summed positive ΔLoss); ``n_lowering`` (ΔLoss ≤ 0) and
+    ``n_not_raising`` (blocks whose interval includes or lies below 0: removing them alone has
+    no detectable cost; NaN without intervals).
+    """
+    df = table.reset_index(drop=True)
+    low, high = _bounds(df)
+    delta = df["delta_loss"].astype(float)
+    order = delta.sort_values(ascending=False).index[:k]
+    positive = float(delta.clip(lower=0).sum())
+    base_loss = float(df["base_loss"].iloc[0])
+    has_intervals = bool(low.notna().any())
+    return dict(n_blocks=int(len(df)), n_tokens=int(df["n_tokens"].iloc[0]), base_loss=base_loss,
+                base_ppl=float(math.exp(base_loss)),
+                top=[int(df.loc[i, "layer"]) for i in order], top_delta=[float(delta[i]) for i in order],
+                top_low=[float(low[i]) for i in order], top_high=[float(high[i]) for i in order],
+                median_delta=float(delta.median()),
+                top_share=float(delta[order].clip(lower=0).sum() / positive) if positive > 0 else NAN,
+                n_lowering=int((delta <= 0).sum()),
+                n_not_raising=int((low <= 0).sum()) if has_intervals else NAN)
+
+
+def top_blocks_text(numbers: dict, model: str) -> str:
+    """``"block 0 (2.1 [1.9, 2.3] nats), block 29 (…) and block 3 (…) in M"``."""
+    named = [f"block {i} ({interval_text(d, lo, hi)})" for i, d, lo, hi in
+             zip(numbers["top"], numbers["top_delta"], numbers["top_low"], numbers["top_high"])]
+    listed = named[0] if len(named) == 1 else ", ".join(named[:-1]) + f" and {named[-1]}"
+    return f"{listed} in {model}"
+
+
+def first_blocks(n_blocks: int) -> list[int]:
+    """The blocks the claim "the first blocks matter most" is about: the first ⌈0.1 · L⌉."""
+    return list(range(max(1, math.ceil(FIRST_FRACTION * n_blocks))))
+
+
+def first_blocks_matter_most(table: pd.DataFrame) -> dict:
+    """Is the most important block one of the first blocks (:func:`first_blocks`), clearly?
+
+    Rule: ``holds`` if the block with the largest ΔLoss is a first block and its interval's
+    lower end lies above the upper end of every later block's interval; ``does not hold`` if
+    some later block's interval lies above the intervals of all the first blocks; otherwise
+    ``inconclusive`` (also when the table has no intervals). The comparison of separate
+    intervals is conservative: a paired difference would separate at least as often.
+
+    Returns ``first_blocks`` (text), ``top_first, top_first_delta, top_first_low,
+    top_first_high``, the same for ``top_later``, and ``verdict``.
+    """
+    df = table.sort_values("layer").reset_index(drop=True)
+    low, high = _bounds(df)
+    head = df["layer"].isin(first_blocks(len(df)))
+    if head.all():
+        raise ValueError("the model has too few blocks to compare its first blocks with later ones")
+    first_i = df.loc[head, "delta_loss"].idxmax()
+    later_i = df.loc[~head, "delta_loss"].idxmax()
+    if low.isna().any() or high.isna().any():
+        verdict = "inconclusive"
+    elif df.loc[first_i, "delta_loss"] >= df.loc[later_i, "delta_loss"] and low[first_i] > high[~head].max():
+        verdict = "holds"
+    elif (low[~head] > high[head].max()).any():
+        verdict = "does not hold"
+    else:
+        verdict = "inconclusive"
+    span = first_blocks(len(df))
+    return dict(first_blocks=f"{span[0]}" if len(span) == 1 else f"{span[0]}–{span[-1]}",
+                top_first=int(df.loc[first_i, "layer"]), top_first_delta=float(df.loc[first_i, "delta_loss"]),
+                top_first_low=float(low[first_i]), top_first_high=float(high[first_i]),
+                top_later=int(df.loc[later_i, "layer"]), top_later_delta=float(df.loc[later_i, "delta_loss"]),
+                top_later_low=float(low[later_i]), top_later_high=float(high[later_i]), verdict=verdict)
+
+
+def first_blocks_sentence(result: dict) -> str:
+    """The chapter's sentence on the paper's "first blocks matter most", from
+    :func:`first_blocks_matter_most`."""
+    first = f"block {result['top_first']} ({interval_text(result['top_first_delta'], result['top_first_low'], result['top_first_high'])})"
+    later = f"block {result['top_later']} ({interval_text(result['top_later_delta'], result['top_later_low'], result['top_later_high'])})"
+    return {"holds": f"The first blocks (here {result['first_blocks']}) matter most: {first} costs more than any later block, the costliest "
+                     f"of which is {later}, and the intervals do not overlap.",
+            "does not hold": f"The first blocks do not matter most here: {later} costs more than any of blocks "
+                             f"{result['first_blocks']} (the costliest, {first}), beyond the intervals.",
+            "inconclusive": f"Whether the first blocks matter most is not settled at this budget: the costliest "
+                            f"of blocks {result['first_blocks']} is {first}, the costliest later one {later}, "
+                            f"and their intervals overlap."}[result["verdict"]]
+
+
+def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256, eval_tokens: int | None = 2040,
+        batch_size: int = 8, alpha_estimator: str = "alpha_shape", alpha_role: str = "weighted",
+        out_dir: str = "results/layer_ablation", *, progress: bool | None = None) -> ChapterResult:
+    """The chapter: the ablation of every model (``zones.importance.measure_models``, cached)
+    → ``ablation.csv`` (all models, with α), ``summary.json``; numbers and sentences."""
+    from ..figures import BOOK_MODE_ENV
+    from ..importance import importance_frame, measure_models
+
+    if progress is None:
+        progress = os.environ.get(BOOK_MODE_ENV) != "1"
+    results = measure_models(models, corpus=corpus, seq_len=seq_len, eval_tokens=eval_tokens,
+                             batch_size=batch_size, progress=progress)
+    frame = importance_frame(results, alpha_estimator, alpha_role)
+    per_model = []
+    for r in results:
+        numbers = ablation_numbers(r.ablation)
+        claim = first_blocks_matter_most(r.ablation)
+        per_model.append(dict(model=r.label, name=r.name, fingerprint=r.fingerprint, **numbers,
+                              first_blocks=claim, first_blocks_text=first_blocks_sentence(claim)))
+    first = per_model[0]
+    glue = dict(model_names=", ".join(m["model"] for m in per_model), first_model=first["model"],
+                n_tokens=first["n_tokens"], seq_len=int(seq_len), base_loss=first["base_loss"],
+                base_ppl=first["base_ppl"], top3_text="; ".join(top_blocks_text(m, m["model"]) for m in per_model),
+                top_block=first["top"][0], top_delta=first["top_delta"][0],
+                top_interval=interval_text(first["top_delta"][0], first["top_low"][0], first["top_high"][0]),
+                top_over_median=first["top_delta"][0] / first["median_delta"] if first["median_delta"] > 0 else NAN,
+                top3_share=100 * first["top_share"],
+                n_lowering_text="; ".join(f"{m['model']}: {m['n_lowering']} of {m['n_blocks']}" for m in per_model),
+                n_not_raising_text="; ".join(f"{m['model']}: {m['n_not_raising']} of {m['n_blocks']}"
+                                             for m in per_model),
+                first_blocks_text=" ".join(f"{m['model']}: {m['first_blocks_text']}" for m in per_model))
+    summary = dict(corpus=corpus, seq_len=seq_len, eval_tokens=eval_tokens, alpha_estimator=alpha_estimator,
+                   alpha_role=alpha_role, models=per_model)
+    overview = pd.DataFrame([{
+        "model": m["model"], "blocks": m["n_blocks"], "tokens": m["n_tokens"], "loss (nats)": round(m["base_loss"], 3),
+        "top 3 blocks": ", ".join(map(str, m["top"])), "top 3 share of ΔLoss": f"{100 * m['top_share']:.0f}%",
+        "blocks with ΔLoss ≤ 0": m["n_lowering"], "blocks without a detectable cost": m["n_not_raising"],
+        "first blocks matter most": m["first_blocks"]["verdict"]} for m in per_model])
+    tables = dict(ablation=frame)
+    out = save(out_dir, tables, summary)
+    return ChapterResult(dict(tables, overview=overview), glue, summary, out)

@@ -1,0 +1,361 @@
+"""The depth-pruning chapter: every strategy's cost of removing k blocks, compared with
+paired intervals, and the sentences the page states.
+
+The tables come from ``zones.pruning`` (``pruning_sweep``, ``summarize_pruning``,
+``pairwise_differences``, ``best_sets``, ``compare_strategies``); this module decides what may
+be said about them. The rules, each applied by the function named:
+
+* a strategy is *ahead* of another at k only where the paired interval of their Δloss
+  difference excludes 0, *behind* where it excludes 0 the other way, and otherwise *not
+  separable* (:func:`standing`);
+* "best at k" is the set of strategies not separable from the lowest Δloss
+  (``zones.pruning.best_sets``), never a single name where intervals overlap
+  (:func:`best_text`);
+* a ratio ΔPPL(a) / ΔPPL(b) is quoted as a number only when its status is ``ratio``; a
+  ``collapsed`` comparison is named as such (:func:`ratio_text`);
+* the paper's claim (zone-aware beats Last-N by 1.1×–3.6×) is scored by the scorecard's rule
+  (``zones.report.claims.score_ratio``), so the chapter and the scorecard agree.
+"""
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..format import fmt_interval, fmt_ratio
+from ..format import fmt_num
+from .claims import PAPER_RATIO, score_ratio, verdict_phrase
+from .common import NAN, ChapterResult, save
+
+OURS = "zone_aware"
+REFERENCES = ("last_n", "last_n_keep_last", "random", "random_protected")   # compared with ours, in this order
+SEEDED_PAIRS = (("random", "random_protected"),)
+
+
+def _collapse_limit() -> float:
+    from ..pruning import COLLAPSE_RATIO
+
+    return COLLAPSE_RATIO
+
+
+# --- tables ------------------------------------------------------------------------------------------
+
+def comparisons(table: pd.DataFrame, window_losses: pd.DataFrame, ours: str = OURS,
+                references: Sequence[str] = REFERENCES) -> pd.DataFrame:
+    """``zones.pruning.compare_strategies(reference, ours)`` for each reference present, stacked:
+    ``reference, ours, k, reference_delta_ppl, ours_delta_ppl, ratio, ratio_low, ratio_high,
+    status, winner`` (ratio = ΔPPL(reference) / ΔPPL(ours): above 1, ours removed blocks more
+    cheaply)."""
+    from ..pruning import compare_strategies
+
+    present = set(table["strategy"])
+    parts = []
+    for reference in [r for r in references if r in present and r != ours]:
+        c = compare_strategies(table, reference, ours, window_losses)
+        parts.append(c.rename(columns={reference: "reference_delta_ppl", ours: "ours_delta_ppl"})
+                     .assign(reference=reference, ours=ours)
+                     [["reference", "ours", "k", "reference_delta_ppl", "ours_delta_ppl", "ratio", "ratio_low",
+                       "ratio_high", "status", "winner"]])
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+        columns=["reference", "ours", "k", "reference_delta_ppl", "ours_delta_ppl", "ratio", "ratio_low",
+                 "ratio_high", "status", "winner"])
+
+
+def gaps(table: pd.DataFrame, window_losses: pd.DataFrame, best: pd.DataFrame) -> pd.DataFrame:
+    """Per k, how many times the worst strategy's ΔPPL is the best's, with its paired interval:
+    ``best_sets`` columns plus ``worst_best_ratio, worst_best_ratio_low, worst_best_ratio_high,
+    gap_status`` (``compare_strategies(worst, best)`` at that k; ``collapsed`` where the best's
+    ΔPPL interval reaches 0 or the ratio exceeds the collapse limit)."""
+    from ..pruning import compare_strategies
+
+    out = best.copy()
+    cache: dict[tuple[str, str], pd.DataFrame] = {}
+    ratio, low, high, status = [], [], [], []
+    for row in best.itertuples():
+        key = (row.worst, row.best)
+        if row.worst == row.best:
+            ratio.append(1.0), low.append(1.0), high.append(1.0), status.append("ratio")
+            continue
+        if key not in cache:
+            cache[key] = compare_strategies(table, row.worst, row.best, window_losses).set_index("k")
+        at = cache[key].loc[row.k]
+        ratio.append(float(at["ratio"])), low.append(float(at["ratio_low"])), high.append(float(at["ratio_high"]))
+        status.append(str(at["status"]))
+    return out.assign(worst_best_ratio=ratio, worst_best_ratio_low=low, worst_best_ratio_high=high, gap_status=status)
+
+
+def interval_table(summary: pd.DataFrame, strategies: Sequence[str], value: str = "delta_loss") -> pd.DataFrame:
+    """Strategies (rows) × k (columns), each cell ``"0.19 [0.12, 0.27]"`` (``value`` with its
+    interval; ``value="delta_ppl"`` for ΔPPL). For the page; the CSV keeps the numbers."""
+    df = summary[summary["strategy"].isin(strategies)].copy()
+    df["cell"] = [fmt_interval(v, lo, hi) for v, lo, hi in
+                  zip(df[value], df[f"{value}_low"], df[f"{value}_high"])]
+    wide = df.pivot(index="strategy", columns="k", values="cell")
+    wide.columns = [f"k = {k}" for k in wide.columns]
+    return wide.loc[[s for s in strategies if s in wide.index]]
+
+
+def pairwise_matrix(pairwise: pd.DataFrame, k: int, strategies: Sequence[str]) -> pd.DataFrame:
+    """At ``k``: row a, column b holds Δloss(a) − Δloss(b) with its interval (nats); ``*``
+    marks a separable difference (interval excludes 0). For the page."""
+    at = pairwise[pairwise["k"] == k]
+    names = [s for s in strategies if s in set(at["strategy_a"]) | set(at["strategy_b"])]
+    cells = pd.DataFrame("", index=names, columns=names)
+    for r in at.itertuples():
+        if r.strategy_a not in cells.index or r.strategy_b not in cells.index:
+            continue
+        mark = " *" if r.separable else ""
+        cells.loc[r.strategy_a, r.strategy_b] = fmt_interval(r.diff, r.diff_low, r.diff_high, signed=True) + mark
+        cells.loc[r.strategy_b, r.strategy_a] = fmt_interval(-r.diff, -r.diff_high, -r.diff_low, signed=True) + mark
+    return cells
+
+
+# --- the rules and the sentences ------------------------------------------------------------------------
+
+def standing(pairwise: pd.DataFrame, k: int, ours: str, other: str) -> tuple[str, float, float, float]:
+    """``(word, diff, low, high)``: Δloss(ours) − Δloss(other) at k with its interval, and
+    ``"ahead"`` (interval below 0), ``"behind"`` (above 0), ``"same blocks"`` (a zero-width
+    interval at 0), ``"not separable"`` (it includes 0) or ``"undefined"``."""
+    at = pairwise[pairwise["k"] == k]
+    row = at[(at["strategy_a"] == ours) & (at["strategy_b"] == other)]
+    sign = 1.0
+    if row.empty:
+        row, sign = at[(at["strategy_a"] == other) & (at["strategy_b"] == ours)], -1.0
+    if row.empty:
+        return "undefined", NAN, NAN, NAN
+    r = row.iloc[0]
+    diff, low, high = sign * float(r["diff"]), *sorted((sign * float(r["diff_low"]), sign * float(r["diff_high"])))
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return "undefined", diff, low, high
+    if low == high == 0:
+        return "same blocks", diff, low, high
+    return ("ahead" if high < 0 else "behind" if low > 0 else "not separable"), diff, low, high
+
+
+def ratio_text(row) -> str:
+    """One comparison row (of :func:`comparisons` or ``compare_strategies``) in words: the
+    ratio with its interval, or why there is no ratio to quote."""
+    numerator = row["reference"] if "reference" in row else row["numerator"]
+    denominator = row["ours"] if "ours" in row else row["denominator"]
+    if row["status"] == "ratio":
+        return f"ΔPPL ratio {fmt_interval(row['ratio'], row['ratio_low'], row['ratio_high'])}"
+    if row["status"] == "collapsed":
+        if row["ratio"] > _collapse_limit():
+            return f"{numerator} collapsed (ratio {fmt_ratio(row['ratio'], cap=_collapse_limit())})"
+        return f"{denominator}'s ΔPPL is not separable from 0, so the ratio is unbounded"
+    return "no ratio (a ΔPPL is not positive)"
+
+
+def crossover_text(comparison: pd.DataFrame, ours: str = OURS, reference: str = "last_n") -> str:
+    """Where ``ours`` is separably ahead of ``reference`` (``winner`` of ``compare_strategies``,
+    which needs the Δloss difference's interval to exclude 0), in words."""
+    from ..pruning import crossover_k
+
+    c = comparison.sort_values("k")
+    k_max = int(c["k"].max())
+    ahead = [int(k) for k in c.loc[c["winner"] == ours, "k"]]
+    behind = [int(k) for k in c.loc[c["winner"] == reference, "k"]]
+    tied = [int(k) for k in c.loc[~c["winner"].isin([ours, reference]), "k"]]
+    cross = crossover_k(c, ours)
+    ks = lambda values: ", ".join(map(str, values))
+    if cross is not None:
+        return (f"{ours} is separably ahead of {reference} from k = {cross} up to k = {k_max}, and behind or not "
+                f"separable before")
+    if len(ahead) == len(c):
+        return f"{ours} is separably ahead of {reference} at every k from 1 to {k_max}: there is no crossover"
+    if len(behind) == len(c):
+        return f"{ours} is separably behind {reference} at every k from 1 to {k_max}: there is no crossover"
+    if len(tied) == len(c):
+        return (f"{ours} and {reference} are not separable at any k from 1 to {k_max}: no crossover can be "
+                f"claimed")
+    parts = [f"separably ahead of {reference} at k = {ks(ahead)}" if ahead else "",
+             f"behind it at k = {ks(behind)}" if behind else "",
+             f"not separable from it at k = {ks(tied)}" if tied else ""]
+    return f"{ours} is " + ", ".join(p for p in parts if p) + ": no lasting crossover"
+
+
+def claim_text(comparison: pd.DataFrame, k_max: int, reference: str = "last_n") -> str:
+    """The paper's headline claim at k_max, scored by the scorecard's rule."""
+    rows = comparison[(comparison["reference"] == reference) & (comparison["k"] == k_max)]
+    if rows.empty:
+        return f"The claim cannot be scored: {reference} was not run."
+    row = rows.iloc[0]
+    verdict = score_ratio(row["ratio_low"], row["ratio_high"])
+    lo, hi = PAPER_RATIO
+    return (f"Against {reference} at k = {k_max}: {ratio_text(row)}. By the scorecard's rule (the ratio's "
+            f"interval at or above {lo}; the paper reports {lo}×–{hi}×), the claim {verdict_phrase(verdict)}.")
+
+
+def best_text(best: pd.DataFrame, ours: str = OURS) -> str:
+    """``"k = 1: {a, b}; k = 2: {c}"``: per k, the strategies not separable from the best."""
+    parts = [f"k = {int(r.k)}: {{{', '.join(str(r.best_set).split(','))}}}" for r in best.itertuples()]
+    inside = [int(r.k) for r in best.itertuples() if ours in str(r.best_set).split(",")]
+    where = (f"{ours} is in the set at k = {', '.join(map(str, inside))}" if inside
+             else f"{ours} is in none of them")
+    return "; ".join(parts) + f". {where}."
+
+
+def baseline_text(pairwise: pd.DataFrame, k: int, compared: Sequence[str], ours: str = OURS) -> str:
+    """At k, which strategies ``ours`` is separably ahead of, behind, or not separable from."""
+    groups: dict[str, list[str]] = {"ahead": [], "behind": [], "not separable": [], "same blocks": []}
+    for other in compared:
+        if other == ours:
+            continue
+        word, diff, low, high = standing(pairwise, k, ours, other)
+        if word == "same blocks":
+            groups[word].append(other)
+            continue
+        key = "not separable" if word == "undefined" else word
+        groups[key].append(f"{other} ({fmt_interval(diff, low, high, signed=True)} nats)")
+    parts = []
+    if groups["ahead"]:
+        parts.append(f"separably ahead of {', '.join(groups['ahead'])}")
+    if groups["behind"]:
+        parts.append(f"separably behind {', '.join(groups['behind'])}")
+    if groups["not separable"]:
+        parts.append(f"not separable from {', '.join(groups['not separable'])}")
+    if groups["same blocks"]:
+        parts.append(f"removes the same blocks as {', '.join(groups['same blocks'])}")
+    return (f"At k = {k}, {ours} is " + "; ".join(parts) +
+            f" (each: Δloss of {ours} minus the other's, with its paired 95% interval).")
+
+
+def recipe_text(pairwise: pd.DataFrame, k: int, recipe: Sequence[str], ours: str = OURS) -> str:
+    """What dropping each rule of the recipe does at k: Δloss(variant) − Δloss(ours)."""
+    effects = []
+    for variant in recipe:
+        word, diff, low, high = standing(pairwise, k, variant, ours)
+        if word == "undefined":
+            continue
+        meaning = {"ahead": "better than the full recipe", "behind": "worse than the full recipe",
+                   "same blocks": "the same blocks", "not separable": "not separable from the full recipe"}[word]
+        shown = "" if word == "same blocks" else f"{fmt_interval(diff, low, high, signed=True)} nats, "
+        effects.append(f"{variant}: {shown}{meaning}")
+    return f"At k = {k}: " + "; ".join(effects) + "." if effects else ""
+
+
+def seeds_text(summary: pd.DataFrame, k: int, seeded: Sequence[str] = ("random", "random_protected")) -> str:
+    """Median and interquartile range over seeds of each seeded strategy's ΔPPL at k."""
+    parts = []
+    for name in seeded:
+        row = summary[(summary["strategy"] == name) & (summary["k"] == k)]
+        if row.empty:
+            continue
+        r = row.iloc[0]
+        parts.append(f"{name}: median ΔPPL {fmt_interval(r['delta_ppl'], r['delta_ppl_low'], r['delta_ppl_high'])}, "
+                     f"interquartile range over its {int(r['n_seeds'])} seeds {fmt_num(r['delta_ppl_q25'])} to "
+                     f"{fmt_num(r['delta_ppl_q75'])}")
+    return "; ".join(parts)
+
+
+def _at(summary: pd.DataFrame, name: str, k: int, value: str) -> str:
+    row = summary[(summary["strategy"] == name) & (summary["k"] == k)]
+    if row.empty:
+        return "not run"
+    r = row.iloc[0]
+    return fmt_interval(r[value], r[f"{value}_low"], r[f"{value}_high"], unit="nats" if value == "delta_loss" else "")
+
+
+def findings(table: pd.DataFrame, summary: pd.DataFrame, pairwise: pd.DataFrame, best: pd.DataFrame,
+             comparison: pd.DataFrame, *, ours: str = OURS, recipe: Sequence[str] | None = None) -> dict:
+    """The chapter's numbers and sentences, as plain Python values (glued by the page).
+
+    ``k_max, base_ppl, n_tokens``; ``dloss_<s>_k1/_kmax`` and ``dppl_<s>_k1/_kmax`` (text with
+    intervals) for ours and each reference; ``crossover_text, ratio_kmax_text`` (Last-N) and
+    ``crossover_keep_last_text, ratio_keep_last_kmax_text``; ``claim_text``; ``best_text``; ``baseline_text``;
+    ``recipe_text``; ``seeds_text``.
+    """
+    from ..pruning import RECIPE_ABLATIONS
+
+    recipe = RECIPE_ABLATIONS if recipe is None else recipe
+    present = list(dict.fromkeys(summary["strategy"]))
+    compared = [s for s in present if s not in recipe]
+    k_max = int(summary["k"].max())
+    out = dict(k_max=k_max, base_ppl=float(table["base_ppl"].iloc[0]), n_tokens=int(table["n_tokens"].iloc[0]))
+    for name in (ours, *REFERENCES):
+        for k, tag in ((1, "k1"), (k_max, "kmax")):
+            out[f"dloss_{name}_{tag}"] = _at(summary, name, k, "delta_loss")
+            out[f"dppl_{name}_{tag}"] = _at(summary, name, k, "delta_ppl")
+    for reference, tag in (("last_n", ""), ("last_n_keep_last", "_keep_last")):
+        part = comparison[comparison["reference"] == reference]
+        out[f"crossover{tag}_text"] = crossover_text(part, ours, reference) if len(part) else f"{reference} was not run"
+        at_max = part[part["k"] == k_max]
+        out[f"ratio{tag}_kmax_text"] = ratio_text(at_max.iloc[0]) if len(at_max) else "not run"
+    out["claim_text"] = " ".join(claim_text(comparison, k_max, r) for r in ("last_n", "last_n_keep_last")
+                                 if r in present)
+    out["best_text"] = best_text(best, ours)
+    out["baseline_text"] = baseline_text(pairwise, k_max, compared, ours)
+    out["recipe_text"] = recipe_text(pairwise, k_max, [r for r in recipe if r in present], ours)
+    out["seeds_text"] = seeds_text(summary, k_max) or "no seeded strategy was run"
+    return out
+
+
+def run(model: str = "smollm2-135m", corpus: str = "stdlib", seq_len: int = 256, eval_tokens: int | None = None,
+        calibration_tokens: int | None = None, k_max: int = 8, seeds: int | None = None,
+        strategies: Sequence[str] | None = None, batch_size: int = 8, out_dir: str = "results/pruning", *,
+        dtype: str | None = None, progress: bool | None = None) -> ChapterResult:
+    """The chapter: plans and scores every strategy (``zones.pruning.pruning_sweep``, cached)
+    → ``pruning.csv`` (every strategy, seed and k), ``window_losses.csv`` (per eval window),
+    ``by_strategy.csv`` (per strategy and k, with intervals), ``pairwise.csv``, ``best.csv``
+    (:func:`gaps`), ``crossover.csv`` (:func:`comparisons`) and ``summary.json``."""
+    import os
+
+    from ..data import corpus_windows, load_corpus
+    from ..evaluate import DEFAULT_DTYPE
+    from ..figures import BOOK_MODE_ENV
+    from ..models import load_model
+    from ..pruning import (DEFAULT_CALIBRATION_TOKENS, DEFAULT_EVAL_TOKENS, DEFAULT_SEEDS, DEFAULT_STRATEGIES,
+                           RECIPE_ABLATIONS, best_sets, pairwise_differences, pruning_sweep, summarize_pruning)
+    from ..spectra import alpha_table
+    from ..strategies import STRATEGIES, PruningContext, alpha_zones
+
+    started = time.time()
+    strategies = list(DEFAULT_STRATEGIES + RECIPE_ABLATIONS if strategies is None else strategies)
+    missing = [s for s in (OURS, "last_n") if s not in strategies]
+    if missing:
+        raise ValueError(f"the pruning chapter compares {OURS} with last_n; add {missing} to strategies")
+    progress = os.environ.get(BOOK_MODE_ENV) != "1" if progress is None else progress
+    loaded = load_model(model)
+    text = load_corpus(corpus)
+    eval_windows = corpus_windows(text, loaded.tokenizer, seq_len, "eval",
+                                  DEFAULT_EVAL_TOKENS if eval_tokens is None else eval_tokens)
+    calibration = corpus_windows(text, loaded.tokenizer, seq_len, "calibration",
+                                 DEFAULT_CALIBRATION_TOKENS if calibration_tokens is None else calibration_tokens)
+    alpha = alpha_table(loaded.model)
+    swept = pruning_sweep(loaded.model, eval_windows, calibration, strategies=strategies, k_max=k_max,
+                          seeds=DEFAULT_SEEDS if seeds is None else seeds, alpha=alpha, batch_size=batch_size,
+                          model_name=model, dtype=dtype or DEFAULT_DTYPE, progress=progress)
+    table, windows = swept.table, swept.window_losses
+    main = [s for s in strategies if s not in RECIPE_ABLATIONS]
+    summary = summarize_pruning(table, windows)
+    pairwise = pairwise_differences(table, windows)
+    best = gaps(table, windows, best_sets(table, windows, strategies=main))
+    comparison = comparisons(table, windows)
+
+    zone_params = STRATEGIES[OURS].params
+    profile = PruningContext(loaded.model, alpha=alpha).layer_alpha(zone_params["estimator"], zone_params["role"])
+    zones = alpha_zones(profile, zone_params["n_zones"], zone_params["max_zones"])
+    spans = [(int(g["layer"].min()), int(g["layer"].max()), int(g["zone_rank"].iloc[0]))
+             for _, g in zones.groupby("zone")]
+    span = lambda a, b: f"{a}" if a == b else f"{a}–{b}"
+    numbers = dict(findings(table, summary, pairwise, best, comparison), model_name=model,
+                   n_blocks=int(len(zones)), seeds=int(table.groupby("strategy")["seed"].nunique().max()),
+                   n_windows=int(eval_windows.n_windows), calibration_windows=int(calibration.n_windows),
+                   calibration_tokens_scored=int(calibration.n_scored_tokens), n_zones=len(spans),
+                   zone_text=", ".join(span(a, b) for a, b, _ in spans),
+                   lowest_zone=next(span(a, b) for a, b, rank in spans if rank == 0),
+                   seconds=float(round(time.time() - started, 1)))
+    record = dict(numbers, corpus=corpus, seq_len=seq_len, strategies=strategies, dtype=dtype or DEFAULT_DTYPE)
+    tables = dict(pruning=table, window_losses=windows, by_strategy=summary, pairwise=pairwise, best=best,
+                  crossover=comparison)
+    out = save(out_dir, tables, record)
+    shown = dict(delta_loss=interval_table(summary, strategies, "delta_loss"),
+                 delta_ppl=interval_table(summary, strategies, "delta_ppl"),
+                 pairwise_kmax=pairwise_matrix(pairwise, k_max, main))
+    return ChapterResult(dict(tables, **shown), numbers, record, out,
+                         extra=dict(zones=zones, main=main, strategies=strategies,
+                                    headline=[s for s in (OURS, *REFERENCES) if s in strategies],
+                                    recipe=[s for s in (OURS, *RECIPE_ABLATIONS) if s in strategies],
+                                    value_title=f"{zone_params['estimator']} ({zone_params['role']})"))
