@@ -327,3 +327,17 @@ def test_cli_lifecycle_on_a_kept_series_writes_the_table_the_chapter_draws(micro
     waves = lifecycle.wave_summary(lifecycle.wave_gradient(posthoc))
     assert sorted(set(waves["depth"])) == [2, 3] and set(waves["group"]) == {"Q/K", "V/O", "MLP"}
     assert set(lifecycle.delta_alpha(posthoc)["depth"]) == {2, 3}
+
+
+def test_spectral_lifecycle_chapter_reads_a_checkpoint_series(micro_corpus, tmp_path, monkeypatch):
+    """The chapter's checkpoints parameter: the same tables, from kept checkpoint directories."""
+    run = train_model(micro_config(micro_corpus, 2), progress=False, keep_checkpoints=True)
+    out = tmp_path / "results"
+    glob = str(run.path / "checkpoints" / "step-*")
+    run_chapter("spectral_lifecycle", dict(checkpoints=glob, out_dir=str(out)), tmp_path, monkeypatch)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["source"] == "checkpoints" and summary["depths"] == [2] and summary["steps"] == 40
+    drawn = pd.read_csv(out / "snapshots.csv")
+    pd.testing.assert_frame_equal(drawn.drop(columns="depth"), run.snapshots.reset_index(drop=True),
+                                  check_exact=False, rtol=1e-12, atol=0, check_dtype=False)
+

@@ -48,10 +48,10 @@ from .stats import LEVEL, N_RESAMPLES, SEED, check_finite, delta_loss_interval, 
 VERSION = "2"
 METHODS = ("prefix", "naive")
 PARTS = ("attn", "mlp")
-# Scored tokens for a CPU run of the chapter: eight windows of 256 (one batch of 8). The sweep
-# costs about 18 forwards of them on SmolLM2-135M, two minutes or so on 2 idle cores. A GPU run
-# should score the whole eval split (``None``).
-DEFAULT_EVAL_TOKENS = 2040
+# Scored tokens for a CPU run of the chapter: 24 windows of 256, about 4 minutes on 2 idle cores
+# for SmolLM2-135M (chosen by benchmarks/bench_precision.py and the book's 30-minute budget). A
+# GPU run should score the whole eval split (``None``).
+DEFAULT_EVAL_TOKENS = 6120
 
 COLUMNS = ["layer", "loss", "base_loss", "delta_loss", "delta_loss_low", "delta_loss_high", "n_tokens"]
 PART_COLUMNS = [c for p in PARTS for c in (f"loss_{p}", f"delta_loss_{p}", f"delta_loss_{p}_low",

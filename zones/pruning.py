@@ -46,10 +46,10 @@ WINDOW_COLUMNS = ["removed", "window", "nll", "n_tokens"]
 DEFAULT_STRATEGIES = ("zone_aware", "last_n", "last_n_keep_last", "random", "random_protected", "alpha_lowest",
                       "block_influence", "angular", "ablation_rank", "greedy")
 RECIPE_ABLATIONS = ("zone_aware_no_protection", "zone_aware_no_spreading", "zone_aware_one_zone")
-# The chapter's CPU budgets (seq_len 256): 4 eval windows, 1 calibration window. A GPU run
+# The chapter's CPU budgets (seq_len 256): 12 eval windows, 2 calibration windows. A GPU run
 # should use 64 eval windows and 32 calibration windows (book/methods/pruning.md).
-DEFAULT_EVAL_TOKENS = 4 * 255
-DEFAULT_CALIBRATION_TOKENS = 1 * 255
+DEFAULT_EVAL_TOKENS = 12 * 255
+DEFAULT_CALIBRATION_TOKENS = 2 * 255
 DEFAULT_SEEDS = 20  # seeds of a seeded strategy (random, random_protected)
 SETS_PER_PASS = 32  # removal sets scored per trace of the eval windows (and journaled together)
 COLLAPSE_RATIO = 1e3  # a ΔPPL ratio above this says one arm collapsed, not how much better the other is

@@ -7,6 +7,7 @@ import os
 
 import pandas as pd
 
+from ..ablation import DEFAULT_EVAL_TOKENS
 from ..format import fmt_interval
 from .common import ChapterResult, interval_side, save
 
@@ -64,7 +65,7 @@ def rho_matrix(rhos: pd.DataFrame) -> pd.DataFrame:
     return shown[[c for c in dict.fromkeys(rhos["role"]) if c in shown.columns]]
 
 
-def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256, eval_tokens: int | None = 2040,
+def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256, eval_tokens: int | None = DEFAULT_EVAL_TOKENS,
         batch_size: int = 8, alpha_estimator: str = "alpha_shape", alpha_role: str = "weighted",
         n_boot: int = 2000, n_perm: int = 10000, seed: int = 0, out_dir: str = "results/importance_vs_alpha", *,
         progress: bool | None = None) -> ChapterResult:

@@ -11,6 +11,7 @@ import os
 
 import pandas as pd
 
+from ..ablation import DEFAULT_EVAL_TOKENS
 from ..format import fmt_interval
 from .common import NAN, ChapterResult, save
 
@@ -117,7 +118,7 @@ def first_blocks_sentence(result: dict) -> str:
                             f"and their intervals overlap."}[result["verdict"]]
 
 
-def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256, eval_tokens: int | None = 2040,
+def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256, eval_tokens: int | None = DEFAULT_EVAL_TOKENS,
         batch_size: int = 8, alpha_estimator: str = "alpha_shape", alpha_role: str = "weighted",
         out_dir: str = "results/layer_ablation", *, progress: bool | None = None) -> ChapterResult:
     """The chapter: the ablation of every model (``zones.importance.measure_models``, cached)

@@ -175,23 +175,43 @@ def delta_alpha_exponent(snapshots: pd.DataFrame, estimator: str = "alpha_shape"
                 group=group, verdict=verdict)
 
 
+def _series_snapshots(profile, depths, train_overrides, checkpoints) -> tuple[pd.DataFrame, dict]:
+    """The snapshot table and the run facts the prose cites: from the cached depth series, or,
+    with ``checkpoints``, from any checkpoint series (``zones.checkpoints.lifecycle_snapshots``)."""
+    if checkpoints:
+        from ..checkpoints import lifecycle_snapshots
+
+        snapshots = lifecycle_snapshots(checkpoints, progress=False)
+        if "depth" not in snapshots.columns:
+            snapshots.insert(0, "depth", int(snapshots["layer"].max()) + 1)
+        steps = sorted(int(s) for s in snapshots["step"].unique())
+        gaps = np.diff(steps)
+        return snapshots, dict(depths=sorted(int(d) for d in snapshots["depth"].unique()), steps=steps[-1],
+                               snapshot_every=int(np.median(gaps)) if len(gaps) else 0,
+                               snapshot_fraction=NAN, final_heldout_loss={})
+    from ..train import series_snapshots, series_summary, train_series
+
+    runs = train_series(depths, profile, progress=False, **(train_overrides or {}))
+    series = series_summary(runs)
+    return series_snapshots(runs), dict(
+        depths=[int(d) for d in series["depth"]], steps=int(runs[0].config.steps),
+        snapshot_every=int(runs[0].config.snapshot_every), snapshot_fraction=float(series["snapshot_fraction"].max()),
+        final_heldout_loss={int(d): float(v) for d, v in zip(series["depth"], series["final_heldout_loss"])})
+
+
 def run(profile: str = "cpu", depths=None, train_overrides: dict | None = None, estimator: str = "alpha_shape",
-        delta_group: str = "all", out_dir: str = "results/spectral_lifecycle", *, n_boot: int = 2000,
-        seed: int = 0) -> ChapterResult:
+        delta_group: str = "all", out_dir: str = "results/spectral_lifecycle", *, checkpoints=None,
+        n_boot: int = 2000, seed: int = 0) -> ChapterResult:
     """The chapter, from the cached depth series: ``snapshots.csv``, ``compression.csv``,
     ``wave_gradient.csv``, ``wave_summary.csv``, ``alpha_grid.csv``, ``final_profile.csv``,
     ``delta_alpha.csv``, ``asymmetry.csv``, ``delta_alpha_fits.csv``, and the claims' tables
     ``wave_claim.csv`` (:func:`wave_reversal` per depth, Q/K), ``asymmetry_claim.csv``
     (``alpha_profile.qk_vo_asymmetry`` of each depth's final profile) and
     ``delta_alpha_claim.csv`` (:func:`delta_alpha_exponent`); ``summary.json``."""
-    from ..train import series_snapshots, series_summary, train_series
-
-    runs = train_series(depths, profile, progress=False, **(train_overrides or {}))
-    snapshots = series_snapshots(runs)
-    series = series_summary(runs)
-    depth_list = [int(d) for d in series["depth"]]
+    snapshots, facts = _series_snapshots(profile, depths, train_overrides, checkpoints)
+    depth_list = facts["depths"]
     deepest = max(depth_list)
-    steps = int(runs[0].config.steps)
+    steps = facts["steps"]
 
     compression = lifecycle.group_grid(snapshots, "compression")
     gradient = lifecycle.wave_gradient(snapshots)
@@ -218,8 +238,8 @@ def run(profile: str = "cpu", depths=None, train_overrides: dict | None = None, 
     chosen = deltas[deltas["group"] == delta_group]
     deep_wave = wave_claim.set_index("depth").loc[deepest]
     numbers = dict(depths=", ".join(map(str, depth_list)), steps=steps,
-                   snapshot_every=int(runs[0].config.snapshot_every), n_snapshots=int(snapshots["step"].nunique()),
-                   snapshot_percent=100 * float(series["snapshot_fraction"].max()), deepest=deepest,
+                   snapshot_every=facts["snapshot_every"], n_snapshots=int(snapshots["step"].nunique()),
+                   snapshot_percent=100 * facts["snapshot_fraction"], deepest=deepest,
                    wave_text=wave_sentence(waves, deepest), n_reversed=int(waves["reversed"].sum()),
                    n_waves=int(len(waves)),
                    wave_peak=float(deep_wave["peak"]), wave_peak_low=float(deep_wave["peak_low"]),
@@ -242,8 +262,8 @@ def run(profile: str = "cpu", depths=None, train_overrides: dict | None = None, 
                    exponent=float(fit["exponent"]), r2=float(fit["r2"]), paper_exponent=float(fit["paper_exponent"]),
                    late_exponent=exponent,
                    delta_alpha={int(d): float(v) for d, v in zip(chosen["depth"], chosen["delta_alpha"])},
-                   final_heldout_loss={int(d): float(v) for d, v in zip(series["depth"], series["final_heldout_loss"])},
-                   snapshot_fraction_max=float(series["snapshot_fraction"].max()))
+                   final_heldout_loss=facts["final_heldout_loss"], snapshot_fraction_max=facts["snapshot_fraction"],
+                   source="checkpoints" if checkpoints else f"zones train --profile {profile}")
     tables = dict(snapshots=snapshots, compression=compression, wave_gradient=gradient, wave_summary=waves,
                   alpha_grid=alpha_grid, final_profile=final, delta_alpha=deltas, asymmetry=spreads,
                   delta_alpha_fits=fits, wave_claim=wave_claim, asymmetry_claim=asym_claim,
