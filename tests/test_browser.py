@@ -54,7 +54,7 @@ def built_book(request, tmp_path_factory) -> Path:
     import os
 
     if os.environ.get("ZONES_BOOK_HTML"):
-        return Path(os.environ["ZONES_BOOK_HTML"])
+        return Path(os.environ["ZONES_BOOK_HTML"]).resolve()
     micro_corpus = request.getfixturevalue("micro_corpus")
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # the kernels inherit it
     model = micro_model(micro_corpus)

@@ -400,3 +400,11 @@ def test_score_claims_reads_every_chapter_table(tmp_path):
     assert by_claim[claims.CLAIMS["rise"]] == [claims.MISSING] and by_claim[claims.CLAIMS["first"]] == [claims.MISSING]
     assert scores.loc[scores["claim"] == claims.CLAIMS["rho"], "interval"].item() == "[0.72, 0.90]"
     assert claims.verdict_counts(scores)[claims.HOLDS] == 4
+
+
+def test_a_collapsed_ratio_is_named_not_printed_as_a_number():
+    from zones.report.claims import _ratio_interval
+
+    assert _ratio_interval(2e3, 5e6) == "collapsed (> 10³×)"
+    assert _ratio_interval(1.2, 3.4) == "[1.2×, 3.4×]"
+    assert _ratio_interval(float("nan"), 3.4) == "undefined"

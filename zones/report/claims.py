@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from ..format import fmt_interval, fmt_num
+from ..format import fmt_interval, fmt_num, fmt_ratio
 from .common import ChapterResult, interval_side, read_summary, save
 from .layer_ablation import first_blocks_matter_most
 
@@ -100,9 +100,22 @@ def _interval(low: float, high: float, digits: int = 3) -> str:
     return f"[{fmt_num(low, digits)}, {fmt_num(high, digits)}]"
 
 
+def _ratio_interval(low: float, high: float) -> str:
+    """A ratio's interval: ``"[1.2×, 3.4×]"``, or ``"collapsed (> 10³×)"`` when even its lower end
+    says only that one arm collapsed (``zones.pruning.COLLAPSE_RATIO``)."""
+    from ..pruning import COLLAPSE_RATIO
+
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (low, high)):
+        return "undefined"
+    if low > COLLAPSE_RATIO:
+        return "collapsed (> 10³×)"
+    return f"[{fmt_ratio(low)}, {fmt_ratio(high)}]"
+
+
 def _row(claim: str, ours: str, low: float, high: float, model: str, corpus: str, chapter: str,
-         verdict: str, digits: int = 3) -> dict:
-    return dict(claim=CLAIMS[claim], paper=PAPER[claim], ours=ours, interval=_interval(low, high, digits),
+         verdict: str, digits: int = 3, ratio: bool = False) -> dict:
+    interval = _ratio_interval(low, high) if ratio else _interval(low, high, digits)
+    return dict(claim=CLAIMS[claim], paper=PAPER[claim], ours=ours, interval=interval,
                 model=model, corpus=corpus, chapter=chapter, rule=RULES[claim], verdict=verdict)
 
 
@@ -214,7 +227,7 @@ def score_claims(tables: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
         for _, r in at_max.iterrows():
             ours = f"{r['reference']}/{r['ours']} at k = {k_max}: {ratio_text(r)}"
             rows.append(_row("ratio", ours, r["ratio_low"], r["ratio_high"], model, corpus_of("pruning"), "pruning",
-                             score_ratio(r["ratio_low"], r["ratio_high"])))
+                             score_ratio(r["ratio_low"], r["ratio_high"]), ratio=True))
     else:
         rows.append(_missing("ratio", "pruning"))
     if "best" in pruning:
@@ -222,12 +235,12 @@ def score_claims(tables: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
         model = str(pruning.get("summary", {}).get("model_name", "–"))
         if len(best):
             top = best.loc[best["worst_best_ratio"].idxmax()]
-            shown = fmt_num(top["worst_best_ratio"]) if top.get("gap_status", "ratio") == "ratio" else (
-                f"{fmt_num(top['worst_best_ratio'])}, {top['gap_status']}")
+            shown = fmt_ratio(top["worst_best_ratio"]) if top.get("gap_status", "ratio") == "ratio" else (
+                f"{top['gap_status']} (> 10³×)")
             ours = f"{shown} at k = {int(top['k'])} ({top['worst']} / {top['best']})"
             rows.append(_row("gap", ours, top["worst_best_ratio_low"], top["worst_best_ratio_high"], model,
                              corpus_of("pruning"), "pruning",
-                             score_gap(top["worst_best_ratio_low"], top["worst_best_ratio_high"])))
+                             score_gap(top["worst_best_ratio_low"], top["worst_best_ratio_high"]), ratio=True))
         else:
             rows.append(_row("gap", "undefined (no positive best ΔPPL)", math.nan, math.nan, model,
                              corpus_of("pruning"), "pruning", OPEN))
