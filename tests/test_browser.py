@@ -105,7 +105,12 @@ MATH = """() => ({
   total: document.querySelectorAll('.math').length,
   typeset: document.querySelectorAll('.math mjx-container').length,
   errors: document.querySelectorAll('mjx-merror').length,
-  raw: [...document.querySelectorAll('article p, article li, article td')].some(e => /\\\\\\(|\\\\\\[/.test(e.innerText))})"""
+  // TeX left as text: \\( \\[ or a $ outside code and typeset formulas (a $$ block the parser missed)
+  raw: [...document.querySelectorAll('article p, article li, article td')].some(e => {
+    const copy = e.cloneNode(true);
+    copy.querySelectorAll('code, mjx-container, .math').forEach(x => x.remove());
+    return /\\\\\\(|\\\\\\[|\\$/.test(copy.textContent);
+  })})"""
 
 
 def test_every_page_is_offline_typeset_drawn_and_fits_both_widths(built_book, capsys):
