@@ -32,7 +32,7 @@ import pandas as pd
 import torch
 
 from zones.ablation import ablation_table
-from zones.evaluate import head_nll_sum
+from zones.evaluate import head_nll_windows
 from zones.adapters import get_adapter
 from zones.blocks import skip_blocks
 from zones.data import Windows, corpus_windows
@@ -52,7 +52,7 @@ def naive_chunked_head(model, windows: Windows, batch_size: int) -> pd.DataFrame
         for layer in removals:
             with (nullcontext() if layer is None else skip_blocks(model, [layer])), torch.inference_mode():
                 hidden = model.base_model(input_ids=ids, use_cache=False).last_hidden_state
-                sums[layer] += head_nll_sum(adapter, hidden, ids, normed=True)
+                sums[layer] += float(head_nll_windows(adapter, hidden, ids, normed=True).sum())
     base = sums[None] / n_tokens
     loss = [sums[i] / n_tokens for i in range(adapter.n_blocks)]
     return pd.DataFrame(dict(layer=range(adapter.n_blocks), loss=loss, base_loss=base, n_tokens=n_tokens,

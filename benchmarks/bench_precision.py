@@ -34,7 +34,7 @@ from zones.data import corpus_windows, load_corpus
 from zones.evaluate import prefix_tree_work
 from zones.models import load_model
 from zones.spectra import alpha_table
-from zones.strategies import STRATEGIES, PruningContext
+from zones.pruning import STRATEGIES, PruningContext
 
 
 def subsets(n_windows: int) -> list[list[int]]:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import tiny_model
-from zones import ablation
+from zones import ablation, hardware
 from zones.ablation import COLUMNS, PART_COLUMNS, ablation_table
 from zones.adapters import get_adapter
 from zones.blocks import skip_blocks, zero_sublayer
@@ -253,7 +253,8 @@ def test_a_nan_weight_is_an_error_naming_the_block_and_window(kwargs, own_cache)
     assert not list(own_cache.glob("ablation/*.parquet"))  # nothing cached as a result
 
 
-def test_bfloat16_scoring_keeps_the_weights_and_is_cached_apart(own_cache):
+def test_bfloat16_scoring_keeps_the_weights_and_is_cached_apart(own_cache, monkeypatch):
+    monkeypatch.setattr(hardware, "native_bf16", lambda device="cpu": True)  # the test must run on any CPU
     model = tiny_model("llama", n_layers=4)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     windows = random_windows(n_windows=4)

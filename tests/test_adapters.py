@@ -71,3 +71,25 @@ def test_unknown_architecture_is_a_clear_error():
                                        intermediate_size=64, vocab_size=64))
     with pytest.raises(UnsupportedArchitectureError, match="bert.*Supported families.*llama.*gpt_neox.*gpt2"):
         get_adapter(model)
+
+
+def test_adapters_declare_the_state_dict_keys_that_weight_files_use(family, tmp_path):
+    """One naming for a loaded model and a weight file: each role's key is in the state dict,
+    and the matrices read from a saved file (zones.weights) are the adapter's, fused q/k/v
+    split by the same split_qkv."""
+    from zones.weights import iter_checkpoint_matrices
+
+    model = tiny_model(family, n_layers=2)
+    adapter = get_adapter(model)
+    state = model.state_dict()
+    expected = {"llama": "model.layers.1.self_attn.q_proj.weight",
+                "gpt_neox": "gpt_neox.layers.1.attention.query_key_value.weight",
+                "gpt2": "transformer.h.1.attn.c_attn.weight"}[family]
+    keys = adapter.state_dict_keys(1)
+    assert expected in keys.values() and set(keys.values()) <= set(state)
+    model.save_pretrained(tmp_path, safe_serialization=True)
+    from_file = list(iter_checkpoint_matrices(tmp_path))
+    in_memory = list(adapter.iter_matrices())
+    assert [(l, r) for l, r, _ in from_file] == [(l, r) for l, r, _ in in_memory]
+    for (_, _, a), (_, _, b) in zip(from_file, in_memory):
+        torch.testing.assert_close(a, b.detach(), rtol=0, atol=0)

@@ -83,8 +83,11 @@ def test_a_failing_chapter_fails_the_build_and_leaves_no_page(tmp_path):
 
     jupytext.write(nb, root / "notebooks" / "broken.md", fmt="md:myst")
     (root / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n  - file: book/chapters/broken\n")
-    with pytest.raises(ChapterFailed, match="boom 7"):
+    with pytest.raises(ValueError, match="unknown chapter parameter model: the chapter broken declare x"):
         build_book({"x": 7, "model": "unused"}, root=root)
+    assert not (root / "book/chapters").exists()  # refused before any chapter ran
+    with pytest.raises(ChapterFailed, match="boom 7"):
+        build_book({"x": 7}, root=root, model="given only to chapters that declare model")
     assert not (root / "book/chapters/broken.ipynb").exists()
     assert (root / "book/chapters/broken.failed.ipynb").exists()
 
@@ -150,3 +153,72 @@ def test_charts_take_the_column_width_and_long_titles_wrap():
     assert wrapped["datasets"] == spec["datasets"]
     html = figures._offline_renderer(spec)["text/html"]
     assert '"title": ["' in html and 'class="zones-chart"' in html
+
+
+def _trivial_project(tmp_path: Path, names=("first", "second")) -> Path:
+    import jupytext
+    import nbformat
+
+    root = tmp_path / "project"
+    (root / "notebooks").mkdir(parents=True)
+    (root / "book").mkdir()
+    for name in names:
+        nb = nbformat.v4.new_notebook()
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        params = nbformat.v4.new_code_cell("n_boot = 1\nmodel = None")
+        params.metadata["tags"] = ["parameters"]
+        nb.cells = [params, nbformat.v4.new_code_cell("print(n_boot, model)")]
+        jupytext.write(nb, root / "notebooks" / f"{name}.md", fmt="md:myst")
+    toc = "".join(f"  - file: book/chapters/{n}\n" for n in names)
+    (root / "_toc.yml").write_text(f"format: jb-book\nroot: book/intro\nchapters:\n{toc}")
+    return root
+
+
+def test_a_misspelt_chapter_parameter_is_refused_with_the_known_ones(tmp_path, monkeypatch, capsys):
+    """Before: --param n_bootz=10 was dropped silently and the chapter ran on its defaults."""
+    from zones.book import declared_parameters
+    from zones.cli import main
+
+    root = _mini_project(tmp_path)
+    known = sorted(declared_parameters(root / "notebooks" / "alpha_profile.md"))
+    assert "n_boot" in known
+    with pytest.raises(ValueError) as err:
+        build_book({"n_bootz": 10}, only=["alpha_profile"], root=root)
+    assert str(err.value) == f"unknown chapter parameter n_bootz: the chapter alpha_profile declare {', '.join(known)}"
+    monkeypatch.chdir(root)
+    assert main(["book", "--only", "alpha_profile", "--param", "n_bootz=10"]) == 1
+    assert "unknown chapter parameter n_bootz" in capsys.readouterr().err
+    assert not (root / "book/chapters").exists()
+
+
+def test_book_shows_chapter_progress_and_an_estimate_in_the_terminal_not_the_pages(tmp_path, capsys):
+    import nbformat
+
+    from zones.book import execute_chapters, last_timings
+
+    root = _trivial_project(tmp_path)
+    execute_chapters(root, ["first", "second"], {"n_boot": 3}, model="tiny")
+    err = capsys.readouterr().err
+    assert "2 chapters, about 2 min (the expected times)" in err  # 2 x DEFAULT_SECONDS
+    assert "chapter 2/2 second" in err and "elapsed, about" in err and "left" in err
+    assert "first done in" in err
+    timings = last_timings({"model": "tiny", "models": ["tiny"], "n_boot": 3})
+    assert set(timings) == {"first", "second"}
+    page = nbformat.read(root / "book/chapters/first.ipynb", as_version=4)
+    printed = "".join(o.get("text", "") for c in page.cells for o in c.get("outputs", []))
+    assert printed.strip() == "3 tiny" and "elapsed" not in printed and "chapter 1/2" not in printed
+    execute_chapters(root, ["first"], {"n_boot": 3}, model="tiny")
+    assert "(the last build)" in capsys.readouterr().err
+
+
+def test_a_damaged_timings_record_only_costs_the_estimate(capsys):
+    from zones.book import _store_timing, _timings_entry, chapter_weights, last_timings
+
+    params = {"case": "damaged timings"}
+    _store_timing(params, "pruning", 12.0)
+    assert last_timings(params) == {"pruning": 12.0}
+    assert chapter_weights(["pruning", "claims", "new"], params) == {"pruning": 12.0, "claims": 5, "new": 60}
+    path, _ = _timings_entry(params)
+    path.write_text('{"pruning": 1200.0}')
+    assert last_timings(params) == {}
+    assert f"cache entry {path} is damaged" in capsys.readouterr().err

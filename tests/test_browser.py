@@ -33,7 +33,7 @@ MICRO_TRAINING = dict(width=32, head_dim=16, vocab_size=300, seq_len=32, batch_s
 def micro_model(corpus: str, depth: int = 6, steps: int = 80) -> Path:
     """A 6-block GPT-NeoX trained for a few seconds: unlike a random model, removing its
     blocks raises the loss, so every chart of the chapters has something to draw."""
-    from zones.train import profile_config, train_model
+    from zones.training import profile_config, train_model
 
     run = train_model(profile_config("cpu", depth, corpus=corpus, steps=steps, **MICRO_TRAINING), progress=False)
     return Path(run.path)
@@ -42,9 +42,10 @@ def micro_model(corpus: str, depth: int = 6, steps: int = 80) -> Path:
 def tiny_book_parameters(model_dir: Path, corpus: str) -> dict:
     """Every chapter's budget cut to seconds: 8 windows of 32 tokens, k ≤ 3, a 40-step series."""
     train = dict(MICRO_TRAINING, steps=40, corpus=corpus)
+    # ``seeds`` is left out: the pruning and healing chapters take a count, the depth series a list.
     return dict(model=str(model_dir), models=[str(model_dir)], seq_len=32, eval_tokens=31 * 8,
-                calibration_tokens=31 * 2, batch_size=8, k_max=3, seeds=3, n_boot=200, n_perm=500,
-                depths=[2, 3], train_overrides=train)
+                calibration_tokens=31 * 2, heal_tokens=31 * 4, k_values=[1, 2], batch_size=8, k_max=3, n_boot=200,
+                n_perm=500, speed_repeats=1, depths=[2, 3], train_overrides=train)
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +114,19 @@ MATH = """() => ({
   })})"""
 
 
+TABLES = """() => ({
+  // the scorecard: its rows are cards (display: block) at a phone's width, a table at a desktop's
+  claims_rows: [...document.querySelectorAll('table.zones-claims tbody tr')].map(r => getComputedStyle(r).display),
+  // tables whose columns the prose discusses (the scorecard; per-k tables of the pruning chapter):
+  // every column visible without scrolling their box
+  cut: [...document.querySelectorAll('div.zones-table')].filter(box =>
+      box.querySelector('table.zones-claims') ||
+      [...box.querySelectorAll('th')].some(th => /^k = \\d+$/.test(th.textContent.trim())))
+    .filter(box => box.scrollWidth > box.clientWidth + 1)
+    .map(box => (box.querySelector('caption') || box).textContent.slice(0, 60) + ` (${box.scrollWidth}px in ${box.clientWidth}px)`),
+  badges: document.querySelectorAll('.zones-badge').length})"""
+
+
 def test_every_page_is_offline_typeset_drawn_and_fits_both_widths(built_book, capsys):
     from playwright.sync_api import sync_playwright
 
@@ -148,6 +162,7 @@ def test_every_page_is_offline_typeset_drawn_and_fits_both_widths(built_book, ca
                     page.evaluate("() => MathJax.startup.promise")
                 page.wait_for_timeout(300)  # container-width charts resize once laid out
                 charts, math, fit = page.evaluate(CHARTS), page.evaluate(MATH), page.evaluate(MEASURE, SCROLL_BOXES)
+                tables = page.evaluate(TABLES)
                 page.screenshot(path=str(SHOTS / f"{name.replace('/', '_').removesuffix('.html')}-{width}.png"),
                                 full_page=True)
                 page.close()
@@ -167,6 +182,15 @@ def test_every_page_is_offline_typeset_drawn_and_fits_both_widths(built_book, ca
                     problems.append(f"{where}: formulas typeset {math['typeset']}/{math['total']}, "
                                     f"{math['errors']} TeX errors, raw TeX left: {math['raw']}")
                 problems += [f"{where}: wider than the column ({fit['column']}px): {o}" for o in fit["overflow"]]
+                if width >= 1280:
+                    problems += [f"{where}: a discussed table is cut: {t}" for t in tables["cut"]]
+                card = "block" if width < 600 else "table-row"
+                if tables["claims_rows"] and set(tables["claims_rows"]) != {card}:
+                    problems.append(f"{where}: scorecard rows are {set(tables['claims_rows'])}, not {card}")
+                if name == "book/intro.html" and tables["badges"] < 5:
+                    problems.append(f"{where}: the verdict list has {tables['badges']} badges")
+                if name == "book/chapters/claims.html" and not tables["claims_rows"]:
+                    problems.append(f"{where}: no scorecard table")
                 if fit["page_scroll"] > 0:
                     problems.append(f"{where}: the page scrolls sideways by {fit['page_scroll']}px")
             context.close()

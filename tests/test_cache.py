@@ -5,7 +5,9 @@ import os
 import pandas as pd
 import pytest
 
-from zones.cache import Journal, cache_key, cached_table, entry_path, resumable_table
+from zones.cache import (MANIFEST, CacheError, Journal, atomic_directory, cache_dir, cache_key, cached_table,
+                         entry_path, resumable_table, sidecar_path, stale_temporaries, verify_manifest,
+                         write_manifest)
 
 
 def test_cached_table_computes_once():
@@ -56,9 +58,6 @@ def test_journal_ignores_a_torn_last_line(tmp_path):
 
 
 # --- damaged entries are detected, named, and never used -------------------------------------------
-
-from zones.cache import CacheError, sidecar_path  # noqa: E402
-
 
 def _stored(parts):
     table = pd.DataFrame({"a": range(50), "b": [0.5 * i for i in range(50)]})
@@ -175,3 +174,71 @@ def test_concurrent_writers_never_pair_a_payload_with_another_sidecar(monkeypatc
     a.join()
     b.join()
     assert len(cache.read_cached_table(path, parts)) == 101  # the last complete write, intact
+
+
+# --- directories written atomically and checked file by file ----------------------------------------
+
+def test_atomic_directory_appears_whole_or_not_at_all(tmp_path):
+    target = tmp_path / "model"
+    with pytest.raises(RuntimeError):
+        with atomic_directory(target) as tmp:
+            (tmp / "a.txt").write_text("half")
+            raise RuntimeError("killed mid-write")
+    assert not target.exists() and not stale_temporaries(target)
+    with atomic_directory(target) as tmp:
+        (tmp / "a.txt").write_text("first")
+        assert not target.exists()  # invisible until the block succeeds
+    assert (target / "a.txt").read_text() == "first"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert target.stat().st_mode & 0o777 == 0o777 & ~umask  # not mkdtemp's 0700
+    with atomic_directory(target) as tmp:  # an existing folder is replaced whole
+        (tmp / "b.txt").write_text("second")
+    assert sorted(p.name for p in target.iterdir()) == ["b.txt"]
+    with atomic_directory(target, keep_existing=True) as tmp:  # ... or kept, when asked
+        (tmp / "c.txt").write_text("third")
+    assert sorted(p.name for p in target.iterdir()) == ["b.txt"]
+    assert not stale_temporaries(target)
+
+
+def test_manifest_names_the_damaged_file_and_what_to_delete(tmp_path):
+    parts = {"kind": "unit", "x": 1}
+    folder = tmp_path / "entry"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "weights.bin").write_bytes(bytes(range(200)))
+    (folder / "sub" / "vocab.json").write_text('{"a": 1}')
+    assert not verify_manifest(folder, parts)  # nothing to verify: recompute
+    write_manifest(folder, parts)
+    assert (folder / MANIFEST).exists() and verify_manifest(folder, parts)
+    with pytest.raises(CacheError, match="another computation"):
+        verify_manifest(folder, {"kind": "unit", "x": 2})
+    (folder / "sub" / "vocab.json").write_text('{"a": 2}')  # same size, other bytes
+    with pytest.raises(CacheError) as err:
+        verify_manifest(folder, parts)
+    message = str(err.value)
+    assert str(folder / "sub" / "vocab.json") in message and f"delete the folder {folder}" in message
+    assert "\n" not in message
+    (folder / "sub" / "vocab.json").write_text('{"a": 1}')
+    (folder / "weights.bin").unlink()
+    with pytest.raises(CacheError, match="weights.bin is missing"):
+        verify_manifest(folder, parts)
+    (folder / "weights.bin").write_bytes(bytes(range(200)))
+    (folder / "extra.txt").write_text("x")
+    with pytest.raises(CacheError, match="not in its manifest"):
+        verify_manifest(folder, parts)
+    (folder / "extra.txt").unlink()
+    (folder / MANIFEST).write_text("{broken")
+    with pytest.raises(CacheError, match="not valid JSON"):
+        verify_manifest(folder, parts)
+
+
+def test_zones_cache_pointing_at_a_file_is_one_error_naming_the_variable(tmp_path, monkeypatch):
+    file = tmp_path / "not-a-folder"
+    file.write_text("x")
+    monkeypatch.setenv("ZONES_CACHE", str(file))
+    with pytest.raises(CacheError) as err:  # was: [Errno 17] File exists: '...'
+        cache_dir()
+    assert f"ZONES_CACHE={file}" in str(err.value) and "is a file" in str(err.value)
+    monkeypatch.setenv("ZONES_CACHE", str(file / "below"))
+    with pytest.raises(CacheError, match="ZONES_CACHE="):  # was: [Errno 20] Not a directory
+        cache_dir()

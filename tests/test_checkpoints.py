@@ -11,9 +11,15 @@ import pandas as pd
 import pytest
 import torch
 
+from transformers import AutoModelForCausalLM
+
 from conftest import tiny_model
 from zones import checkpoints
+from zones.cache import CacheError, entry_path, sidecar_path
 from zones.checkpoints import Checkpoint, CheckpointError, checkpoint_snapshot, lifecycle_snapshots
+from zones.executors import JobFailed
+from zones.training import spectral_snapshot
+from zones.weights import iter_checkpoint_matrices
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 VALUES = ["stable_rank", "alpha_shape", "alpha_esd"]
@@ -30,11 +36,7 @@ def save_series(root: Path, family: str, steps=(0, 10, 20), n_layers: int = 3) -
 
 
 def in_memory_rows(path: Path) -> pd.DataFrame:
-    """What zones.train records for a model in memory: alpha_table on the loaded model."""
-    from transformers import AutoModelForCausalLM
-
-    from zones.train import spectral_snapshot
-
+    """What zones.training records for a model in memory: alpha_table on the loaded model."""
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     return spectral_snapshot(model, step=0).drop(columns="step")
 
@@ -49,23 +51,21 @@ def test_streamed_rows_equal_the_in_memory_alpha_table_for_every_family(family, 
 
 
 def test_matrices_stream_in_groups_within_the_memory_budget(tmp_path, monkeypatch):
-    import zones.spectra
-
     path = save_series(tmp_path, "llama", steps=(0,), n_layers=4)[0]
-    sizes, real = [], zones.spectra.spectral_table
+    sizes, real = [], checkpoints.spectral_table
 
     def spy(matrices, **kwargs):
         sizes.append(sum(m.numel() * 8 for m in matrices))
         return real(matrices, **kwargs)
 
-    monkeypatch.setattr(zones.spectra, "spectral_table", spy)
-    largest = max(m.numel() * 8 for _, _, m in checkpoints.iter_checkpoint_matrices(path))
+    monkeypatch.setattr(checkpoints, "spectral_table", spy)
+    largest = max(m.numel() * 8 for _, _, m in iter_checkpoint_matrices(path))
     budget = 2 * largest
-    rows = checkpoints.snapshot_rows(checkpoints.iter_checkpoint_matrices(path), memory_budget=budget)
+    rows = checkpoints.snapshot_rows(iter_checkpoint_matrices(path), memory_budget=budget)
     assert len(rows) == 4 * 7 and len(sizes) > 1
     assert max(sizes) <= budget
     sizes.clear()
-    checkpoints.snapshot_rows(checkpoints.iter_checkpoint_matrices(path), memory_budget=None)
+    checkpoints.snapshot_rows(iter_checkpoint_matrices(path), memory_budget=None)
     assert len(sizes) == 1  # no bound: everything at once
 
 
@@ -166,16 +166,91 @@ def test_an_extended_sweep_computes_only_the_new_checkpoints_and_a_changed_weigh
     assert set(again.loc[changed, "step"]) == {10} and set(again.loc[changed, "layer"]) == {2}
 
 
-def test_a_damaged_cache_entry_is_reported_and_recomputed(tmp_path, capsys):
+def _damage(entry: Path, how: str) -> None:
+    """A cached snapshot edited as the reliability run did: values x10, one layer's rows deleted,
+    or the file truncated; the result is a valid parquet file in the first two cases."""
+    if how == "truncated":
+        entry.write_bytes(entry.read_bytes()[:40])
+        return
+    table = pd.read_parquet(entry)
+    if how == "values x10":
+        table[VALUES] = table[VALUES] * 10
+    else:
+        table = table[table["layer"] != 1]
+    table.to_parquet(entry, index=False)
+
+
+@pytest.mark.parametrize("how", ["values x10", "rows deleted", "truncated"])
+def test_a_damaged_snapshot_entry_is_one_error_naming_it_and_refresh_replaces_it(tmp_path, how):
+    """Before: values x10 were used, deleted rows gave a short table, and --refresh kept the entry."""
     path = save_series(tmp_path, "gpt2", steps=(0,))[0]
     first = checkpoint_snapshot(Checkpoint(str(path), 0))
-    from zones.cache import entry_path
-
     entry = entry_path("snapshots", first.parts)
-    entry.write_bytes(entry.read_bytes()[:40])
-    again = checkpoint_snapshot(Checkpoint(str(path), 0))
-    assert again.computed and str(entry) in capsys.readouterr().out
+    assert sidecar_path(entry).exists() and "_entry" in json.loads(sidecar_path(entry).read_text())
+    _damage(entry, how)
+    with pytest.raises(CacheError) as err:
+        checkpoint_snapshot(Checkpoint(str(path), 0))
+    message = str(err.value)
+    assert str(entry) in message and f"delete {entry}" in message and "\n" not in message
+    with pytest.raises(JobFailed) as err:  # the series: no table built on it, no retry either
+        lifecycle_snapshots([str(path)], progress=False)
+    assert f"CacheError: cache entry {entry} is damaged" in str(err.value) and "1 attempt)" in str(err.value)
+    refreshed = checkpoint_snapshot(Checkpoint(str(path), 0), refresh=True)
+    assert refreshed.computed
+    pd.testing.assert_frame_equal(refreshed.rows, first.rows)
+    again = checkpoint_snapshot(Checkpoint(str(path), 0))  # the entry itself was replaced
+    assert not again.computed
     pd.testing.assert_frame_equal(again.rows, first.rows)
+
+
+def test_an_entry_written_without_a_checksum_is_recomputed_and_replaced(tmp_path):
+    path = save_series(tmp_path, "llama", steps=(0,))[0]
+    first = checkpoint_snapshot(Checkpoint(str(path), 0))
+    entry = entry_path("snapshots", first.parts)
+    sidecar_path(entry).write_text(json.dumps(first.parts))  # as an older zones wrote it
+    pd.read_parquet(entry).assign(alpha_shape=0.0).to_parquet(entry, index=False)
+    again = checkpoint_snapshot(Checkpoint(str(path), 0))
+    assert again.computed
+    pd.testing.assert_frame_equal(again.rows, first.rows)
+    assert not checkpoint_snapshot(Checkpoint(str(path), 0)).computed
+
+
+def test_a_series_mixing_architectures_or_shapes_is_one_error_before_computing(tmp_path, monkeypatch):
+    """Before: two Llama and one GPT-NeoX checkpoint in one glob gave one table, silently."""
+    save_series(tmp_path / "mixed", "llama", steps=(0, 10))
+    tiny_model("gpt_neox", n_layers=3).save_pretrained(tmp_path / "mixed" / "step-20")
+    monkeypatch.setattr(checkpoints, "snapshot_rows", lambda *a, **k: pytest.fail("computed before the check"))
+    with pytest.raises(CheckpointError) as err:
+        lifecycle_snapshots(str(tmp_path / "mixed" / "step-*"), progress=False)
+    message = str(err.value)
+    assert "share an architecture" in message and "llama" in message and "gpt_neox" in message
+    assert str(tmp_path / "mixed" / "step-20") in message and "\n" not in message
+    save_series(tmp_path / "deeper", "llama", steps=(0,), n_layers=3)
+    save_series(tmp_path / "deeper", "llama", steps=(10,), n_layers=4)
+    with pytest.raises(CheckpointError, match="has 3 blocks and .* 4"):
+        lifecycle_snapshots(str(tmp_path / "deeper" / "step-*"), progress=False)
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    save_series(tmp_path / "wider", "gpt2", steps=(0,))
+    small = json.loads((tmp_path / "wider" / "step-0" / "config.json").read_text())
+    config = GPT2Config(**{k: v for k, v in small.items() if k in ("n_layer", "n_head", "vocab_size", "n_positions")},
+                        n_embd=64)
+    GPT2LMHeadModel(config).save_pretrained(tmp_path / "wider" / "step-10")
+    with pytest.raises(CheckpointError, match=r"block 0 qkv is \(32, 96\) in .* and \(64, 192\) in"):
+        lifecycle_snapshots(str(tmp_path / "wider" / "step-*"), progress=False)
+
+
+@pytest.mark.parametrize("step", [99.9, True, "12", -3])
+def test_a_step_that_is_no_integer_is_refused_naming_the_file(tmp_path, step):
+    """Before: {"step": 99.9} became step 99 and {"step": true} step 1."""
+    path = save_series(tmp_path, "gpt2", steps=(0,))[0]
+    meta = path / "zones-checkpoint.json"
+    meta.write_text(json.dumps({"step": step}))
+    with pytest.raises(CheckpointError) as err:
+        checkpoints.checkpoint_step(path)
+    assert str(meta) in str(err.value) and "must be an integer" in str(err.value)
+    meta.write_text(json.dumps({"step": 99}))
+    assert checkpoints.checkpoint_step(path) == 99
 
 
 def test_bad_checkpoints_give_one_line_naming_the_file(tmp_path):
@@ -240,3 +315,24 @@ def test_an_unreachable_hub_fails_fast_in_one_line_naming_the_revision(monkeypat
     assert time.perf_counter() - start < 10
     message = str(err.value)
     assert "EleutherAI/pythia-160m@step1000" in message and "\n" not in message
+
+
+def test_cli_lifecycle_refuses_a_damaged_entry_and_refresh_replaces_it(tmp_path, capsys):
+    """Before: one layer's rows deleted gave a short snapshots.csv ("from the cache"), and
+    --refresh wrote correct rows but kept the damaged entry for the next run."""
+    from zones.cli import main
+
+    paths = save_series(tmp_path / "runs", "llama", steps=(0, 10))
+    args = ["lifecycle", "--checkpoints", str(tmp_path / "runs" / "step-*"), "--out", str(tmp_path / "out")]
+    assert main(args) == 0
+    full = pd.read_csv(tmp_path / "out" / "snapshots.csv")
+    entry = entry_path("snapshots", checkpoint_snapshot(Checkpoint(str(paths[1]), 10)).parts)
+    _damage(entry, "rows deleted")
+    capsys.readouterr()
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert f"cache entry {entry} is damaged" in err and f"delete {entry}" in err
+    assert main([*args, "--refresh"]) == 0
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "out" / "snapshots.csv"), full)
+    assert main(args) == 0  # the next run reads the replaced entry
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "out" / "snapshots.csv"), full)

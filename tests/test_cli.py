@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 import zones
+import zones.hardware
 from zones.cli import build_parser, lab_command, main, parse_args
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,7 +144,9 @@ def test_lab_starts_headless_and_lists_the_chapters(tmp_path):
                 lab.wait()
 
 
-def test_ablate_passes_dtype_and_budget_to_the_library(tiny_model_dir, tmp_path, one_thread):
+def test_ablate_passes_dtype_and_budget_to_the_library(tiny_model_dir, tmp_path, one_thread, monkeypatch):
+    # bfloat16 is refused on a CPU without native bf16 (zones.hardware): pretend this one has it
+    monkeypatch.setattr(zones.hardware, "native_bf16", lambda device="cpu": True)
     from zones.ablation import ablation_table
     from zones.data import corpus_windows
     from zones.models import load_model

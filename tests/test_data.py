@@ -1,8 +1,13 @@
 """Corpora and token windows."""
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
+import torch
+from transformers import AutoTokenizer
 
-from zones.data import CorpusError, load_corpus, make_windows, corpus_windows
+from zones.data import CorpusError, corpus_windows, load_corpus, make_windows, tokenizer_fingerprint
 
 
 def test_stdlib_corpus_is_prose_and_deterministic():
@@ -90,3 +95,72 @@ def test_an_empty_corpus_names_its_files(tmp_path):
     empty.write_text("  \n")
     with pytest.raises(CorpusError, match=r"empty: .*blank.txt hold\(s\) only whitespace; pass --corpus"):
         load_corpus(str(empty))
+
+
+def _swap_two_tokens(tokenizer_json: Path, first: str, second: str) -> None:
+    """Swap the ids of two vocabulary entries in a saved ``tokenizer.json``."""
+    state = json.loads(tokenizer_json.read_text(encoding="utf-8"))
+    vocab = state["model"]["vocab"]
+    vocab[first], vocab[second] = vocab[second], vocab[first]
+    tokenizer_json.write_text(json.dumps(state, ensure_ascii=False), encoding="utf-8")
+
+
+def test_windows_fingerprint_covers_the_tokenizer_content_not_its_path(tmp_path, tiny_tokenizer):
+    (tmp_path / "a.txt").write_text("The quick brown fox jumps over the lazy dog. " * 200)
+    corpus = load_corpus(str(tmp_path / "a.txt"))
+    folder = tmp_path / "tokenizer"
+    tiny_tokenizer.save_pretrained(folder)
+    before = corpus_windows(corpus, AutoTokenizer.from_pretrained(folder), seq_len=32, max_tokens=31 * 4)
+    reloaded = corpus_windows(corpus, AutoTokenizer.from_pretrained(folder), seq_len=32, max_tokens=31 * 4)
+    assert reloaded.fingerprint == before.fingerprint  # stable: a cache hit for the same tokenizer
+    called = AutoTokenizer.from_pretrained(folder)
+    called.pad_token = called.eos_token
+    called(["a b c", "a"], padding=True, truncation=True, max_length=2)  # leaves padding/truncation set
+    assert called.backend_tokenizer.truncation is not None and called.backend_tokenizer.padding is not None
+    assert tokenizer_fingerprint(called) == tokenizer_fingerprint(tiny_tokenizer)
+
+    # The same path and vocabulary size, but two frequent tokens trade ids: other windows, another key.
+    counts = np.bincount(before.input_ids.flatten().numpy())
+    common = [tiny_tokenizer.convert_ids_to_tokens(int(i)) for i in np.argsort(counts)[::-1][:2]]
+    _swap_two_tokens(folder / "tokenizer.json", *common)
+    edited = AutoTokenizer.from_pretrained(folder)
+    assert edited.name_or_path == AutoTokenizer.from_pretrained(folder).name_or_path and len(edited) == len(tiny_tokenizer)
+    after = corpus_windows(corpus, edited, seq_len=32, max_tokens=31 * 4)
+    assert not torch.equal(after.input_ids, before.input_ids)
+    assert after.fingerprint != before.fingerprint
+    assert tokenizer_fingerprint(edited) != tokenizer_fingerprint(tiny_tokenizer)
+
+
+def test_windows_fingerprint_covers_the_ids_and_the_tokenizer_alone():
+    ids = np.arange(100 * 10)
+    same = make_windows(ids, 10, "eval", tokenizer_id="a")
+    assert make_windows(ids.copy(), 10, "eval", tokenizer_id="a").fingerprint == same.fingerprint
+    assert make_windows(ids, 10, "eval", tokenizer_id="b").fingerprint != same.fingerprint
+    shuffled = ids.copy()
+    shuffled[[64, 65]] = shuffled[[65, 64]]  # past what the corpus stand-in (first 64 ids, length) sees
+    assert make_windows(shuffled, 10, "eval", tokenizer_id="a").fingerprint != same.fingerprint
+
+
+def test_tokenizer_fingerprint_without_a_fast_backend(tiny_tokenizer):
+    class Slow:
+        def __init__(self, vocab):
+            self.vocab = vocab
+
+        def get_vocab(self):
+            return dict(self.vocab)
+
+    vocab = tiny_tokenizer.get_vocab()
+    assert tokenizer_fingerprint(Slow(vocab)) == tokenizer_fingerprint(Slow(dict(reversed(list(vocab.items())))))
+    swapped = dict(vocab)
+    a, b = list(vocab)[:2]
+    swapped[a], swapped[b] = vocab[b], vocab[a]
+    assert tokenizer_fingerprint(Slow(swapped)) != tokenizer_fingerprint(Slow(vocab))
+
+
+def test_window_arguments_are_checked_like_everywhere_else():
+    ids = np.arange(100)
+    assert make_windows(ids, np.int64(10)).seq_len == 10
+    for kwargs, name in ((dict(seq_len=1), "seq_len"), (dict(seq_len=10.0), "seq_len"), (dict(seq_len=True), "seq_len"),
+                         (dict(seq_len=10, max_tokens=45.5), "max_tokens")):
+        with pytest.raises(ValueError, match=rf"^{name} must be an integer"):
+            make_windows(ids, **kwargs)

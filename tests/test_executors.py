@@ -50,7 +50,7 @@ def test_a_job_failing_every_attempt_is_reported_by_name_and_no_result_is_return
                                         r"2 attempts\)"):
         run_jobs(jobs, retries=1, progress=False)
     assert (tmp_path / "b").read_text() == "2"  # bounded: one try and one retry
-    with pytest.raises(ValueError, match="unknown executor"):
+    with pytest.raises(ValueError, match="executor must be one of 'local', 'ray'; got 'dask'"):
         run_jobs(jobs, "dask")
 
 
@@ -130,3 +130,61 @@ def test_cli_sweep_stacks_the_alpha_tables_of_several_models(tiny_model_dir, tin
         assert got["alpha_shape"].to_numpy() == pytest.approx(expected["alpha_shape"].to_numpy(), rel=1e-9)
     with pytest.raises(ValueError, match="listed twice"):
         alpha_sweep(models + models[:1])
+
+
+# --- deterministic errors are not retried; impossible requests fail at once -------------------------
+
+def fails_with(marker: str, error: BaseException):
+    """Counts its calls in the file ``marker``, then raises ``error``."""
+    path = Path(marker)
+    path.write_text(str(int(path.read_text()) + 1 if path.exists() else 1))
+    raise error
+
+
+@pytest.mark.parametrize("error", [RuntimeError("a deterministic bug"), FileNotFoundError(2, "no such file"),
+                                   ValueError("bad input")])
+def test_a_deterministic_error_is_tried_once(tmp_path, error):
+    """Before: anything but ValueError/TypeError/LookupError/ImportError was tried retries + 1 times."""
+    from zones.cache import CacheError
+
+    for err in (error, CacheError("cache entry x is damaged; delete x")):
+        marker = tmp_path / f"calls-{type(err).__name__}"
+        with pytest.raises(JobFailed, match="1 attempt\\)"):
+            run_jobs([Job("job", fails_with, (str(marker), err))], retries=2, progress=False)
+        assert marker.read_text() == "1"
+
+
+def test_cli_sweep_does_not_retry_a_missing_model(tmp_path, capsys):
+    from zones.cli import main
+
+    assert main(["sweep", "--models", str(tmp_path / "missing-model"), "--out", str(tmp_path / "out")]) == 1
+    captured = capsys.readouterr()
+    assert "retry 1 of" not in captured.err and "does not exist; 1 attempt)" in captured.err
+
+
+def test_more_cpus_than_the_machine_has_fail_before_ray_starts(monkeypatch):
+    ray = pytest.importorskip("ray")
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # as in a fresh process
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("Ray was started"))
+    with pytest.raises(ValueError, match=r"job a asks for 100 CPUs but this machine .* has 2; lower "
+                                         r"--cpus-per-job to at most 2"):
+        run_jobs([Job("a", flaky, ("x", 1), cpus=100)], "ray", progress=False)
+
+
+def test_more_cpus_than_the_ray_cluster_has_fail_at_once(ray_instance, tmp_path):
+    """Before: the job waited for 100 CPUs forever (0/1, no message)."""
+    import signal
+
+    def hung(*_):
+        raise TimeoutError("run_jobs waited for resources the cluster does not have")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)
+    try:
+        with pytest.raises(ValueError, match=r"asks for 100 CPUs but the Ray cluster .* has 2"):
+            run_jobs([Job("a", flaky, (str(tmp_path / "m"), 1), cpus=100)], "ray", progress=False)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

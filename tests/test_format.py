@@ -1,6 +1,7 @@
 """zones.format: the book's one way of writing numbers, intervals and tables."""
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -102,4 +103,9 @@ def test_glued_values_read_like_the_rest_of_the_page():
     assert for_glue(248) == 248 and for_glue(16320) == "16,320"
     assert for_glue("holds") == "holds" and for_glue(True) is True and for_glue(None) is None
     assert for_glue(float("nan")) == "n/a"
+    # numpy scalars (what pandas and numpy hand back) are glued like python ones
+    assert for_glue(np.int64(16320)) == "16,320" and for_glue(np.int32(248)) == 248
+    assert type(for_glue(np.int64(248))) is int
+    assert for_glue(np.float32(1.5)) == "1.50" and for_glue(np.float64(53.2417)) == "53.2"
+    assert for_glue(np.bool_(True)) == True  # noqa: E712 (a flag stays a flag)
     assert for_glue([1.5, 2]) == [1.5, 2]

@@ -71,9 +71,13 @@ def test_seeded_and_validated():
     x, y = rng.normal(size=20), rng.normal(size=20)
     assert spearman(x, y, seed=3) == spearman(x, y, seed=3)
     assert spearman(x, y, seed=3).ci_low != spearman(x, y, seed=4).ci_low
-    for kwargs in (dict(n_boot=0), dict(n_perm=-1), dict(n_boot=2.5), dict(level=1.0)):
-        with pytest.raises(ValueError):
+    for kwargs in (dict(n_boot=0), dict(n_perm=-1), dict(n_boot=2.5), dict(level=1.0), dict(n_boot=True),
+                   dict(n_perm=99.0), dict(level=np.nan)):
+        with pytest.raises(ValueError, match=r"^(n_boot|n_perm|level) must be .*; got "):
             spearman(x, y, **kwargs)
+    # numpy integers (what a table or a parameter grid hands over) count like python ones
+    assert spearman(x, y, n_boot=np.int64(200), n_perm=np.int32(500), seed=3) == \
+        spearman(x, y, n_boot=200, n_perm=500, seed=3)
     with pytest.raises(ValueError, match="length"):
         spearman(x, y[:-1])
 

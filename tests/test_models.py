@@ -291,3 +291,20 @@ def test_legacy_buffers_that_transformers_ignores_are_not_a_mismatch(tmp_path):
         weights.update({name: torch.ones(4) for name in extra})
         save_file(weights, path / "model.safetensors", metadata={"format": "pt"})
         assert get_adapter(load_model(str(path), device="cpu", load_tokenizer=False).model).n_blocks == 4
+
+
+def test_an_edited_converted_copy_is_converted_again_not_used(tiny_gguf, tmp_path, monkeypatch, capsys):
+    """Values edited in place (a whole, readable safetensors file) were used as they were."""
+    from safetensors.torch import load_file, save_file
+
+    from zones.models import converted_gguf_dir
+
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path))
+    target = converted_gguf_dir(tiny_gguf)
+    fingerprint = load_model(str(tiny_gguf), device="cpu").fingerprint
+    weights = load_file(target / "model.safetensors")
+    weights = {name: tensor * 10 for name, tensor in weights.items()}
+    save_file(weights, target / "model.safetensors", metadata={"format": "pt"})
+    assert load_model(str(tiny_gguf), device="cpu").fingerprint == fingerprint
+    assert "model.safetensors is damaged" in capsys.readouterr().out
+    assert (target / "zones-manifest.json").exists()

@@ -8,15 +8,16 @@ import pandas as pd
 import pytest
 import torch
 
-from zones import pruning, strategies
 from zones.blocks import skip_blocks
 from zones.data import corpus_windows
 from zones.evaluate import evaluate_loss, evaluate_removals, prefix_tree_work
-from zones.pruning import (best_sets, compare_strategies, crossover_k, pairwise_differences, parse_removed,
-                           pruning_sweep, pruning_table, summarize_pruning)
+from zones import evaluate, hardware
+from zones.pruning import (STRATEGIES, PruningContext, StrategyError, alpha_zones, best_sets, bic_segment_count,
+                           compare, compare_strategies, crossover_k, pairwise_differences, parse_removed, pruning_sweep,
+                           pruning_table, register_strategy, segment_profile, segmentation_cost, strategies,
+                           summarize_pruning, zone_aware_order)
+from zones.pruning import sweep as sweep_module
 from zones.stats import NonFiniteLossError
-from zones.strategies import (STRATEGIES, PruningContext, StrategyError, alpha_zones, bic_segment_count,
-                              register_strategy, segment_profile, segmentation_cost, zone_aware_order)
 
 from conftest import tiny_model
 
@@ -127,7 +128,7 @@ def test_every_strategy_returns_valid_plans(model, windows):
     assert STRATEGIES["last_n"].plan(ctx, 3) == [[7], [7, 6], [7, 6, 5]]
     assert STRATEGIES["last_n_keep_last"].plan(ctx, 3) == [[6], [6, 5], [6, 5, 4]]
     assert STRATEGIES["last_n_keep_last"].max_k(N_LAYERS) == N_LAYERS - 2
-    assert {"last_n_keep_last", "random_protected"} <= set(pruning.DEFAULT_STRATEGIES) <= set(STRATEGIES)
+    assert {"last_n_keep_last", "random_protected"} <= set(sweep_module.DEFAULT_STRATEGIES) <= set(STRATEGIES)
     for k, plan in enumerate(STRATEGIES["angular"].plan(ctx, k_max), start=1):
         assert plan == list(range(plan[0], plan[0] + k))  # one contiguous run
 
@@ -186,6 +187,31 @@ def test_removal_losses_equal_direct_evaluation(family, tiny_tokenizer):
         assert result.n_tokens == direct.n_tokens
 
 
+def test_kept_traces_trace_each_batch_once_and_change_no_number(model, tiny_tokenizer, monkeypatch):
+    ev = corpus_windows("stdlib", tiny_tokenizer, 32, "eval", 31 * 3)
+    chunks = [[(), (3,), (0, 5)], [(2, 3, 4), (1, 2)], [(0, 1, 2, 3)]]
+    fresh = [r.window_nll for chunk in chunks
+             for r in evaluate_removals(model, ev, chunk, batch_size=2, progress=False)]
+    traced = []
+    real = evaluate.BlockTrace
+    monkeypatch.setattr(evaluate, "BlockTrace", lambda *a: traced.append(1) or real(*a))
+    traces: dict = {}
+    kept = [r.window_nll for chunk in chunks
+            for r in evaluate_removals(model, ev, chunk, batch_size=2, progress=False, traces=traces)]
+    assert len(traced) == 2  # two batches, traced once for the three calls
+    for a, b in zip(fresh, kept):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_the_head_chunk_changes_no_number(model, tiny_tokenizer, monkeypatch):
+    ev = corpus_windows("stdlib", tiny_tokenizer, 32, "eval", 31 * 3)
+    whole = evaluate_removals(model, ev, [(), (2,)], batch_size=3, progress=False)
+    monkeypatch.setattr(evaluate, "HEAD_CHUNK", 7)  # several chunks per window, one across windows
+    chunked = evaluate_removals(model, ev, [(), (2,)], batch_size=3, progress=False)
+    for a, b in zip(whole, chunked):
+        np.testing.assert_allclose(a.window_nll, b.window_nll, rtol=1e-6)
+
+
 def test_prefix_tree_never_does_more_work_than_prefix_reuse():
     rng = np.random.default_rng(0)
     sets = [rng.choice(30, size=k, replace=False) for k in range(1, 9) for _ in range(5)]
@@ -198,7 +224,7 @@ def test_table_delta_ppl_equals_direct_evaluation(model, windows):
     table = pruning_table(model, ev, cal, strategies=["zone_aware", "last_n", "random"], k_max=3, seeds=2,
                           alpha=fake_alpha(np.linspace(0.5, 0.1, N_LAYERS)), batch_size=2, progress=False,
                           model_name="tiny")
-    assert list(table.columns) == pruning.COLUMNS
+    assert list(table.columns) == sweep_module.COLUMNS
     assert len(table) == 3 + 3 + 2 * 3
     np.testing.assert_allclose(table["delta_loss"], np.log(table["ppl"] / table["base_ppl"]), atol=1e-12)
     assert set(table.loc[table["strategy"] == "random", "seed"]) == {0, 1}
@@ -215,7 +241,7 @@ def test_table_is_cached_and_resumes(model, windows, monkeypatch, tmp_path):
     ev, _ = windows
     args = dict(strategies=["last_n", "random"], k_max=3, seeds=3, batch_size=2, progress=False)
     calls = []
-    real = pruning.evaluate_removals
+    real = sweep_module.evaluate_removals
 
     def interrupted(*a, **kw):
         calls.append(len(a[2]))
@@ -223,13 +249,13 @@ def test_table_is_cached_and_resumes(model, windows, monkeypatch, tmp_path):
             raise KeyboardInterrupt
         return real(*a, **kw)
 
-    monkeypatch.setattr(pruning, "SETS_PER_PASS", 4)
-    monkeypatch.setattr(pruning, "evaluate_removals", interrupted)
+    monkeypatch.setattr(sweep_module, "SETS_PER_PASS", 4)
+    monkeypatch.setattr(sweep_module, "evaluate_removals", interrupted)
     with pytest.raises(KeyboardInterrupt):
         pruning_table(model, ev, **args)
     first_chunk = calls[0]
     calls.clear()
-    monkeypatch.setattr(pruning, "evaluate_removals", lambda *a, **kw: calls.append(len(a[2])) or real(*a, **kw))
+    monkeypatch.setattr(sweep_module, "evaluate_removals", lambda *a, **kw: calls.append(len(a[2])) or real(*a, **kw))
     resumed = pruning_table(model, ev, **args)
     n_sets = len(set(resumed["removed"].map(lambda r: tuple(sorted(parse_removed(r)))))) + 1
     assert sum(calls) == n_sets - first_chunk  # the journaled chunk is not scored again
@@ -249,7 +275,7 @@ def test_bad_arguments_fail_before_any_forward(model, windows, monkeypatch):
     def no_forward(*a, **kw):
         raise AssertionError("a forward pass ran")
 
-    monkeypatch.setattr(pruning, "evaluate_removals", no_forward)
+    monkeypatch.setattr(sweep_module, "evaluate_removals", no_forward)
     monkeypatch.setattr(strategies, "BlockTrace", no_forward)
     with pytest.raises(ValueError, match="k_max=7 is too large"):
         pruning_table(model, ev, cal, strategies=["last_n"], k_max=7)
@@ -309,7 +335,7 @@ def test_crossover_and_summaries():
     assert comparison["ratio"].tolist() == pytest.approx([0.5, 2 / 3, 1.25, 2.25])
     assert crossover_k(comparison) == 3
     assert crossover_k(comparison.iloc[:2]) is None
-    best = pruning.best_by_k(summary)
+    best = compare.best_by_k(summary)
     assert best["best"].tolist() == ["last_n", "last_n", "zone_aware", "zone_aware"]
     assert best["worst"].tolist() == ["random"] * 4
 
@@ -328,16 +354,16 @@ def sweep(model, tiny_tokenizer):
 def test_window_losses_are_the_table_s_losses(sweep, model):
     result, ev = sweep
     long = result.window_losses
-    assert list(long.columns) == pruning.WINDOW_COLUMNS
+    assert list(long.columns) == sweep_module.WINDOW_COLUMNS
     assert set(long["window"]) == set(range(ev.n_windows)) and (long["n_tokens"] == 31).all()
     per_set = long.groupby("removed")["nll"].sum() / (31 * ev.n_windows)
     base = per_set[""]
     for _, row in result.table.sample(6, random_state=1).iterrows():
-        loss = per_set[pruning.canonical_removed(row["removed"])]
+        loss = per_set[sweep_module.canonical_removed(row["removed"])]
         assert row["delta_loss"] == pytest.approx(loss - base, abs=1e-12)
     # A window's NLL is that window's own evaluation.
     with skip_blocks(model, [7, 6]):
-        one = evaluate_loss(model, pruning.Windows(ev.input_ids[2:3], "stdlib", "eval", "w2"))
+        one = evaluate_loss(model, sweep_module.Windows(ev.input_ids[2:3], "stdlib", "eval", "w2"))
     assert long.query("removed == '6,7' and window == 2")["nll"].item() == pytest.approx(one.loss * 31, rel=1e-6)
 
 
@@ -494,6 +520,7 @@ def test_a_nan_alpha_says_what_to_do_instead(model):
 
 def test_bfloat16_scoring_is_close_and_keyed_apart(model, windows, monkeypatch, tmp_path):
     monkeypatch.setenv("ZONES_CACHE", str(tmp_path))
+    monkeypatch.setattr(hardware, "native_bf16", lambda device="cpu": True)  # the test must run on any CPU
     ev, _ = windows
     args = dict(strategies=["last_n"], k_max=2, batch_size=2, progress=False)
     fp32 = pruning_table(model, ev, **args)
@@ -503,6 +530,20 @@ def test_bfloat16_scoring_is_close_and_keyed_apart(model, windows, monkeypatch, 
     assert next(model.parameters()).dtype == torch.float32  # the weights were never cast
     with pytest.raises(ValueError, match="dtype"):
         pruning_table(model, ev, dtype="float16", **args)
+
+
+def test_bfloat16_scoring_is_refused_without_native_bf16(model, windows, monkeypatch, tmp_path):
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path))
+    monkeypatch.setattr(hardware, "native_bf16", lambda device="cpu": False)  # an AVX2 CPU
+    ev, _ = windows
+    for score in (lambda: pruning_table(model, ev, strategies=["last_n"], k_max=1, batch_size=2, progress=False,
+                                        dtype="bfloat16"),
+                  lambda: evaluate_loss(model, ev, dtype="bfloat16"),
+                  lambda: evaluate_removals(model, ev, [(1,)], progress=False, dtype="bfloat16")):
+        with pytest.raises(ValueError, match="scoring dtype 'bfloat16'.*100x slower than float32") as err:
+            score()
+        assert "\n" not in str(err.value)
+    assert not list(tmp_path.rglob("*.jsonl"))  # refused before any forward or journal
 
 
 # --- CLI and chapter -------------------------------------------------------------------------------
@@ -515,7 +556,7 @@ def test_cli_writes_the_table(tiny_model_dir, tmp_path):
                  "--k-max", "2", "--seeds", "2", "--seq-len", "32", "--eval-tokens", "62",
                  "--calibration-tokens", "31", "--out", str(out)]) == 0
     table = pd.read_csv(out / "pruning.csv")
-    assert list(table.columns) == pruning.COLUMNS and len(table) == 2 + 2 * 2
+    assert list(table.columns) == sweep_module.COLUMNS and len(table) == 2 + 2 * 2
     assert main(["prune", "--model", str(tiny_model_dir), "--strategies", "last_n", "--k-max", "5",
                  "--out", str(out)]) == 1
 

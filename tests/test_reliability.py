@@ -163,7 +163,7 @@ class _Planted:
 
 
 def test_a_planted_checkpoint_pickle_in_the_training_cache_never_runs(tmp_path, capfd, corpus_file):
-    from zones import train
+    from zones import training as train
 
     marker = tmp_path / "the-pickle-ran"
     sizes = dict(width=32, head_dim=16, vocab_size=300, seq_len=32, batch_size=8, steps=4, snapshot_every=2,

@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from zones.report import alpha_profile, claims, common, importance, layer_ablation, lifecycle
+from zones.format import rounded, rounded_to
+from zones.report import alpha_profile, claims, common, importance, layer_ablation, lifecycle, verdicts
 
 NAN = float("nan")
 
@@ -108,6 +109,13 @@ def test_first_blocks_matter_most_branches():
     assert no_intervals["verdict"] == "inconclusive" and math.isnan(no_intervals["top_first_low"])
     for result in (holds, fails, close):
         assert result["first_blocks"] in layer_ablation.first_blocks_sentence(result)
+    # the costliest later block is separated from block 0, but a cheaper one with a wide interval is not
+    wide = _ablation(np.r_[1.0, 0.1, twelve[2:-2], 0.5, 0.3], 0.05)
+    wide.loc[11, "delta_loss_high"] = 1.2
+    reach = layer_ablation.first_blocks_matter_most(wide)
+    text = layer_ablation.first_blocks_sentence(reach)
+    assert reach["verdict"] == "inconclusive" and reach["top_later"] == 10 and reach["reach_later"] == 11
+    assert "the interval of block 11" in text and "their intervals overlap" not in text
     with pytest.raises(ValueError, match="too few blocks"):
         layer_ablation.first_blocks_matter_most(_ablation([1.0], 0.1))
 
@@ -157,13 +165,18 @@ def test_wave_reversal_branches():
     fast = lambda t: min(0.5, 0.2 * t)
     slow = lambda t: 0.09 * t
     holds = lifecycle.wave_reversal(_compression(fast, slow), 4)
-    assert holds["verdict"] == "holds" and holds["peak_low"] > 0 and holds["after_high"] < 0
+    assert holds["verdict"] == "holds" and holds["leader"] == "early"
+    assert holds["peak_low"] > 0 and holds["after_high"] < 0
     never_overtaken = lifecycle.wave_reversal(_compression(fast, lambda t: 0.02 * t), 4)
     assert never_overtaken["verdict"] == "does not hold" and never_overtaken["after_low"] > 0
+    # the late half compresses first: the rule names it, and the claim does not hold
     late_first = lifecycle.wave_reversal(_compression(lambda t: 0.0, slow), 4)
-    assert late_first["verdict"] == "does not hold" and late_first["peak_high"] <= 0
+    assert late_first["verdict"] == "does not hold" and late_first["leader"] == "late"
+    assert late_first["trough_high"] < 0
+    # step 0 (g = 0 for every resample) is excluded: the peak's interval is not pinned at 0
+    assert late_first["peak_high"] < 0 and late_first["peak_step"] > 0
     mixed = lifecycle.wave_reversal(_compression((lambda t: min(0.9, 0.3 * t), lambda t: 0.0), lambda t: 0.3), 4)
-    assert mixed["verdict"] == "inconclusive"
+    assert mixed["verdict"] == "inconclusive" and mixed["reason"] == verdicts.BLOCKS
 
 
 def _snapshots(exponent: float, depths=(4, 8, 16), noise=0.02, seed=0):
@@ -194,16 +207,31 @@ def test_delta_alpha_exponent_branches():
 
 def test_lifecycle_sentences():
     assert lifecycle.peak_shape(0.5).startswith("an interior") and "not an inverted U" in lifecycle.peak_shape(1.0)
-    by_group = pd.DataFrame({"compression_spread_max": [0.3, 0.1], "alpha_spread_final": [0.2, 0.1]},
-                            index=["Q/K", "V/O"])
-    assert "both" in lifecycle.asymmetry_sentence(by_group)
-    assert "neither" in lifecycle.asymmetry_sentence(by_group[::-1].set_axis(["Q/K", "V/O"]))
-    by_group.loc["V/O", "alpha_spread_final"] = 0.5
-    assert "only the compression" in lifecycle.asymmetry_sentence(by_group)
+    asym = lambda words: pd.DataFrame([dict(depth=d, ratio=1.0, ratio_low=lo, ratio_high=hi, asymmetry=w)
+                                       for d, (w, lo, hi) in zip((4, 6, 8), words)])
+    qk = ("Q/K larger", 1.2, 2.0)
+    assert "as the paper reports" in lifecycle.asymmetry_sentence(asym([qk, qk, qk]))
+    vo = ("V/O larger", 0.3, 0.8)
+    assert "the opposite" in lifecycle.asymmetry_sentence(asym([vo, vo, vo]))
+    # two of three intervals include 1: never "V/O varies at least as much as Q/K"
+    mixed = lifecycle.asymmetry_sentence(asym([vo, ("not separable", 0.5, 1.5), ("not separable", 0.7, 1.9)]))
+    assert "not separable at depth 6" in mixed and "neither confirms nor contradicts" in mixed
+    assert "at least as much" not in mixed
+    gradient = pd.DataFrame(dict(depth=6, group="Q/K", step=[0, 10, 20, 30, 40],
+                                 gradient=[0.0, -0.05, -0.01, 0.01, 0.005]))
+    assert lifecycle.zero_crossings(gradient, 6) == [30]
     waves = pd.DataFrame([dict(depth=4, group="Q/K", leader="none", peak_step=0, trough_step=0, reversed=False),
-                          dict(depth=6, group="Q/K", leader="early", peak_step=30, trough_step=90, reversed=True)])
-    assert "neither half" in lifecycle.wave_sentence(waves, 4)
-    assert "step 30, and the gradient did reverse" in lifecycle.wave_sentence(waves, 6)
+                          dict(depth=6, group="Q/K", leader="late", peak_step=30, trough_step=10, reversed=False),
+                          dict(depth=8, group="Q/K", leader="early", peak_step=10, trough_step=40, reversed=True)])
+    assert "neither half" in lifecycle.wave_sentence(waves, gradient, 4)
+    # the gradient crosses zero within the tolerance: say so, never "did not reverse"
+    within = lifecycle.wave_sentence(waves, gradient, 6)
+    assert "late layers' Q/K matrices compressed first" in within and "crossed zero at step 30" in within
+    assert "within the tolerance" in within and "did not reverse" not in within
+    flipped = gradient.assign(depth=8, gradient=[0.0, 0.05, 0.01, -0.03, -0.04])
+    assert "the gradient reversed" in lifecycle.wave_sentence(waves, flipped, 8)
+    flat = gradient.assign(depth=8, gradient=[0.0, 0.05, 0.04, 0.03, 0.01])
+    assert "never crossed zero: no reversal" in lifecycle.wave_sentence(waves.assign(reversed=False), flat, 8)
 
 
 def test_dissociation_rule():
@@ -217,30 +245,149 @@ def test_dissociation_rule():
 
 # --- claims ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("low, high, p, verdict", [
-    (0.70, 0.90, 0.001, claims.HOLDS), (0.75, 0.95, 0.05, claims.OPEN), (0.1, 0.6, 0.001, claims.FAILS),
-    (0.5, 0.9, 0.001, claims.OPEN), (NAN, NAN, NAN, claims.OPEN)])
-def test_score_rho(low, high, p, verdict):
-    assert claims.score_rho(0.8, low, high, p) == verdict
+def test_verdict_carries_its_reason_and_compares_as_a_word():
+    v = verdicts.Verdict(verdicts.OPEN, verdicts.BLOCKS)
+    assert v == "inconclusive" and v.reason == "blocks" and "too few blocks" in v.why
+    assert verdicts.verdict_phrase(v).startswith("is inconclusive (too few blocks")
+    assert verdicts.verdict_phrase(verdicts.Verdict(verdicts.HOLDS)) == "holds"
+    with pytest.raises(ValueError, match="needs a reason"):
+        verdicts.Verdict(verdicts.OPEN)
+    assert verdicts.min_permutation_p(4) == pytest.approx(1 / 12)
+    assert verdicts.side_verdict("straddles", "above", verdicts.SEEDS).reason == "seeds"
+    assert verdicts.side_verdict("undefined", "above").reason == "undefined"
 
 
-@pytest.mark.parametrize("low, high, verdict", [(1.2, 3.0, claims.HOLDS), (5.0, 9.0, claims.HOLDS),
-                                                (0.3, 1.05, claims.FAILS), (0.9, 2.0, claims.OPEN),
+@pytest.mark.parametrize("low, high, p, n, verdict, reason", [
+    (0.70, 0.90, 0.001, 30, claims.HOLDS, ""), (0.75, 0.95, 0.05, 30, claims.OPEN, "budget"),
+    (0.1, 0.6, 0.001, 30, claims.FAILS, ""), (0.5, 0.9, 0.001, 30, claims.OPEN, "budget"),
+    (NAN, NAN, NAN, 30, claims.OPEN, "undefined"),
+    # 4 blocks: the smallest two-sided permutation p is 1/12, so p < 0.02 is out of reach whatever the budget
+    (0.75, 1.0, 0.083, 4, claims.OPEN, "blocks")])
+def test_score_rho(low, high, p, n, verdict, reason):
+    scored = claims.score_rho(0.8, low, high, p, n)
+    assert scored == verdict and scored.reason == reason
+
+
+@pytest.mark.parametrize("low, high, verdict", [(1.2, 3.0, claims.HOLDS), (2e5, 9e5, claims.HOLDS),
+                                                (0.3, 0.9, claims.FAILS), (0.9, 2.0, claims.OPEN),
+                                                (1.0, 1.0, claims.FAILS),   # the same blocks: not cheaper
                                                 (NAN, NAN, claims.OPEN)])
-def test_score_ratio(low, high, verdict):
-    assert claims.score_ratio(low, high) == verdict
+def test_score_ratio_direction(low, high, verdict):
+    assert verdicts.score_ratio_direction(low, high) == verdict
 
 
-@pytest.mark.parametrize("low, high, verdict", [(10.0, 30.0, claims.HOLDS), (1.5, 4.0, claims.FAILS),
-                                                (1e4, 1e6, claims.FAILS), (NAN, NAN, claims.OPEN)])
+@pytest.mark.parametrize("low, high, verdict", [(1.2, 3.0, claims.HOLDS), (2e5, 9e5, claims.FAILS),
+                                                (0.3, 1.05, claims.FAILS), (0.9, 2.0, claims.OPEN),
+                                                (2.0, 9.0, claims.OPEN), (NAN, NAN, claims.OPEN)])
+def test_score_ratio_magnitude(low, high, verdict):
+    # a ratio of 10⁵ (Last-N collapsed) is not the paper's 1.1–3.6×
+    assert verdicts.score_ratio_magnitude(low, high) == verdict
+
+
+@pytest.mark.parametrize("winners, verdict", [
+    (["last_n", "last_n", "tie", "zone_aware", "zone_aware"], claims.HOLDS),   # the paper's crossover
+    (["zone_aware"] * 5, claims.FAILS),                                        # ahead from k = 1: no crossover
+    (["tie", "zone_aware", "last_n", "tie", "last_n"], claims.FAILS),           # Last-N ahead at the largest k
+    (["last_n", "tie", "tie", "tie", "tie"], claims.OPEN),                     # ties hide whether they cross
+    ({}, claims.OPEN)])
+def test_score_crossover(winners, verdict):
+    table = dict(enumerate(winners, start=1)) if isinstance(winners, list) else winners
+    assert verdicts.score_crossover(table) == verdict
+
+
+@pytest.mark.parametrize("low, high, verdict", [(10.0, 30.0, claims.HOLDS), (82.0, 252.0, claims.HOLDS),
+                                                (1.5, 4.0, claims.FAILS), (0.8, 40.0, claims.OPEN),
+                                                (NAN, NAN, claims.OPEN)])
 def test_score_gap(low, high, verdict):
+    # a gap larger than the paper's (130× [82, 252]) bears "up to 23.7×" out; it does not contradict it
     assert claims.score_gap(low, high) == verdict
+
+
+@pytest.mark.parametrize("leader, low, high, verdict", [("early", -0.2, -0.1, claims.HOLDS),
+                                                        ("late", -0.2, -0.1, claims.FAILS),
+                                                        ("early", 0.1, 0.2, claims.FAILS),
+                                                        ("early", -0.1, 0.1, claims.OPEN),
+                                                        ("neither", -0.2, -0.1, claims.OPEN)])
+def test_score_wave(leader, low, high, verdict):
+    assert claims.score_wave(leader, low, high) == verdict
+
+
+@pytest.mark.parametrize("shape, verdict", [("rises", claims.HOLDS), ("inverted U", claims.HOLDS),
+                                            ("falls", claims.FAILS), ("U-shaped", claims.FAILS),
+                                            ("not separable", claims.OPEN), ("undefined", claims.OPEN)])
+def test_score_shape(shape, verdict):
+    assert claims.score_shape(shape) == verdict
+
+
+def test_score_exponent_is_never_firm_on_snapshot_jitter_alone():
+    for word in ("holds", "does not hold", "inconclusive"):
+        scored = claims.score_exponent(word)
+        assert scored == claims.OPEN and scored.reason == verdicts.SEEDS
+
+
+def test_profile_shape_branches():
+    x = np.linspace(0, 1, 16)
+    rng = np.random.default_rng(0)
+    noise = rng.normal(0, 0.005, x.size)
+    shape = lambda y: alpha_profile.profile_shape(_alpha_table({"q": y}), "q", n_boot=300)
+    assert shape(0.2 + 0.3 * x + noise)["shape"] == "rises"
+    bump = shape(0.2 + x * (1 - x) + noise)
+    assert bump["shape"] == "inverted U" and 0.4 < bump["vertex"] < 0.6
+    assert shape(0.5 - 0.3 * x + noise)["shape"] == "falls"
+    assert shape(0.5 - x * (1 - x) + noise)["shape"] == "U-shaped"
+    assert shape(0.3 + 0.05 * rng.normal(size=x.size))["shape"] == "not separable"
+    assert shape(np.array([0.1, 0.2]))["shape"] == "undefined"
+    # the first block the largest while the line rises: the sentence says both
+    x30 = np.linspace(0, 1, 30)
+    spike = 0.2 + 0.3 * x30 + rng.normal(0, 0.005, x30.size)
+    spike[0] = 0.55
+    text = alpha_profile.shape_sentence(shape(spike))
+    assert text.startswith("The first block has the largest value of all") and "carried by the later blocks" in text
+
+
+def test_first_blocks_sentence_ranks_every_first_block():
+    delta = np.r_[3.0, 0.3, 0.05, np.full(26, 0.1), 0.5]   # block 0 1st, block 29 2nd, block 1 3rd, block 2 last
+    result = layer_ablation.first_blocks_matter_most(_ablation(delta, 0.01))
+    text = layer_ablation.first_blocks_sentence(result)
+    assert result["verdict"] == "holds" and result["first_ranks"] == {0: 1, 1: 3, 2: 30}
+    assert "block 2 30th" in text and "block 1 3rd" in text and "(here 0–2) matter most" not in text
+
+
+def test_holm_and_the_strongest_of_many_is_adjusted():
+    assert importance.holm([0.01, 0.04, 0.03, NAN, 0.005]) == pytest.approx([0.03, 0.06, 0.06, NAN, 0.02],
+                                                                            nan_ok=True)
+    rhos = pd.DataFrame(dict(estimator=[f"e{i}" for i in range(56)], role="weighted",
+                             rho=np.linspace(-0.5, 0.6, 56), ci_low=np.linspace(-0.7, 0.3, 56),
+                             ci_high=np.linspace(-0.2, 0.8, 56), p_value=np.r_[np.full(55, 0.5), 0.004]))
+    best = importance.strongest(rhos)
+    assert best["n_tested"] == 56 and best["p_holm"] == pytest.approx(56 * 0.004) and best["n_significant"] == 0
+    text = importance.strongest_text([dict(model="m", strongest=best)])
+    assert "largest of 56" in text and "p = 0.22" in text
+
+
+def test_a_rounded_column_is_not_padded():
+    assert rounded_to([0.02, 0.15, -0.33]) == 2 and rounded_to([0.023812, 0.1]) is None
+    shown = rounded(pd.DataFrame(dict(rho=[0.02, 0.15], raw=[0.0238, 1.5])))
+    assert shown["rho"].tolist() == ["0.02", "0.15"] and shown["raw"].tolist() == ["0.0238", "1.50"]
+    assert importance.rho_matrix(pd.DataFrame(dict(model="m", estimator="e", role=["q", "k"], rho=[0.0238, 0.5])))[
+        "q"].iloc[0] == 0.0238   # not rounded before display
 
 
 def test_score_claims_without_chapters_marks_every_claim_not_measured():
     scores = claims.score_claims({})
-    assert list(scores.columns) == claims.COLUMNS and len(scores) == len(claims.CLAIMS)
+    assert list(scores.columns) == claims.COLUMNS and len(scores) == len(claims.REGISTRY)
     assert set(scores["verdict"]) == {claims.MISSING} and set(scores["claim"]) == set(claims.CLAIMS.values())
+
+
+def test_adding_a_claim_is_one_registry_entry():
+    extra = claims.Claim("extra", "a new claim", "its figure", "its rule", "healing",
+                         lambda tables: [dict(ours="x", interval="[1, 2]", model="m", corpus="c", chapter="healing",
+                                              verdict=verdicts.Verdict(verdicts.OPEN, verdicts.BUDGET))]
+                         if "healing" in tables else [])
+    scores = claims.score_claims({"healing": {}}, registry=[*claims.REGISTRY, extra])
+    row = scores[scores["claim"] == "a new claim"].iloc[0]
+    assert row["verdict"] == claims.OPEN and "token budget" in row["reason"]
+    assert claims.score_claims({}, registry=[extra])["verdict"].tolist() == [claims.MISSING]
 
 
 # --- the chapters' run() on tiny models, and the scorecard page reading what they wrote ------------------
@@ -263,6 +410,30 @@ def test_scorecard_page_scores_the_tables_the_chapters_wrote(tiny_model_dir, tmp
     assert ablation.summary["models"][0]["first_blocks"]["verdict"] in ("holds", "does not hold", "inconclusive")
     assert (ablation["ablation"]["delta_loss_low"] <= ablation["ablation"]["delta_loss_high"]).all()
 
+    # The prose, read against the CSVs the chapters wrote.
+    alpha_csv = pd.read_csv(results / "alpha_profile" / "alpha.csv")
+    q = alpha_csv[alpha_csv["role"] == "q"].set_index("layer")["alpha_shape"]
+    top = int(q.idxmax())
+    assert (alpha.numbers["shape_text"].startswith("The first block has the largest") if top == int(q.index.min())
+            else f"The largest value is at block {top} " in alpha.numbers["shape_text"])
+    shape_csv = pd.read_csv(results / "alpha_profile" / "shape_claim.csv").iloc[0]
+    assert shape_csv["shape"] == alpha.numbers["shape"] and int(shape_csv["top_block"]) == top
+    ablation_csv = pd.read_csv(results / "layer_ablation" / "ablation.csv")
+    ranks = ablation_csv["delta_loss"].rank(ascending=False, method="min").astype(int)
+    for block, rank in zip(ablation_csv["layer"], ranks):
+        first = ablation.summary["models"][0]["first_blocks"]
+        if block in first["first_ranks"]:
+            assert first["first_ranks"][block] == rank
+    crossover_csv = pd.read_csv(results / "pruning" / "crossover.csv")
+    behind = crossover_csv[crossover_csv["winner"] == crossover_csv["reference"]]
+    for r in crossover_csv.itertuples():
+        said = f"{r.reference} at k = {r.k}" in pruning.numbers["behind_text"] or (
+            f"k = {r.k}" in pruning.numbers["behind_text"].split(f"{r.reference} at ", 1)[-1].split(";")[0]
+            and f"{r.reference} at" in pruning.numbers["behind_text"])
+        assert said == (r.Index in behind.index), (r.reference, r.k, pruning.numbers["behind_text"])
+    if behind.empty:
+        assert pruning.numbers["behind_text"].startswith("No reference")
+
     monkeypatch.setenv("ZONES_BOOK_BUILD", "1")
     run_notebook(report_root() / "notebooks" / "claims.md", tmp_path / "claims.ipynb", cwd=tmp_path,
                  parameters=dict(results_dir=str(results), out_dir=str(results / "claims")))
@@ -271,16 +442,21 @@ def test_scorecard_page_scores_the_tables_the_chapters_wrote(tiny_model_dir, tmp
     verdicts = scores.set_index("claim")["verdict"]
     assert verdicts[claims.CLAIMS["wave"]] == claims.MISSING and verdicts[claims.CLAIMS["exponent"]] == claims.MISSING
     measured = scores[scores["verdict"] != claims.MISSING]
-    assert set(measured["claim"]) == {claims.CLAIMS[c] for c in ("ratio", "gap", "rise", "first", "asymmetry")}
+    assert set(measured["claim"]) == {claims.CLAIMS[c] for c in ("direction", "magnitude", "crossover", "gap", "rise",
+                                                                 "first", "asymmetry")}
     assert set(measured["verdict"]) <= {claims.HOLDS, claims.FAILS, claims.OPEN}
-    # The rows are the chapters' numbers: the α rise of the Q projection, Last-N and its fair variant.
+    assert (measured.loc[measured["verdict"] == claims.OPEN, "reason"].str.len() > 0).all()  # says why
+    # The rows are the chapters' numbers: the α profile of the Q projection, Last-N and its fair variant.
     rise = scores[scores["claim"] == claims.CLAIMS["rise"]].iloc[0]
-    q = alpha["trend"].set_index("role").loc["q"]
-    assert rise["interval"] == claims._interval(q["rise_low"], q["rise_high"])
-    ratio_rows = scores[scores["claim"] == claims.CLAIMS["ratio"]]
-    assert ratio_rows["ours"].str.startswith(("last_n/", "last_n_keep_last/")).all() and len(ratio_rows) == 2
+    q = alpha["shape_claim"].iloc[0]
+    assert rise["interval"] == f"rise {claims.interval_text(q['rise_low'], q['rise_high'])}"
+    ratio_rows = scores[scores["claim"] == claims.CLAIMS["direction"]]
+    assert ratio_rows["ours"].str.startswith(("ΔPPL(last_n)", "ΔPPL(last_n_keep_last)")).all() and len(ratio_rows) == 2
     page = (tmp_path / "claims.ipynb").read_text()
-    assert "Traceback" not in page and claims.RULES["rho"][:40] in page
+    assert "Traceback" not in page and claims.RULES["rho"][:40] in page and "zones-claims" in page
+    # the front page's verdict list: one line per claim, with a badge and a link
+    front = (tmp_path / "claims_summary.md").read_text()
+    assert front.count("\n- ") == len(claims.REGISTRY) and "zones-badge" in front and "{doc}`pruning" in front
 
 
 def report_root():
@@ -345,15 +521,31 @@ def test_crossover_text_claims_only_separable_wins(winners, phrase):
     assert phrase in pruning.crossover_text(comparison, "zone_aware", "last_n")
 
 
-@pytest.mark.parametrize("low, high, verdict", [(1.2, 2.0, "holds"), (0.5, 0.9, "does not hold"),
-                                                (0.9, 1.6, "is inconclusive at this budget")])
-def test_claim_text_uses_the_scorecard_rule(low, high, verdict):
+@pytest.mark.parametrize("low, high, direction, magnitude", [
+    (1.2, 2.0, "holds", "holds"), (0.5, 0.9, "does not hold", "does not hold"),
+    (0.9, 1.6, "is inconclusive (the interval is too wide", "is inconclusive (the interval is too wide"),
+    (2e5, 9e5, "holds", "does not hold")])
+def test_claim_text_uses_the_scorecard_rules(low, high, direction, magnitude):
     from zones.report import pruning
 
     comparison = pd.DataFrame([dict(reference="last_n", ours="zone_aware", k=8, ratio=(low + high) / 2,
                                     ratio_low=low, ratio_high=high, status="ratio")])
-    assert pruning.claim_text(comparison, 8).endswith(f"the claim {verdict}.")
+    text = pruning.claim_text(comparison, 8)
+    assert f"removes blocks more cheaply {direction}" in text and f"1.1×–3.6× {magnitude}" in text
     assert "not run" in pruning.claim_text(comparison, 8, "last_n_keep_last")
+
+
+def test_behind_text_says_where_a_reference_beats_zone_aware():
+    from zones.report import pruning
+
+    comparison = pd.DataFrame([dict(reference="random", k=k, ratio=r, ratio_low=lo, ratio_high=hi, status="ratio",
+                                    winner=w) for k, r, lo, hi, w in ((1, 1.1, 0.9, 1.3, "tie"),
+                                                                      (2, 0.64, 0.47, 0.94, "random"),
+                                                                      (3, 0.7, 0.5, 0.9, "random"),
+                                                                      (4, 2.0, 1.5, 2.5, "zone_aware"))])
+    text = pruning.behind_text(comparison)
+    assert "random at k = 2 (0.64 [0.47, 0.94]×), k = 3" in text and "k = 4" not in text
+    assert pruning.behind_text(comparison[comparison["k"] == 4]).startswith("No reference")
 
 
 def test_best_text_names_the_set_not_a_single_best():
@@ -370,15 +562,17 @@ def test_score_claims_reads_every_chapter_table(tmp_path):
                         dict(estimator="alpha_esd", role="weighted", rho=0.1, ci_low=-0.3, ci_high=0.4,
                              p_value=0.5, n_layers=30, model="m")])
     crossover = pd.DataFrame([dict(reference=r, ours="zone_aware", k=k, reference_delta_ppl=9.0, ours_delta_ppl=3.0,
-                                   ratio=3.0, ratio_low=lo, ratio_high=3.5, status="ratio", winner="zone_aware")
+                                   ratio=3.0, ratio_low=lo, ratio_high=3.5, status="ratio",
+                                   winner=("last_n" if k == 1 else "zone_aware") if r == "last_n" else "tie")
                               for r, lo in (("last_n", 1.5), ("last_n_keep_last", 0.8), ("random", 2.0))
                               for k in (1, 2)])
-    best = pd.DataFrame([dict(k=1, best="a", best_set="a", worst="b", worst_best_ratio=20.0,
-                              worst_best_ratio_low=15.0, worst_best_ratio_high=30.0, gap_status="ratio"),
+    best = pd.DataFrame([dict(k=1, best="a", best_set="a", worst="b", worst_best_ratio=130.0,
+                              worst_best_ratio_low=82.0, worst_best_ratio_high=252.0, gap_status="ratio"),
                          dict(k=2, best="a", best_set="a,c", worst="b", worst_best_ratio=4.0,
                               worst_best_ratio_low=2.0, worst_best_ratio_high=6.0, gap_status="ratio")])
-    wave = pd.DataFrame([dict(depth=4, group="Q/K", peak=0.2, peak_low=0.1, peak_high=0.3, after=-0.1,
-                              after_low=-0.2, after_high=-0.05, verdict="holds")])
+    wave = pd.DataFrame([dict(depth=4, group="Q/K", leader="late", peak=-0.01, peak_low=-0.05, peak_high=-0.001,
+                              trough=-0.2, trough_low=-0.3, trough_high=-0.1, after=-0.1, after_low=-0.2,
+                              after_high=-0.05, verdict="does not hold")])
     asym = pd.DataFrame([dict(depth=4, ratio=0.5, ratio_low=0.3, ratio_high=0.8, asymmetry="V/O larger")])
     exponent = pd.DataFrame([dict(exponent=0.9, low=0.7, high=1.1, depths="4,6,8", n_late="5,5,5", group="all",
                                   verdict="does not hold", paper_exponent=0.26)])
@@ -392,19 +586,65 @@ def test_score_claims_reads_every_chapter_table(tmp_path):
     scores = claims.score_claims(tables)
     by_claim = scores.groupby("claim")["verdict"].apply(list)
     assert by_claim[claims.CLAIMS["rho"]] == [claims.HOLDS]          # only the chapter's chosen α is scored
-    assert by_claim[claims.CLAIMS["ratio"]] == [claims.HOLDS, claims.OPEN]  # Last-N, then keeping the last block
-    assert by_claim[claims.CLAIMS["gap"]] == [claims.HOLDS]          # the largest gap (k = 1) contains 23.7
-    assert by_claim[claims.CLAIMS["wave"]] == [claims.HOLDS]
+    assert by_claim[claims.CLAIMS["direction"]] == [claims.HOLDS, claims.OPEN]  # Last-N, then keeping the last block
+    assert by_claim[claims.CLAIMS["magnitude"]] == [claims.HOLDS, claims.OPEN]  # [1.5, 3.5] inside; [0.8, 3.5] crosses
+    assert by_claim[claims.CLAIMS["crossover"]] == [claims.HOLDS, claims.OPEN]
+    assert by_claim[claims.CLAIMS["gap"]] == [claims.HOLDS]          # 130× [82, 252]: at least the paper's 23.7×
+    assert by_claim[claims.CLAIMS["wave"]] == [claims.FAILS]         # the late half led
+    assert "the late half led" in scores.loc[scores["claim"] == claims.CLAIMS["wave"], "ours"].item()
     assert by_claim[claims.CLAIMS["asymmetry"]] == [claims.FAILS]
-    assert by_claim[claims.CLAIMS["exponent"]] == [claims.FAILS]
+    exponent_row = scores[scores["claim"] == claims.CLAIMS["exponent"]].iloc[0]
+    assert exponent_row["verdict"] == claims.OPEN and "snapshot jitter only" in exponent_row["interval"]
+    assert "one training run per depth" in exponent_row["reason"] and "does not hold" in exponent_row["ours"]
     assert by_claim[claims.CLAIMS["rise"]] == [claims.MISSING] and by_claim[claims.CLAIMS["first"]] == [claims.MISSING]
     assert scores.loc[scores["claim"] == claims.CLAIMS["rho"], "interval"].item() == "[0.72, 0.90]"
-    assert claims.verdict_counts(scores)[claims.HOLDS] == 4
+    assert claims.verdict_counts(scores)[claims.HOLDS] == 5
+    counts = claims.claim_counts(scores)   # claims, not rows
+    assert counts[claims.HOLDS] == 2 and counts["mixed"] == 3 and counts[claims.MISSING] == 3   # rise, first, healed
+    front = claims.summary_markdown(scores)
+    assert front.count("\n- ") == len(claims.REGISTRY) and f"Of the {len(claims.REGISTRY)} claims" in front
+    assert "1 is inconclusive" in front   # counts agree with their verb
+    cards = claims.scorecard_html(scores)._repr_html_()
+    assert cards.count("<tr>") == len(scores) + 1 and 'data-label="verdict"' in cards and "<caption>" in cards
 
 
-def test_a_collapsed_ratio_is_named_not_printed_as_a_number():
-    from zones.report.claims import _ratio_interval
+def test_a_collapsed_ratio_shows_its_bounds_after_the_floor():
+    assert verdicts.ratio_interval_text(2.3e3, 5e6) == "> 10³ [2,300, 5.00 × 10⁶]"
+    assert verdicts.ratio_interval_text(1.2, 3.4) == "[1.2×, 3.4×]"
+    assert verdicts.ratio_interval_text(float("nan"), 3.4) == "undefined"
 
-    assert _ratio_interval(2e3, 5e6) == "collapsed (> 10³×)"
-    assert _ratio_interval(1.2, 3.4) == "[1.2×, 3.4×]"
-    assert _ratio_interval(float("nan"), 3.4) == "undefined"
+
+def test_log_axes_label_large_numbers_in_si_form():
+    import json
+
+    from zones.figures import SI_LABELS
+    from zones.figures.ablation import ablation_bars
+    from zones.figures.pruning import delta_ppl_lines
+
+    by_strategy = pd.DataFrame([dict(strategy=s, k=k, delta_ppl=v * k, delta_ppl_low=v * k / 2, delta_ppl_high=v * k * 2,
+                                     n_seeds=1) for s, v in (("zone_aware", 1.0), ("last_n", 1e9)) for k in (1, 2)])
+    ablation = _ablation([2.0, 0.01, 0.5], 0.05).assign(model="m", alpha=[0.2, 0.3, 0.4])
+    for chart in (delta_ppl_lines(by_strategy, ["zone_aware", "last_n"]), ablation_bars(ablation)):
+        spec = json.dumps(chart.to_dict())
+        assert json.dumps(SI_LABELS)[1:-1] in spec   # "10G", not "10,000,000,000"
+
+
+def test_concentration_and_fit_sentences_follow_the_numbers():
+    concentrated = layer_ablation.ablation_numbers(_ablation([2.0, 0.01, 0.02, 0.01, 0.03], 0.05))
+    assert layer_ablation.concentration_text(concentrated).startswith("Importance is concentrated")
+    spread = layer_ablation.ablation_numbers(_ablation(np.full(12, 0.5), 0.05))
+    assert layer_ablation.concentration_text(spread).startswith("Importance is spread out: the top three blocks "
+                                                                 "carry only 25%")
+    assert "no concentration" in layer_ablation.concentration_text(layer_ablation.ablation_numbers(
+        _ablation([-0.1, -0.2, -0.3], 0.05)))
+    assert "a fair description" in alpha_profile.fit_sentence(0.97, 0.9)
+    assert "only a rough description" in alpha_profile.fit_sentence(0.7, 0.4)
+
+
+def test_column_chunks_keep_every_k_visible():
+    from zones.report import pruning
+
+    wide = pd.DataFrame({f"k = {k}": ["0.1 [0.0, 0.2]"] * 3 for k in range(1, 9)}, index=["a", "b", "c"])
+    parts = pruning.column_chunks(wide)
+    assert [list(p.columns) for p in parts] == [[f"k = {k}" for k in range(1, 5)], [f"k = {k}" for k in range(5, 9)]]
+    assert all(list(p.index) == ["a", "b", "c"] for p in parts) and len(pruning.column_chunks(wide.iloc[:, :3])) == 1

@@ -13,6 +13,8 @@ import torch
 from conftest import tiny_model
 from zones import spectra
 from zones.adapters import get_adapter
+from zones.spectra import gram
+from zones.spectra import table as table_module
 from zones.spectra import (COLUMNS, alpha_shape, alpha_table, depth_spread, fit_esd, layer_alpha,
                            matrix_module_names, spectral_table)
 
@@ -172,20 +174,18 @@ def test_degenerate_matrices_give_nan_and_a_note():
     assert table["n_tail"].isna().tolist() == [True] * 6 + [False]
 
 
-def test_gram_spectrum_matches_svd_even_when_ill_conditioned(monkeypatch):
+def test_gram_spectrum_matches_svd_even_when_ill_conditioned():
     rng = np.random.default_rng(1)
     sv = np.logspace(0, -9, 60)  # condition number 1e9: the Gram route must fall back to svdvals
     mats = [torch.as_tensor(rng.standard_normal((80, 120))), torch.as_tensor(_with_singular_values(sv, 60, 90))]
     expected = [np.sort(np.linalg.svd(m.numpy(), compute_uv=False) ** 2) for m in mats]
-    for route in ("numpy", "torch"):
-        if route == "torch":  # without threadpoolctl the torch route is used
-            monkeypatch.setattr(spectra, "_blas_single_threaded", lambda: None)
-        for lam, want in zip(spectra.gram_eigenvalues(mats), expected):
+    for route in (spectra.gram_eigenvalues, lambda ms: [gram._gram_spectrum(m) for m in ms]):  # numpy, torch
+        for lam, want in zip(route(mats), expected):
             np.testing.assert_allclose(lam.numpy(), want, rtol=1e-8, atol=1e-12 * want[-1])
     # The GPU route: same-shape matrices stacked and decomposed in small batches.
     same = [torch.as_tensor(_with_singular_values(s, 30, 50, seed=k)) for k, s in
             enumerate([np.linspace(3, 1, 30), np.logspace(0, -9, 30), np.linspace(5, 2, 30)])]
-    batched = dict(spectra._batched_spectra(same, [0, 1, 2], budget=2 * 8 * (30 * 50 + 30 * 30)))
+    batched = dict(gram._batched_spectra(same, [0, 1, 2], budget=2 * 8 * (30 * 50 + 30 * 30)))
     for k, m in enumerate(same):
         want = np.sort(np.linalg.svd(m.numpy(), compute_uv=False) ** 2)
         np.testing.assert_allclose(batched[k].numpy(), want, rtol=1e-8, atol=1e-12 * want[-1])
@@ -210,7 +210,7 @@ def test_alpha_table_is_tidy_cached_and_subsettable(monkeypatch):
     assert (table["note"] == "").all() and table[spectra.ALPHA_COLUMNS].notna().all().all()
 
     calls = []
-    monkeypatch.setattr(spectra, "spectral_table", lambda *a, **k: calls.append(1))
+    monkeypatch.setattr(table_module, "spectral_table", lambda *a, **k: calls.append(1))
     again = alpha_table(model)  # from the cache: no computation
     assert not calls
     pd.testing.assert_frame_equal(again, table)

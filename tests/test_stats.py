@@ -2,7 +2,9 @@
 import numpy as np
 import pytest
 
-from zones.stats import NonFiniteLossError, check_finite, delta_loss_interval, paired_bootstrap, token_loss
+import scipy.stats
+
+from zones.stats import NonFiniteLossError, check_finite, delta_loss_interval, paired_bootstrap, seeded, token_loss
 
 TOKENS = 255
 
@@ -62,9 +64,13 @@ def test_too_few_windows_and_bad_arguments():
     assert one.estimate[0] == pytest.approx(10 / TOKENS) and np.isnan(one.low[0]) and np.isnan(one.high[0])
     rng = np.random.default_rng(4)
     variants, base, n = synthetic(rng)
-    for kwargs in (dict(n_resamples=0), dict(level=1.5), dict(method="normal")):
-        with pytest.raises(ValueError):
+    for kwargs in (dict(n_resamples=0), dict(level=1.5), dict(method="normal"), dict(n_resamples=True),
+                   dict(n_resamples=99.9), dict(level=0), dict(level=float("nan"))):
+        with pytest.raises(ValueError, match=r"^(n_resamples|level|method) must be .*; got "):
             delta_loss_interval(variants, base, n, **kwargs)
+    numpy_count = delta_loss_interval(variants, base, n, n_resamples=np.int64(300), level=np.float32(0.9))
+    python_count = delta_loss_interval(variants, base, n, n_resamples=300, level=float(np.float32(0.9)))
+    np.testing.assert_array_equal(numpy_count.low, python_count.low)
     bca = delta_loss_interval(variants, base, n, method="BCa")
     assert bca.low[0] < 0.05 < bca.high[0]
 
@@ -74,3 +80,21 @@ def test_non_finite_losses_are_named():
     with pytest.raises(NonFiniteLossError, match="with block 7 removed is not finite.*window 1 of 2"):
         check_finite(nll, lambda v: f"with block {[4, 7][v]} removed")
     check_finite(nll[:1], str)
+
+
+def test_seeded_passes_one_generator_under_the_name_scipy_knows():
+    calls = []
+
+    def new_style(data, *, rng=None):
+        calls.append(("rng", rng.random()))
+
+    def old_style(data, *, random_state=None):
+        calls.append(("random_state", random_state.random()))
+
+    seeded(new_style, [1], seed=5)
+    seeded(old_style, [1], seed=5)
+    assert calls[0][0] == "rng" and calls[1][0] == "random_state" and calls[0][1] == calls[1][1]
+    data = (np.arange(10.0),)
+    first = seeded(scipy.stats.bootstrap, data, np.mean, n_resamples=50, seed=1).bootstrap_distribution
+    again = seeded(scipy.stats.bootstrap, data, np.mean, n_resamples=50, seed=1).bootstrap_distribution
+    np.testing.assert_array_equal(first, again)

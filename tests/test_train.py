@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from zones import train
-from zones.train import TrainingInterrupted, profile_config, train_model
+from zones import training as train
+from zones.training import TrainingInterrupted, profile_config, train_model
 
 ROLES = {"q", "k", "v", "o", "mlp_in", "mlp_out"}
 
@@ -123,10 +123,12 @@ def test_learning_rate_warms_up_then_decays_to_its_floor():
 
 def test_profiles_and_parameter_counts():
     cpu = train.series_configs("cpu")
-    assert [c.depth for c in cpu] == [4, 6, 8]
+    assert [(c.depth, c.seed) for c in cpu] == [(8, 0), (8, 1), (12, 0), (12, 1), (16, 0)]
+    assert [c.hidden_size for c in cpu[::2]] == [64, 96, 128]
+    assert train.profile_seeds("cpu", 8) == (0, 1) and train.profile_seeds("paper", 16) == (0,)
     paper = train.series_configs("paper")
     assert [(c.depth, c.hidden_size, c.n_heads) for c in paper] == [(8, 512, 8), (12, 768, 12), (16, 1024, 16)]
-    for config in cpu[:2]:
+    for config in cpu[::2][:2]:
         model = train.build_model(config)
         assert train.parameter_count(config) == sum(p.numel() for p in model.parameters())
         assert model.config.num_hidden_layers == config.depth
@@ -135,13 +137,16 @@ def test_profiles_and_parameter_counts():
 
 @pytest.mark.parametrize("bad, match", [
     (dict(width=30), "multiple of head_dim"),
+    (dict(seed=np.int64(-1)), "seed must be an integer >= 0"),
+    (dict(steps=True), "steps must be an integer"),
+    (dict(eval_every=2.0), "eval_every must be an integer"),
     (dict(betas=0.9), "betas must be two numbers in \\[0, 1\\)"),
-    (dict(betas=[0.9, 1.5]), "betas must be two numbers"),
-    (dict(weight_decay=-1), "weight_decay must be >= 0"),
+    (dict(betas=[0.9, 1.5]), "betas \\(two numbers in \\[0, 1\\)\\) must be"),
+    (dict(weight_decay=-1), "weight_decay must be a finite number >= 0"),
     (dict(lr="fast"), "lr must be a finite number"),
-    (dict(grad_clip=float("nan")), "grad_clip must be a finite number"),
+    (dict(grad_clip=float("nan")), "grad_clip .* must be a finite number"),
     (dict(seed=1.5), "seed must be an integer"),
-    (dict(steps=0), "steps must be a positive integer"),
+    (dict(steps=0), "steps must be an integer >= 1"),
     (dict(vocab_size=100), "vocab_size"),
     (dict(precision="fp8"), "precision"),
     (dict(depthh=3), "unknown training parameter"),
@@ -162,7 +167,7 @@ def test_cli_train_writes_the_series_tables(micro_runs, micro_corpus, tmp_path):
     from zones.cli import main
 
     out = tmp_path / "out"
-    code = main(["train", "--depths", "2,3", "--width", "32", "--set", "head_dim=16", "--vocab-size", "300",
+    code = main(["train", "--depths", "2,3", "--seeds", "0", "--width", "32", "--set", "head_dim=16", "--vocab-size", "300",
                  "--seq-len", "32", "--batch-size", "8", "--steps", "40", "--lr", "0.003", "--snapshot-every", "10",
                  "--set", "eval_every=10", "--set", "checkpoint_every=15", "--set", "eval_windows=8",
                  "--corpus", micro_corpus, "--out", str(out)])
@@ -176,7 +181,7 @@ def test_cli_train_writes_the_series_tables(micro_runs, micro_corpus, tmp_path):
 
 def micro_notebook_parameters(corpus: str, out_dir) -> dict:
     overrides = dict(width=32, head_dim=16, vocab_size=300, seq_len=32, batch_size=8, steps=40, lr=3e-3,
-                     eval_every=10, snapshot_every=10, checkpoint_every=15, eval_windows=8, corpus=corpus)
+                     eval_every=10, snapshot_every=10, checkpoint_every=15, eval_windows=8, corpus=corpus, seed=0)
     return dict(depths=[2, 3], train_overrides=overrides, out_dir=str(out_dir))
 
 
@@ -204,7 +209,10 @@ def test_depth_series_chapter_runs_on_the_cached_micro_series(micro_runs, micro_
         assert record["final_heldout_loss"] == pytest.approx(run.summary["final_heldout_loss"])
         assert record["total_seconds"] == pytest.approx(run.summary["total_seconds"])
     importance = pd.read_csv(out / "importance.csv")
-    assert sorted(importance["model"].unique()) == ["depth 2", "depth 3"]
+    assert sorted(importance["model"].unique()) == ["depth 2, seed 0", "depth 3, seed 0"]
+    rho_runs = pd.read_csv(out / "rho_runs.csv")
+    assert rho_runs[["depth", "seed"]].values.tolist() == [[2, 0], [3, 0]]
+    assert set(pd.read_csv(out / "rho_pooled.csv")["depth"].astype(str)) == {"2", "3", "all"}
     assert importance["n_tokens"].eq(31 * 8).all()
     assert "vegaEmbed" in text
 
@@ -323,7 +331,8 @@ def test_cli_lifecycle_on_a_kept_series_writes_the_table_the_chapter_draws(micro
     assert main(["lifecycle", "--train-run", str(out), "--out", str(tmp_path / "life")]) == 0
     posthoc = pd.read_csv(tmp_path / "life" / "snapshots.csv")
     recorded = pd.read_csv(out / "snapshots.csv")
-    pd.testing.assert_frame_equal(posthoc, recorded, check_exact=False, rtol=1e-12, atol=0)
+    assert set(recorded["seed"]) == {21}  # one seed: the post-hoc table (no seed column) is the same run
+    pd.testing.assert_frame_equal(posthoc, recorded.drop(columns="seed"), check_exact=False, rtol=1e-12, atol=0)
     waves = lifecycle.wave_summary(lifecycle.wave_gradient(posthoc))
     assert sorted(set(waves["depth"])) == [2, 3] and set(waves["group"]) == {"Q/K", "V/O", "MLP"}
     assert set(lifecycle.delta_alpha(posthoc)["depth"]) == {2, 3}
@@ -341,3 +350,118 @@ def test_spectral_lifecycle_chapter_reads_a_checkpoint_series(micro_corpus, tmp_
     pd.testing.assert_frame_equal(drawn.drop(columns="depth"), run.snapshots.reset_index(drop=True),
                                   check_exact=False, rtol=1e-12, atol=0, check_dtype=False)
 
+
+
+# --- issue 22: every training cache is verified --------------------------------------------------------
+
+def _tokens_entry(config):
+    from zones.data import load_corpus
+    from zones.training.tokenizer import TOKENIZER_FILE, tokenizer_folder
+
+    corpus = load_corpus(config.corpus)
+    folder = tokenizer_folder(corpus, config.vocab_size)
+    from zones.cache import file_sha256
+
+    parts = dict(kind="tokens", version=train.VERSION, corpus=corpus.fingerprint,
+                 tokenizer=file_sha256(folder / TOKENIZER_FILE))
+    from zones.cache import entry_path
+
+    return entry_path("tokens", parts, ext="npy"), folder / TOKENIZER_FILE
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch, micro_corpus):
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "cache"))
+    config = micro_config(micro_corpus, 2, steps=4, eval_every=2, snapshot_every=4, checkpoint_every=4)
+    run = train_model(config, progress=False)
+    return config, run
+
+
+def test_a_token_cache_replaced_by_a_valid_all_zeros_array_is_refused(own_cache):
+    from zones.cache import CacheError
+
+    config, _ = own_cache
+    tokens, _ = _tokens_entry(config)
+    ids = np.load(tokens)
+    np.save(tokens.with_suffix(".tmp.npy"), np.zeros_like(ids))
+    tokens.with_suffix(".tmp.npy").replace(tokens)
+    with pytest.raises(CacheError, match=f"{tokens}.*delete"):
+        train_model(config, progress=False, refresh=True)
+
+
+def test_a_truncated_token_cache_names_the_file(own_cache):
+    from zones.cache import CacheError
+
+    config, _ = own_cache
+    tokens, _ = _tokens_entry(config)
+    tokens.write_bytes(tokens.read_bytes()[:200])
+    with pytest.raises(CacheError, match=f"{tokens}"):
+        train_model(config, progress=False, refresh=True)
+
+
+def test_a_different_or_broken_tokenizer_in_the_cache_is_refused(own_cache):
+    from zones.cache import CacheError
+
+    config, _ = own_cache
+    _, tokenizer_file = _tokens_entry(config)
+    spec = json.loads(tokenizer_file.read_text())
+    vocab = spec["model"]["vocab"]
+    a, b = sorted(vocab)[200:202]
+    vocab[a], vocab[b] = vocab[b], vocab[a]  # a valid BPE tokenizer that encodes differently
+    tokenizer_file.write_text(json.dumps(spec))
+    with pytest.raises(CacheError, match=f"{tokenizer_file}.*delete the folder"):
+        train_model(config, progress=False, refresh=True)
+    tokenizer_file.write_text("{not json")
+    with pytest.raises(CacheError, match=f"{tokenizer_file}"):
+        train_model(config, progress=False, refresh=True)
+
+
+def test_an_edited_history_of_a_finished_run_is_an_error_not_a_result(own_cache):
+    from zones.cache import CacheError
+
+    config, run = own_cache
+    history = run.path / "history.csv"
+    table = pd.read_csv(history)
+    table.loc[len(table) - 1, "heldout_loss"] = 0.123
+    table.to_csv(history, index=False)
+    with pytest.raises(CacheError, match=f"{history}.*delete the folder {run.path}"):
+        train_model(config, progress=False)
+    with pytest.raises(CacheError, match="history.csv"):
+        train.load_run(run.path)
+
+
+def test_held_out_loss_is_the_one_loss_routine_of_zones_evaluate(micro_runs):
+    from zones.evaluate import evaluate_loss
+
+    run = micro_runs[0]
+    loaded = run.load()
+    windows = train.heldout_split(run.config, run.config.eval_windows)
+    assert evaluate_loss(loaded.model, windows).loss == pytest.approx(run.summary["final_heldout_loss"], rel=1e-5)
+
+
+def test_bf16_training_on_a_cpu_without_native_bf16_is_refused_in_one_line(micro_corpus, monkeypatch):
+    from zones import hardware
+
+    monkeypatch.setattr(hardware, "cpu_capability", lambda: "AVX2")
+    with pytest.raises(ValueError, match=r"training precision 'bf16'.*AVX2, no native bf16.*fp32"):
+        train_model(micro_config(micro_corpus, precision="bf16"), progress=False, device="cpu")
+
+
+def test_series_summary_applies_the_flattening_rule(micro_runs):
+    summary = train.series_summary(micro_runs)
+    assert {"seed", "late_improvement", "flattened"} <= set(summary.columns)
+    history = micro_runs[0].history  # steps 0..40 every 10: the last 20 % runs from step 32 to 40
+    before = np.interp(32, history["step"], history["heldout_loss"])
+    expected = (before - history["heldout_loss"].iloc[-1]) / before
+    assert summary["late_improvement"].iloc[0] == pytest.approx(expected)
+    assert summary["flattened"].iloc[0] == (expected < 0.02)
+
+
+def test_cpu_profile_seeds_and_flops_per_token():
+    configs = train.series_configs("cpu", [8], seeds=[3])
+    assert [(c.depth, c.seed) for c in configs] == [(8, 3)]
+    assert [(c.depth, c.seed) for c in train.series_configs("cpu", [8, 12], seed=3)] == [(8, 3), (12, 3)]
+    with pytest.raises(ValueError, match="not both"):
+        train.series_configs("cpu", [8], seeds=[1], seed=3)
+    config = configs[0]
+    assert train.flops_per_token(config) == 6 * train.parameter_count(config) + 12 * 8 * 64 * config.seq_len

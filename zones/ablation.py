@@ -27,7 +27,6 @@ interrupted sweep resumes from the blocks already done, and only a finished swee
 """
 from __future__ import annotations
 
-import math
 from typing import Iterable
 
 import numpy as np
@@ -39,6 +38,7 @@ from tqdm.auto import tqdm
 from .adapters import get_adapter
 from .blocks import BlockTrace, check_layers, skip_blocks, zero_sublayer
 from .cache import Journal, entry_path, resumable_table
+from .checks import check_choice, check_int
 from .data import Windows
 from .evaluate import (DEFAULT_DTYPE, check_dtype, check_fit, forward_nll_windows, head_nll_windows, loss_name,
                        model_device, scoring_precision)
@@ -133,10 +133,8 @@ def _check(model: nn.Module, windows: Windows, layers, method: str, batch_size: 
         raise ValueError("no windows to score: the windows are empty")
     if windows.seq_len < 2:
         raise ValueError(f"windows of {windows.seq_len} token(s) score nothing; seq_len must be at least 2")
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, not {method!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, not {batch_size!r}")
+    check_choice(method, "method", METHODS)
+    check_int(batch_size, "batch_size", min=1)
     n_blocks = get_adapter(model).n_blocks
     layers = list(range(n_blocks)) if layers is None else check_layers(model, layers)
     if not layers:
@@ -185,7 +183,7 @@ def ablation_window_losses(model: nn.Module, windows: Windows, *, parts: bool = 
     :func:`ablation_table`, which summarizes this table (and shares its cache entry).
     """
     layers = _check(model, windows, layers, method, batch_size)
-    dtype = check_dtype(dtype)
+    dtype = check_dtype(dtype, model)
     check_fit(model, windows)
     batches = list(windows.input_ids.split(batch_size))
     tasks = [(b, layer) for b in range(len(batches)) for layer in layers]
@@ -250,28 +248,3 @@ def ablation_table(model: nn.Module, windows: Windows, *, parts: bool = False, m
                                   progress=progress, layers=layers, dtype=dtype)
     return summarize(long, parts, n_resamples=n_resamples, level=level, seed=seed)
 
-
-def ablation_summary(table: pd.DataFrame, k: int = 3) -> dict:
-    """The numbers a chapter cites about one ablation table, as plain Python values.
-
-    ``n_blocks, n_tokens, base_loss, base_ppl``; ``top`` (the ``k`` most important blocks,
-    most important first) and ``top_delta`` (their ΔLoss) with ``top_delta_low``,
-    ``top_delta_high`` (their 95% intervals, when the table has them); ``median_delta``;
-    ``top_share`` (their share of the summed positive ΔLoss); ``n_lowering`` (blocks with
-    ΔLoss ≤ 0); ``n_separable`` (blocks whose ΔLoss interval excludes 0, when present).
-    """
-    delta = table.set_index("layer")["delta_loss"]
-    top = [int(i) for i in delta.nlargest(k).index]
-    positive = float(delta.clip(lower=0).sum())
-    base_loss = float(table["base_loss"].iloc[0])
-    return {
-        "n_blocks": int(len(table)), "n_tokens": int(table["n_tokens"].iloc[0]),
-        "base_loss": base_loss, "base_ppl": float(math.exp(base_loss)),
-        "top": top, "top_delta": [float(delta[i]) for i in top],
-        "median_delta": float(delta.median()),
-        "top_share": float(delta[top].clip(lower=0).sum() / positive) if positive > 0 else float("nan"),
-        "n_lowering": int((delta <= 0).sum()),
-    } | ({"top_delta_low": [float(table.set_index("layer").loc[i, "delta_loss_low"]) for i in top],
-          "top_delta_high": [float(table.set_index("layer").loc[i, "delta_loss_high"]) for i in top],
-          "n_separable": int(((table["delta_loss_low"] > 0) | (table["delta_loss_high"] < 0)).sum())}
-         if {"delta_loss_low", "delta_loss_high"} <= set(table.columns) else {})

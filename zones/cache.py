@@ -23,11 +23,17 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import pandas as pd
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: entries are written without locks
+    fcntl = None
 
 ENTRY = "_entry"  # the sidecar's record of the payload: sha256, bytes, and columns/rows for a table
 ROW_SHA = "_sha"  # a journal row's checksum field
@@ -38,9 +44,17 @@ class CacheError(RuntimeError):
 
 
 def cache_dir() -> Path:
-    """``$ZONES_CACHE``, or ``~/.cache/zones``."""
-    root = Path(os.environ.get("ZONES_CACHE") or Path.home() / ".cache" / "zones")
-    root.mkdir(parents=True, exist_ok=True)
+    """``$ZONES_CACHE``, or ``~/.cache/zones`` (created when missing)."""
+    given = os.environ.get("ZONES_CACHE")
+    root = Path(given).expanduser() if given else Path.home() / ".cache" / "zones"
+    where = f"ZONES_CACHE={given}" if given else f"the cache folder {root}"
+    if root.exists() and not root.is_dir():
+        raise CacheError(f"{where} is a file, not a folder; point ZONES_CACHE at a folder (or unset it)")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise CacheError(f"cannot create {where} ({err.strerror}); point ZONES_CACHE at a writable "
+                         f"folder") from None
     return root
 
 
@@ -88,6 +102,43 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+@contextlib.contextmanager
+def atomic_directory(target: Path, *, keep_existing: bool = False):
+    """Yield a temporary folder beside ``target``; on success it is renamed onto ``target``.
+
+    A failure inside the ``with`` block removes the temporary folder, so a half-written
+    directory is never visible under the final name. An existing ``target`` is replaced (moved
+    aside, then removed) unless ``keep_existing`` (another process finished the same work
+    first: its copy is kept and this one discarded). Temporary folders of a killed writer
+    are named ``.<target>.*.tmp`` (see ``stale_temporaries``).
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
+    try:
+        readable_mode(tmp, directory=True)  # mkdtemp makes it private; the result is an ordinary folder
+        yield tmp
+        if target.exists():
+            if keep_existing:
+                return
+            old = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
+            os.replace(target, old)  # a folder cannot be renamed onto a non-empty one
+            try:
+                os.replace(tmp, target)
+            finally:
+                shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def stale_temporaries(target: Path) -> list[Path]:
+    """The temporary folders ``atomic_directory`` left beside ``target`` when its writer died."""
+    target = Path(target)
+    return sorted(target.parent.glob(f".{target.name}.*.tmp")) if target.parent.exists() else []
+
+
 def write_table(df: pd.DataFrame, path: Path) -> Path:
     """Write a table as CSV or Parquet (by suffix), atomically."""
     path = Path(path)
@@ -115,9 +166,7 @@ def read_table(path: Path) -> pd.DataFrame:
 def entry_lock(path: Path, shared: bool = False):
     """Hold a lock on ``path``'s entry (shared for reading, exclusive for writing); the OS
     releases it if the process dies. Without ``fcntl`` (not POSIX) it does nothing."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX
+    if fcntl is None:  # pragma: no cover - not POSIX
         yield
         return
     lock = Path(path).with_suffix(".lock")
@@ -207,6 +256,78 @@ def read_cached_table(path: Path, parts: dict[str, Any]) -> pd.DataFrame | None:
         raise _damaged(Path(path), f"columns/rows {list(df.columns)}/{len(df)} differ from the "
                                    f"sidecar's {record.get('columns')}/{record.get('rows')}")
     return df
+
+
+# --- checksummed directories ------------------------------------------------------------------------
+
+MANIFEST = "zones-manifest.json"  # a directory's record of its files: sha256 and bytes of each
+FILES = "_files"
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file's bytes, read in 16 MB pieces."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while piece := handle.read(16 * 2**20):
+            digest.update(piece)
+    return digest.hexdigest()
+
+
+def _directory_files(directory: Path) -> list[Path]:
+    return sorted(p for p in Path(directory).rglob("*")
+                  if p.is_file() and p.name != MANIFEST and not p.name.endswith(".lock"))
+
+
+def write_manifest(directory: Path, parts: dict[str, Any]) -> Path:
+    """Record the sha256 and size of every file under ``directory`` (recursively), with the key
+    ``parts``, in ``<directory>/zones-manifest.json``. Call it last, once every file is written
+    (inside ``atomic_directory``, so the manifest and the files appear together)."""
+    directory = Path(directory)
+    files = {p.relative_to(directory).as_posix(): dict(sha256=file_sha256(p), bytes=p.stat().st_size)
+             for p in _directory_files(directory)}
+    manifest = {**json.loads(_canonical(parts)), FILES: files}
+    path = directory / MANIFEST
+    atomic_write_text(path, json.dumps(manifest, indent=2, sort_keys=True))
+    return path
+
+
+def verify_manifest(directory: Path, parts: dict[str, Any]) -> bool:
+    """Check every file of ``directory`` against its ``zones-manifest.json``.
+
+    Returns False when the directory or its manifest is absent (nothing verifiable: recompute
+    it), True when every file matches. Raises ``CacheError``, one line naming the damaged file
+    and what to delete, when the manifest is unreadable or describes other ``parts``, or a file
+    is missing, added, or differs in size or sha256.
+    """
+    directory = Path(directory)
+    path = directory / MANIFEST
+    if not directory.is_dir() or not path.exists():
+        return False
+    remedy = f"delete the folder {directory} to recompute it"
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise CacheError(f"cache manifest {path} is not valid JSON ({err}); {remedy}") from None
+    if not isinstance(stored, dict) or not isinstance(stored.get(FILES), dict):
+        raise CacheError(f"cache manifest {path} lists no files; {remedy}")
+    files = stored.pop(FILES)
+    if stored != json.loads(_canonical(parts)):
+        raise CacheError(f"cache manifest {path} describes another computation than this folder's key; "
+                         f"{remedy}")
+    present = {p.relative_to(directory).as_posix(): p for p in _directory_files(directory)}
+    for name, record in sorted(files.items()):
+        file = directory / name
+        if name not in present:
+            raise CacheError(f"cache entry {directory} is damaged ({name} is missing); {remedy}")
+        size = file.stat().st_size
+        if not isinstance(record, dict) or size != record.get("bytes") or file_sha256(file) != record.get("sha256"):
+            raise CacheError(f"cache file {file} is damaged ({size} bytes whose sha256 differs from the "
+                             f"one its manifest recorded); {remedy}")
+    extra = sorted(set(present) - set(files))
+    if extra:
+        raise CacheError(f"cache entry {directory} is damaged ({directory / extra[0]} is not in its "
+                         f"manifest); {remedy}")
+    return True
 
 
 # --- journals of resumable sweeps ------------------------------------------------------------------

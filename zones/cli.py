@@ -5,7 +5,9 @@
                                                 ΔLoss per block         -> DIR/ablation.csv
     zones prune  --model M --strategies a,b --k-max 8 --out DIR
                                                 ΔPPL per strategy and k -> DIR/pruning.csv
-    zones train  --depths 4,6,8 --out DIR       train a depth series   -> DIR/series.csv, ...
+    zones export --model M --remove 3,11 --out DIR   pruned model as a plain Hugging Face directory
+    zones heal   --model M --strategy S --k 4 --method lora|bridge --out DIR   the same, healed first
+    zones train  --depths 8,12,16 --out DIR     train a depth series   -> DIR/series.csv, ...
     zones book   [--model M] [--only NAME ...]  execute chapters, build the HTML book
     zones lab    [JUPYTERLAB OPTIONS]           open the notebooks in JupyterLab
 
@@ -151,8 +153,7 @@ def cmd_ablate(args) -> None:
 def cmd_prune(args) -> None:
     from .data import corpus_windows, load_corpus
     from .pruning import (DEFAULT_CALIBRATION_TOKENS, DEFAULT_EVAL_TOKENS, DEFAULT_SEEDS, DEFAULT_STRATEGIES,
-                          check_strategy_names, pruning_table)
-    from .strategies import available_strategies
+                          available_strategies, check_strategy_names, pruning_table)
 
     if args.list_strategies:
         print(available_strategies().to_string(index=False))
@@ -173,18 +174,23 @@ def cmd_prune(args) -> None:
 def cmd_train(args) -> None:
     import shutil
 
-    from .train import series_configs, series_history, series_snapshots, series_summary, train_model
+    from .training import run_label, series_configs, series_history, series_snapshots, series_summary, train_model
 
     overrides = dict(width=args.width, width_per_layer=args.width_per_layer, head_dim=args.head_dim,
                      vocab_size=args.vocab_size, seq_len=args.seq_len, batch_size=args.batch_size,
-                     steps=args.steps, lr=args.lr, seed=args.seed, corpus=args.corpus,
-                     snapshot_every=args.snapshot_every)
+                     steps=args.steps, lr=args.lr, corpus=args.corpus, snapshot_every=args.snapshot_every)
     overrides.update(_name_values(args.set, "--set"))
     try:
         depths = [int(d) for d in args.depths.split(",") if d.strip()] if args.depths else None
     except ValueError:
         raise ValueError(f"--depths needs comma-separated integers such as 4,6,8, not {args.depths!r}") from None
-    configs = series_configs(args.profile, depths, **overrides)  # bad sizes fail before any work
+    try:
+        seeds = [int(d) for d in args.seeds.split(",") if d.strip()] if args.seeds else None
+    except ValueError:
+        raise ValueError(f"--seeds needs comma-separated integers such as 0,1, not {args.seeds!r}") from None
+    if args.seed is not None:
+        seeds = [args.seed]
+    configs = series_configs(args.profile, depths, seeds, **overrides)  # bad sizes fail before any work
     runs = [train_model(c, device=args.device, refresh=args.refresh, keep_checkpoints=args.keep_checkpoints)
             for c in configs]
     summary = series_summary(runs)
@@ -192,19 +198,18 @@ def cmd_train(args) -> None:
     _write(series_history(runs), args.out, "history.csv")
     _write(series_snapshots(runs), args.out, "snapshots.csv")
     for run in runs:
-        target = Path(args.out) / "models" / f"depth-{run.config.depth}"
+        target = Path(args.out) / "models" / f"depth-{run.config.depth}-seed-{run.config.seed}"
         if args.copy_models:
             shutil.copytree(run.path, target, dirs_exist_ok=True)
-        print(f"depth {run.config.depth}: held-out loss {run.summary['final_heldout_loss']:.3f}, "
+        print(f"{run_label(run)}: held-out loss {run.summary['final_heldout_loss']:.3f}, "
               f"trained in {run.summary['total_seconds']:.0f} s; model: {target if args.copy_models else run.path}")
 
 
 def cmd_book(args) -> None:
     from .book import build_book
 
-    params = {"model": args.model, "models": [args.model]} if args.model else {}
-    params.update(_name_values(args.param, "--param"))
-    index = build_book(params, only=args.only or None, execute=not args.no_execute)
+    params = _name_values(args.param, "--param")  # refused when no chapter declares one
+    index = build_book(params, only=args.only or None, execute=not args.no_execute, model=args.model)
     print(f"book: {index}")
 
 
@@ -296,6 +301,98 @@ def _add_lifecycle_and_sweep(sub) -> None:
 # --- end of engineer D's block ------------------------------------------------------------------------
 
 
+# --- H6: export and heal (cmd_export, cmd_heal and their parsers) -----------------------------------
+
+def _pruned_blocks(args, loaded, calibration):
+    """--remove 3,11 or --strategy NAME --k K: the blocks to remove, and the strategy's name."""
+    from .export import ExportError, choose_removed
+    from .pruning import parse_removed
+
+    if args.remove is not None:
+        if args.strategy is not None or args.k is not None:
+            raise ExportError("pass either --remove or --strategy with --k, not both")
+        return parse_removed(args.remove), None
+    if args.strategy is None or args.k is None:
+        raise ExportError("pass --remove 3,11,20 or --strategy NAME --k K")
+    return choose_removed(loaded.model, args.strategy, args.k, calibration=calibration, seed=args.seed,
+                          batch_size=args.batch_size), args.strategy
+
+
+def _calibration(args, loaded, tokens: int | None = None):
+    """Calibration windows: the strategies plan on --calibration-tokens (default: the pruning
+    chapter's, so a strategy picks the blocks the book reports); ``tokens`` (healing) takes that
+    many, or the whole split when it is smaller."""
+    from .data import CorpusError, corpus_windows
+    from .pruning import DEFAULT_CALIBRATION_TOKENS
+
+    if tokens is None:
+        return corpus_windows(args.corpus, loaded.tokenizer, args.seq_len, "calibration",
+                              _budget(args.calibration_tokens, DEFAULT_CALIBRATION_TOKENS))
+    try:
+        return corpus_windows(args.corpus, loaded.tokenizer, args.seq_len, "calibration", tokens)
+    except CorpusError:  # a budget beyond the split: LoRA cycles through the whole split
+        return corpus_windows(args.corpus, loaded.tokenizer, args.seq_len, "calibration", None)
+
+
+def cmd_export(args) -> None:
+    from .export import export_model
+
+    loaded = _load(args)
+    calibration = _calibration(args, loaded) if args.strategy else None
+    removed, strategy = _pruned_blocks(args, loaded, calibration)
+    out = export_model(loaded.model, removed, args.out, tokenizer=loaded.tokenizer, source=args.model,
+                       strategy=strategy, seed=args.seed if strategy else None, fingerprint=loaded.fingerprint)
+    print(f"wrote {out} (blocks {sorted(removed)} removed; loads with AutoModelForCausalLM.from_pretrained)")
+
+
+def cmd_heal(args) -> None:
+    from .heal import export_healed, heal
+
+    loaded = _load(args)
+    removed, strategy = _pruned_blocks(args, loaded, _calibration(args, loaded) if args.strategy else None)
+    calibration = _calibration(args, loaded, args.tokens)
+    healed = heal(loaded.model, removed, calibration, method=args.method, tokens=args.tokens, seed=args.seed,
+                  lr=args.lr, rank=args.rank, batch_size=args.batch_size, refresh=args.refresh,
+                  fingerprint=loaded.fingerprint)
+    out = export_healed(healed, args.out, tokenizer=loaded.tokenizer, source=args.model, strategy=strategy)
+    first, last = healed.history["loss"].iloc[0], healed.history["loss"].iloc[-1]
+    print(f"calibration loss {first:.4f} -> {last:.4f} nats ({args.method}); wrote {out}")
+
+
+def _add_export_and_heal(sub) -> None:
+    from .heal import DEFAULT_LR, DEFAULT_RANK, DEFAULT_TOKENS, METHODS
+
+    for name in ("export", "heal"):
+        if name == "export":
+            p = sub.add_parser("export", help="write a pruned model as a plain Hugging Face directory",
+                               description="Remove blocks (--remove, or a strategy's k blocks) and write "
+                                           "config, safetensors, tokenizer and zones-provenance.json to --out")
+        else:
+            p = sub.add_parser("heal", help="heal a pruned model (LoRA or a linear bridge) and export it",
+                               description="Remove blocks, heal on calibration tokens (disjoint from the "
+                                           "eval split) and write the healed model like zones export")
+        _model_args(p, tokenizer=True)
+        _text_args(p)
+        p.add_argument("--remove", default=None, help="blocks to remove, comma-separated (e.g. 3,11,20,27)")
+        p.add_argument("--strategy", default=None, help="or: a pruning strategy (zones prune --list-strategies)")
+        p.add_argument("--k", type=int, default=None, help="blocks the strategy removes")
+        p.add_argument("--seed", type=int, default=0, help="seed of a seeded strategy and of the healing")
+        p.add_argument("--calibration-tokens", type=int, default=None,
+                       help="calibration tokens a strategy plans on; 0 = the whole split (default: the "
+                            "pruning chapter's); healing reads --tokens calibration tokens")
+        if name == "heal":
+            p.add_argument("--method", default="lora", choices=METHODS,
+                           help="lora: LoRA fine-tuning merged on save (peft); bridge: a least-squares "
+                                "linear map over each removed span, folded into the preceding block")
+            p.add_argument("--tokens", type=int, default=DEFAULT_TOKENS,
+                           help=f"healing budget in calibration tokens (default: {DEFAULT_TOKENS})")
+            p.add_argument("--lr", type=float, default=DEFAULT_LR, help=f"LoRA learning rate (default: {DEFAULT_LR})")
+            p.add_argument("--rank", type=int, default=DEFAULT_RANK, help=f"LoRA rank (default: {DEFAULT_RANK})")
+            p.add_argument("--refresh", action="store_true", help="heal again instead of reading the cache")
+        p.add_argument("--out", required=True, help="output model directory (written atomically)")
+        p.set_defaults(func=cmd_export if name == "export" else cmd_heal)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zones", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -343,9 +440,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_prune)
 
     p = sub.add_parser("train", help="train a depth series of GPT-NeoX models with spectral snapshots")
-    p.add_argument("--depths", default=None, help="comma-separated depths, e.g. 4,6,8 (default: the profile's)")
+    p.add_argument("--depths", default=None, help="comma-separated depths, e.g. 8,12,16 (default: the profile's)")
+    p.add_argument("--seeds", default=None, help="comma-separated training seeds of every depth, e.g. 0,1 "
+                   "(default: the profile's)")
     p.add_argument("--profile", default="cpu", choices=["cpu", "paper"],
-                   help="cpu: minutes on a laptop (default); paper: D8/D12/D16 at width 64·depth, for a GPU")
+                   help="cpu: D8/D12/D16 at width 8·depth, two seeds, minutes on two cores (default); "
+                        "paper: D8/D12/D16 at width 64·depth, bf16, for a GPU")
     p.add_argument("--width", type=int, default=None, help="hidden size for every depth (default: per layer × depth)")
     p.add_argument("--width-per-layer", type=int, default=None, help="hidden size per block of depth")
     p.add_argument("--head-dim", type=int, default=None, help="attention head size")
@@ -354,14 +454,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=None, help="windows per step")
     p.add_argument("--steps", type=int, default=None, help="optimizer steps")
     p.add_argument("--lr", type=float, default=None, help="peak learning rate")
-    p.add_argument("--seed", type=int, default=None, help="seed of the weights and the batch order")
+    p.add_argument("--seed", type=int, default=None, help="one seed of the weights and the batch order "
+                   "(same as --seeds N)")
     p.add_argument("--corpus", default=None, help="training corpus (default: stdlib-code)")
     p.add_argument("--snapshot-every", type=int, default=None, help="steps between spectral snapshots (default: 25)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                   help="any other training parameter of zones.train.TrainConfig")
+                   help="any other training parameter of zones.training.TrainConfig")
     _device_arg(p)
     p.add_argument("--refresh", action="store_true", help="retrain even if the run is cached")
-    p.add_argument("--copy-models", action="store_true", help="copy the trained models to OUT/models/depth-N")
+    p.add_argument("--copy-models", action="store_true", help="copy the trained models to OUT/models/depth-N-seed-S")
     p.add_argument("--keep-checkpoints", action="store_true",
                    help="keep the model of every snapshot step (RUN/checkpoints/step-N) for zones lifecycle")
     _out_arg(p, "results/train")
@@ -383,6 +484,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     # --- engineer D: lifecycle and sweep (cmd_lifecycle, cmd_sweep and their parsers) go here ---
     _add_lifecycle_and_sweep(sub)
+    _add_export_and_heal(sub)  # H6: zones export, zones heal
 
     return parser
 

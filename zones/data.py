@@ -18,12 +18,17 @@ Token windows: the corpus is tokenized once, cut into non-overlapping windows of
 tokens, and every fourth window goes to the ``calibration`` split, the rest to ``eval``, so
 the two are disjoint and cover the same topics. A token budget takes windows evenly spaced
 through the split. Every predicted token of a window is scored once: ``seq_len - 1`` per window.
+
+A windows' fingerprint (the cache key of every table scored on them) covers what determines a
+result: the window token ids themselves, and the tokenizer's content (its vocabulary, merges and
+pipeline: :func:`tokenizer_fingerprint`), not its path.
 """
 from __future__ import annotations
 
 import ast
 import glob
 import hashlib
+import json
 import sys
 import sysconfig
 from dataclasses import dataclass
@@ -31,6 +36,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from .cache import cache_dir, read_entry, write_entry
+from .checks import check_choice, check_int
+from .hub import HubUnreachableError, hub_lookup
 
 SPLITS = ("calibration", "eval")
 CALIBRATION_EVERY = 4  # window i is calibration when i % 4 == 3
@@ -54,7 +63,7 @@ class Windows:
     input_ids: torch.Tensor
     corpus: str
     split: str
-    fingerprint: str  # identifies corpus, tokenizer, split, seq_len and the windows taken
+    fingerprint: str  # identifies the window token ids, corpus, tokenizer content, split and seq_len
 
     @property
     def n_windows(self) -> int:
@@ -113,8 +122,6 @@ def stdlib_docstrings(python_files: list[Path] | None = None) -> str:
 
 def _cached_stdlib_docstrings(tag: str) -> str:
     """The stdlib corpus, cached as a checksummed entry (a damaged copy is an error naming it)."""
-    from .cache import cache_dir, read_entry, write_entry
-
     path = cache_dir() / "corpora" / f"stdlib-docstrings-{tag}.txt"
     parts = dict(kind="stdlib-docstrings", tag=tag)
     found = read_entry(path, parts)
@@ -145,10 +152,8 @@ def read_text_file(path: str | Path) -> str:
 
 def _load_wikitext2(split: str) -> str:
     """WikiText-2 raw through ``datasets``: from the hub, or its local cache when offline."""
-    from .hub import HubUnreachableError, hub_lookup
-
     try:
-        import datasets
+        import datasets  # imported here: a heavy package that only this corpus needs
 
         with hub_lookup(f"wikitext2 ({split})", "use a local corpus instead: --corpus 'path/to/*.txt'"):
             rows = datasets.load_dataset("wikitext", "wikitext-2-raw-v1", split=split)
@@ -194,18 +199,56 @@ def tokenize(corpus: Corpus, tokenizer) -> np.ndarray:
     return np.asarray(ids, dtype=np.int64)
 
 
+def tokenizer_fingerprint(tokenizer) -> str:
+    """A digest of what makes a tokenizer's token ids: for a fast tokenizer its whole serialized
+    pipeline (vocabulary, merges, normalizer, pre-tokenizer, added tokens; not the per-call
+    truncation and padding settings), else its vocabulary. Its path plays no part: an edited
+    ``tokenizer.json`` in the same directory gives a different fingerprint."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        content = _pipeline_state(backend)
+    else:
+        content = json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False)
+    return _fingerprint(type(tokenizer).__name__, content)
+
+
+def _pipeline_state(backend) -> str:
+    """A ``tokenizers.Tokenizer``'s serialization with truncation and padding off (transformers
+    sets them on each call; they do not change a text's ids), restored afterwards."""
+    truncation, padding = backend.truncation, backend.padding
+    if truncation is None and padding is None:
+        return backend.to_str()
+    backend.no_truncation()
+    backend.no_padding()
+    try:
+        return backend.to_str()
+    finally:
+        if truncation is not None:
+            backend.enable_truncation(**truncation)
+        if padding is not None:
+            backend.enable_padding(**padding)
+
+
+def _ids_digest(ids: np.ndarray) -> str:
+    """sha256 of an id array's shape and int64 values."""
+    ids = np.ascontiguousarray(ids, dtype=np.int64)
+    return hashlib.sha256(str(ids.shape).encode() + b"\0" + ids.tobytes()).hexdigest()
+
+
 def make_windows(token_ids: np.ndarray, seq_len: int, split: str = "eval",
                  max_tokens: int | None = None, *, corpus: Corpus | None = None,
-                 tokenizer_name: str = "") -> Windows:
+                 tokenizer_id: str = "") -> Windows:
     """Non-overlapping windows of ``seq_len`` tokens from one split.
 
     ``max_tokens`` bounds the scored tokens (``n_windows * (seq_len - 1)``); windows are taken
-    evenly spaced through the split. ``None`` takes the whole split.
+    evenly spaced through the split. ``None`` takes the whole split. The fingerprint covers the
+    windows' token ids, the corpus, ``tokenizer_id`` (:func:`tokenizer_fingerprint`), the split
+    and ``seq_len``.
     """
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, not {split!r}")
-    if seq_len < 2:
-        raise ValueError(f"seq_len must be at least 2, not {seq_len}")
+    split = check_choice(split, "split", SPLITS)
+    seq_len = check_int(seq_len, "seq_len", min=2)
+    if max_tokens is not None:
+        max_tokens = check_int(max_tokens, "max_tokens")
     n_all = len(token_ids) // seq_len
     if n_all == 0:
         raise CorpusError(f"corpus has {len(token_ids)} tokens: fewer than one window of {seq_len}")
@@ -224,9 +267,10 @@ def make_windows(token_ids: np.ndarray, seq_len: int, split: str = "eval",
                 f"token budget {max_tokens} needs {n_take} windows of {seq_len}, but the {split!r} split "
                 f"has only {len(pool)} ({len(pool) * (seq_len - 1)} scored tokens)")
     chosen = np.unique(np.linspace(0, len(pool) - 1, n_take).round().astype(int))
-    ids = torch.from_numpy(pool[chosen].copy())
+    taken = pool[chosen]
+    ids = torch.from_numpy(taken.copy())
     corpus_fp = corpus.fingerprint if corpus else _fingerprint(str(token_ids[:64].tolist()), str(len(token_ids)))
-    fp = _fingerprint(corpus_fp, tokenizer_name, split, str(seq_len), str(chosen.tolist()))
+    fp = _fingerprint(corpus_fp, tokenizer_id, split, str(seq_len), str(chosen.tolist()), _ids_digest(taken))
     return Windows(ids, corpus.name if corpus else "", split, fp)
 
 
@@ -235,6 +279,5 @@ def corpus_windows(corpus: Corpus | str, tokenizer, seq_len: int = 256, split: s
     """Load (if named), tokenize and window a corpus in one call."""
     if isinstance(corpus, str):
         corpus = load_corpus(corpus)
-    name = getattr(tokenizer, "name_or_path", "") + str(len(tokenizer))
     return make_windows(tokenize(corpus, tokenizer), seq_len, split, max_tokens,
-                        corpus=corpus, tokenizer_name=name)
+                        corpus=corpus, tokenizer_id=tokenizer_fingerprint(tokenizer))

@@ -10,6 +10,8 @@ pruned) always use the same windows, and every result keeps its per-window NLL s
 Precision (``dtype``): ``"float32"`` runs the model as it is; ``"bfloat16"`` runs the blocks
 under ``torch.autocast`` in bfloat16 (the weights are never changed). The final norm, the LM
 head and the log-sum-exp always run in float32, and NLL sums are accumulated in float64.
+bfloat16 is refused with one line on a device without native bf16 (an AVX2 CPU emulates it
+about 100x slower than float32: ``zones.hardware.check_precision``).
 
 Every score is checked: a NaN or infinite loss on any window stops with
 ``zones.stats.NonFiniteLossError`` naming the variant and the window, never a number.
@@ -19,7 +21,15 @@ forward for each: every batch is traced once through the full model (``BlockTrac
 the sets are visited in lexicographic order of their membership (block 0 first), so
 consecutive sets share the hidden states up to the first block where they differ. Each
 (block, removed-prefix) pair runs once per batch, and each set pays one LM head, applied to
-chunks of tokens so the (tokens × vocabulary) logits are never held at once.
+chunks of tokens so the (tokens × vocabulary) logits are never held at once. With a
+``traces`` dict, the full model's trace of each batch is kept there and reused by the next
+call on the same windows (a sweep scored in chunks of sets traces each batch once).
+
+The LM head is the costliest step per scored set (for SmolLM2-135M, 49,152 logits per token:
+about eight blocks' worth of multiply-adds plus the log-sum-exp). It runs on ``HEAD_CHUNK``
+tokens at a time: 512 tokens' logits (100 MB in float32) are read back by the log-sum-exp
+while still largely in cache, where 2,048 tokens' (400 MB) are not; the per-token NLL is the
+same to the bit (``benchmarks/bench_book.py --head`` measures both).
 """
 from __future__ import annotations
 
@@ -35,10 +45,13 @@ from tqdm.auto import tqdm
 
 from .adapters import get_adapter
 from .blocks import BlockTrace, check_layers
+from .checks import check_int
 from .data import Windows
+from .hardware import check_precision
+from .models import check_windows_fit
 from .stats import check_finite
 
-HEAD_CHUNK = 2048  # tokens per LM-head call: bounds the logits held at once
+HEAD_CHUNK = 512  # tokens per LM-head call: bounds the logits held at once (see the module note)
 DTYPES = ("float32", "bfloat16")
 DEFAULT_DTYPE = "float32"
 
@@ -60,11 +73,14 @@ def model_device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def check_dtype(dtype: str) -> str:
-    """The scoring precision, checked: ``"float32"`` or ``"bfloat16"``."""
+def check_dtype(dtype: str, model: nn.Module | None = None) -> str:
+    """The scoring precision, checked: ``"float32"`` or ``"bfloat16"``; with ``model``,
+    bfloat16 on a device without native bf16 is refused (``zones.hardware.check_precision``)."""
     name = str(dtype).replace("torch.", "")
     if name not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, not {dtype!r}")
+    if model is not None:
+        check_precision(name, model_device(model), what="scoring dtype")
     return name
 
 
@@ -78,8 +94,6 @@ def scoring_precision(model: nn.Module, dtype: str = DEFAULT_DTYPE):
 def check_fit(model: nn.Module, windows: Windows) -> None:
     """Sequence length and token ids against the model, before any forward
     (``zones.models.check_windows_fit``)."""
-    from .models import check_windows_fit
-
     check_windows_fit(model, windows)
 
 
@@ -93,11 +107,6 @@ def nll_windows(logits: torch.Tensor, input_ids: torch.Tensor) -> np.ndarray:
     target = input_ids[:, 1:].to(pred.device)
     nll = nn.functional.cross_entropy(pred.reshape(-1, pred.shape[-1]), target.reshape(-1), reduction="none")
     return nll.double().reshape(target.shape).sum(-1).cpu().numpy()
-
-
-def nll_sum(logits: torch.Tensor, input_ids: torch.Tensor) -> tuple[float, int]:
-    """Summed next-token negative log-likelihood (float64) and the number of tokens scored."""
-    return float(nll_windows(logits, input_ids).sum()), int(input_ids[:, 1:].numel())
 
 
 def head_nll_windows(adapter, hidden: torch.Tensor, input_ids: torch.Tensor, *,
@@ -126,11 +135,6 @@ def head_nll_windows(adapter, hidden: torch.Tensor, input_ids: torch.Tensor, *,
     return per_token.reshape(batch, length).sum(-1).cpu().numpy()
 
 
-def head_nll_sum(adapter, hidden: torch.Tensor, input_ids: torch.Tensor, *, normed: bool = False) -> float:
-    """Summed next-token NLL (float64) of the last hidden state, through norm and LM head."""
-    return float(head_nll_windows(adapter, hidden, input_ids, normed=normed).sum())
-
-
 def forward_nll_windows(model: nn.Module, input_ids: torch.Tensor) -> np.ndarray:
     """Per-window NLL sums of one plain forward: the model's body (in the current precision),
     then its LM head in full precision."""
@@ -141,9 +145,7 @@ def forward_nll_windows(model: nn.Module, input_ids: torch.Tensor) -> np.ndarray
 def _batches(windows: Windows, batch_size: int) -> list[torch.Tensor]:
     if windows.n_windows == 0:
         raise ValueError("no windows to score")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, not {batch_size!r}")
-    return list(windows.input_ids.split(batch_size))
+    return list(windows.input_ids.split(check_int(batch_size, "batch_size", min=1)))
 
 
 def _result(nll: np.ndarray, tokens: np.ndarray) -> LossResult:
@@ -166,7 +168,7 @@ def removal_label(removed: Iterable[int]) -> str:
 def evaluate_loss(model: nn.Module, windows: Windows, batch_size: int = 8,
                   progress: bool = False, dtype: str = DEFAULT_DTYPE) -> LossResult:
     """Mean token cross-entropy of ``model`` on ``windows`` (one full forward per batch)."""
-    dtype = check_dtype(dtype)
+    dtype = check_dtype(dtype, model)
     batches = _batches(windows, batch_size)
     check_fit(model, windows)
     device = model_device(model)
@@ -217,13 +219,17 @@ def _restart(path: list, trace: BlockTrace, n: int, first_change: int, first_rem
 
 def evaluate_removals(model: nn.Module, windows: Windows, removals: Sequence[Iterable[int]], *,
                       batch_size: int = 8, progress: bool = True, desc: str = "removal sets",
-                      dtype: str = DEFAULT_DTYPE) -> list[LossResult]:
+                      dtype: str = DEFAULT_DTYPE, traces: dict | None = None) -> list[LossResult]:
     """Mean token loss with each set of blocks in ``removals`` skipped, all on the same
     windows, in the order given (an empty set is the full model). Equals ``evaluate_loss``
     under ``skip_blocks`` for each set, to float rounding; shared prefixes run once per batch.
     Each result keeps its per-window NLL sums (``window_nll``, ``window_tokens``).
+
+    ``traces``: a dict in which the full model's trace of each batch is kept and reused by
+    later calls with the same dict, windows, batch size and dtype (it holds every block's
+    input for every batch: blocks × tokens × hidden size floats).
     """
-    dtype = check_dtype(dtype)
+    dtype = check_dtype(dtype, model)
     sets = [tuple(check_layers(model, r)) for r in removals]
     batches = _batches(windows, batch_size)
     check_fit(model, windows)
@@ -238,7 +244,12 @@ def evaluate_removals(model: nn.Module, windows: Windows, removals: Sequence[Ite
         ids = ids.to(device)
         rows = slice(first, first + ids.shape[0])
         with scoring_precision(model, dtype):
-            trace = BlockTrace(model, ids)
+            key = (id(model), windows.fingerprint, first, ids.shape[0], dtype)
+            trace = traces.get(key) if traces is not None else None
+            if trace is None:
+                trace = BlockTrace(model, ids)
+                if traces is not None:
+                    traces[key] = trace
             # path[b]: input of block b under the previous set; path[n]: its last hidden state
             path = [trace.block_input(b) for b in range(n)] + [trace.final_hidden]
             previous: set[int] = set()

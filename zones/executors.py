@@ -9,9 +9,13 @@
   initialised Ray (``ray.init(num_cpus=2)`` in a script or a test) is used as it is.
   Install it with ``pip install "zones[ray]"``.
 
-A failed job is tried again up to ``retries`` times, unless its error is permanent (bad
-input, an unsupported model, an unreachable hub: ``is_permanent``); on Ray a job whose worker
-died (killed, out of memory) is rerun too, through Ray's own ``max_retries``. Jobs that still
+A failed job is tried again up to ``retries`` times only when its error is transient (a
+dropped connection, a timeout, an I/O error other than a missing or forbidden file, memory
+exhausted: ``is_transient``); a deterministic error (bad input, a damaged cache entry, an
+unsupported model, an unreachable hub) would only fail again, and is reported at once. On
+Ray a job whose worker died (killed, out of memory) is rerun too, through Ray's own
+``max_retries``; a job asking for more CPUs or GPUs than the cluster has fails before
+anything runs. Jobs that still
 fail are reported together, each with its name, its error and its attempts, in one
 ``JobFailed`` error raised after every other job has finished: results are returned for all
 jobs or for none, so a table is never silently short of rows.
@@ -21,10 +25,15 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
-if TYPE_CHECKING:
-    import pandas as pd
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from .checks import check_choice, check_float, check_int
+from .models import load_model
+from .spectra import alpha_table
 
 EXECUTORS = ("local", "ray")
 
@@ -47,8 +56,7 @@ class Job:
 
 
 def check_executor(executor: str) -> str:
-    if executor not in EXECUTORS:
-        raise ValueError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
+    check_choice(executor, "executor", EXECUTORS)
     if executor == "ray":
         _import_ray()
     return executor
@@ -58,11 +66,11 @@ def run_jobs(jobs: Sequence[Job], executor: str = "local", *, ray_address: str |
              retries: int = 2, progress: bool = True, desc: str = "jobs") -> list[Any]:
     """Each job's result, in the order of ``jobs``; ``JobFailed`` naming every job that failed."""
     check_executor(executor)
-    if not isinstance(retries, int) or retries < 0:
-        raise ValueError(f"retries must be a non-negative integer, not {retries!r}")
+    retries = check_int(retries, "retries", min=0)
     for job in jobs:
-        if not job.cpus > 0 or (job.gpus is not None and job.gpus < 0):
-            raise ValueError(f"job {job.name}: need cpus > 0 and gpus >= 0, not {job.cpus}, {job.gpus}")
+        check_float(job.cpus, f"job {job.name}: cpus", min=0, min_inclusive=False)
+        if job.gpus is not None:
+            check_float(job.gpus, f"job {job.name}: gpus", min=0)
     if not jobs:
         return []
     run = _run_local if executor == "local" else _run_ray
@@ -74,11 +82,24 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
 
 
-def is_permanent(err: BaseException) -> bool:
-    """Errors that another attempt cannot fix (bad input, an unsupported model, no network)."""
-    from .hub import HubUnreachableError
+# I/O errors that another attempt meets again: the file is missing, forbidden or of the wrong kind
+DETERMINISTIC_OS_ERRORS = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError,
+                           NotADirectoryError)
 
-    return isinstance(err, (ValueError, TypeError, LookupError, ImportError, HubUnreachableError))
+
+def is_transient(err: BaseException) -> bool:
+    """Errors another attempt may not meet: a dropped connection or a timeout, an I/O error other
+    than a missing or forbidden file, memory exhausted (also a GPU's). Everything else (bad
+    input, a damaged cache entry, an unsupported model, an unreachable hub, a bug) is
+    deterministic and reported at once."""
+    if isinstance(err, (MemoryError, torch.cuda.OutOfMemoryError)):
+        return True
+    return isinstance(err, OSError) and not isinstance(err, DETERMINISTIC_OS_ERRORS)
+
+
+def is_permanent(err: BaseException) -> bool:
+    """Errors that another attempt cannot fix: those that are not ``is_transient``."""
+    return not is_transient(err)
 
 
 def attempt(name: str, fn: Callable[..., Any], args: tuple, kwargs: dict, retries: int) -> tuple[bool, Any]:
@@ -102,8 +123,6 @@ def _report(failures: list[tuple[str, str, int]], total: int) -> JobFailed:
 
 
 def _run_local(jobs, *, retries, progress, desc, ray_address=None):
-    from tqdm.auto import tqdm
-
     results: list[Any] = [None] * len(jobs)
     failures = []
     for k, job in enumerate(tqdm(jobs, desc=desc, unit="job", disable=not progress)):
@@ -118,7 +137,7 @@ def _run_local(jobs, *, retries, progress, desc, ray_address=None):
 
 
 def _import_ray():
-    try:
+    try:  # an optional dependency: imported only for the ray executor
         import ray
     except ImportError:
         raise ImportError('the ray executor needs Ray: pip install "zones[ray]" (or "ray[default]>=2.9")') from None
@@ -142,11 +161,26 @@ def ray_connect(address: str | None = None):
     return ray
 
 
-def _run_ray(jobs, *, retries, progress, desc, ray_address=None):
-    from tqdm.auto import tqdm
+def check_resources(jobs: Sequence[Job], available: dict[str, float], where: str) -> None:
+    """Refuse at once a job asking for more CPUs or GPUs than ``available`` holds in all (Ray
+    would wait for them forever)."""
+    for job in jobs:
+        for resource, asked, option in (("CPU", job.cpus, "--cpus-per-job"), ("GPU", job.gpus or 0, "gpus")):
+            have = available.get(resource, 0)
+            if asked > have:
+                raise ValueError(f"job {job.name} asks for {asked:g} {resource}s but {where} has {have:g}; "
+                                 f"lower {option} to at most {have:g}")
 
+
+def _run_ray(jobs, *, retries, progress, desc, ray_address=None):
+    ray = _import_ray()
+    if not ray.is_initialized() and not (ray_address or os.environ.get("RAY_ADDRESS")):
+        check_resources(jobs, {"CPU": os.cpu_count() or 1, "GPU": torch.cuda.device_count()},
+                        "this machine (a local Ray instance)")  # before starting Ray at all
     ray = ray_connect(ray_address)
-    has_gpus = ray.cluster_resources().get("GPU", 0) >= 1
+    resources = ray.cluster_resources()
+    check_resources(jobs, resources, "the Ray cluster (ray.cluster_resources())")
+    has_gpus = resources.get("GPU", 0) >= 1
     task = ray.remote(_call)
     refs = {}
     for k, job in enumerate(jobs):
@@ -183,9 +217,6 @@ def _run_ray(jobs, *, retries, progress, desc, ray_address=None):
 def model_alpha(name: str, *, device: str | None = None, trust_remote_code: bool = False) -> pd.DataFrame:
     """One model's α table (``zones.spectra.alpha_table``, cached as ``zones alpha`` caches it)
     with a ``model`` column first: the job of ``alpha_sweep``."""
-    from .models import load_model
-    from .spectra import alpha_table
-
     loaded = load_model(name, device=device, trust_remote_code=trust_remote_code, load_tokenizer=False)
     table = alpha_table(loaded.model)
     table.insert(0, "model", name)
@@ -197,8 +228,6 @@ def alpha_sweep(models: Sequence[str], executor: str = "local", *, ray_address: 
                 trust_remote_code: bool = False, progress: bool = True) -> pd.DataFrame:
     """The α tables of several models stacked: ``model`` then ``zones.spectra.COLUMNS``; one
     job per model through ``run_jobs``."""
-    import pandas as pd
-
     models = [m.strip() for m in models if m and m.strip()]
     if not models:
         raise ValueError("no models given; pass e.g. --models smollm2-135m,EleutherAI/pythia-160m")

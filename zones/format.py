@@ -26,7 +26,9 @@ import os
 from pathlib import Path
 from typing import Iterable
 
+import numpy as np
 import pandas as pd
+from IPython.display import Markdown
 
 MINUS = "\u2212"
 SUPERSCRIPTS = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
@@ -185,21 +187,46 @@ def fmt_p(p, digits: int = 2, floor: float = 1e-3) -> str:
 def for_glue(value, digits: int = 3):
     """What a chapter glues for its prose: a float as ``fmt_num`` text (so the page writes it
     like every other number), a count of 10⁴ or more with separators, anything else as it is."""
-    if isinstance(value, bool) or value is None or isinstance(value, str):
+    if isinstance(value, (bool, np.bool_)) or value is None or isinstance(value, str):
         return value
-    if isinstance(value, int):
+    if isinstance(value, (int, np.integer)):  # numpy integers like python ones
+        value = int(value)
         return value if abs(value) < 10_000 else fmt_int(value)
-    if isinstance(value, float):
-        return fmt_num(value, digits)
+    if isinstance(value, (float, np.floating)):
+        return fmt_num(float(value), digits)
     return value
 
 
+def rounded_to(values: Iterable[float], most: int = 4) -> int | None:
+    """The decimals (0 … ``most``) a column of floats was already rounded to, or ``None``:
+    ``rounded_to([0.02, 0.15]) -> 2``. A column rounded upstream must not be shown with more
+    decimals than it has (0.0238 rounded to 0.02 is not "0.0200")."""
+    finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if not finite:
+        return None
+    for decimals in range(most + 1):
+        if all(abs(v - round(v, decimals)) <= 1e-12 * max(1.0, abs(v)) for v in finite):
+            return decimals
+    return None
+
+
+def _honest(x, digits: int, cap: int | None) -> str:
+    """``fmt_num``, but never with more than ``cap`` decimals (the precision the value has)."""
+    text = fmt_num(x, digits)
+    value = _finite(x)
+    if cap is None or value is None or math.isinf(value) or value == 0 or text.count("×"):
+        return text
+    return _fixed(value, cap) if _decimals(value, digits) > cap else text
+
+
 def rounded(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
-    """The table with every float cell written by ``fmt_num`` (strings; for display only)."""
+    """The table with every float cell written by ``fmt_num`` (strings; for display only); a
+    column already rounded upstream keeps its decimals (:func:`rounded_to`), never padded."""
     shown = table.copy()
     for column in shown.columns:
         if pd.api.types.is_float_dtype(shown[column]):
-            shown[column] = shown[column].map(lambda v: fmt_num(v, digits))
+            cap = rounded_to(shown[column])
+            shown[column] = shown[column].map(lambda v, cap=cap: _honest(v, digits, cap))
         elif pd.api.types.is_integer_dtype(shown[column]) and not pd.api.types.is_bool_dtype(shown[column]):
             shown[column] = shown[column].map(lambda v: f"{int(v)}" if abs(int(v)) < 10_000 else fmt_int(v))
     return shown
@@ -237,8 +264,6 @@ def csv_links(out_dir: str | os.PathLike, names: Iterable[str] | None = None, st
     notebook's working directory, where the book resolves it); Jupyter Book copies the files
     into the build. Raises ``FileNotFoundError`` when a named table was not written.
     """
-    from IPython.display import Markdown
-
     folder = Path(out_dir)
     files = sorted(folder.glob("*.csv")) if names is None else [folder / n for n in names]
     missing = [str(f) for f in files if not f.exists()]

@@ -17,6 +17,8 @@ from functools import lru_cache
 from typing import Iterator
 from urllib.parse import urlparse
 
+from huggingface_hub import constants
+
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
 PROBE_SECONDS = 0.8
 
@@ -37,8 +39,6 @@ def _endpoint() -> tuple[str, int]:
         return url.hostname or "", url.port or 80
     endpoint = os.environ.get("HF_ENDPOINT")
     if not endpoint:
-        from huggingface_hub import constants
-
         endpoint = constants.ENDPOINT
     url = urlparse(endpoint)
     return url.hostname or "", url.port or (443 if url.scheme == "https" else 80)

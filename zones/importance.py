@@ -25,7 +25,11 @@ import scipy.stats
 from scipy.stats import rankdata
 
 from .ablation import DEFAULT_EVAL_TOKENS, ablation_table
-from .stats import paired_bootstrap
+from .checks import check_int
+from .data import corpus_windows, load_corpus
+from .models import load_model
+from .spectra import alpha_table, layer_alpha
+from .stats import check_level, paired_bootstrap, seeded
 
 # Per-matrix columns of ``zones.spectra.alpha_table`` worth correlating with importance, in
 # the order the ρ table lists them; those missing from a table are left out.
@@ -86,11 +90,9 @@ def spearman(x, y, *, n_boot: int = 2000, n_perm: int = 10000, level: float = 0.
     Pairs with a NaN are dropped. Bootstrap resamples whose ranks are all tied are skipped.
     With fewer than 3 pairs, or a constant x or y, every field but ``n`` is NaN.
     """
-    for name, value in (("n_boot", n_boot), ("n_perm", n_perm)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, not {value!r}")
-    if not 0 < level < 1:
-        raise ValueError(f"level must be between 0 and 1, not {level!r}")
+    n_boot = check_int(n_boot, "n_boot", min=1)
+    n_perm = check_int(n_perm, "n_perm", min=1)
+    level = check_level(level)
     x, y = _paired(x, y)
     n = int(x.size)
     nan = float("nan")
@@ -100,17 +102,11 @@ def spearman(x, y, *, n_boot: int = 2000, n_perm: int = 10000, level: float = 0.
     # Resampled blocks are ranked again (ties change); resamples with all ranks tied are NaN
     # and left out of the percentiles.
     ranked_rho = lambda a, b: _corr_rows(rankdata(a, axis=-1), rankdata(b, axis=-1))
-    interval = paired_bootstrap(ranked_rho, (x, y), n_resamples=int(n_boot), level=level, seed=seed)
+    interval = paired_bootstrap(ranked_rho, (x, y), n_resamples=n_boot, level=level, seed=seed)
     # Under the null every pairing of the ranks is equally likely; |ρ| makes the test two-sided.
-    try:
-        kwargs = dict(rng=np.random.default_rng(seed))
-        test = lambda: scipy.stats.permutation_test(
-            (rankdata(x), rankdata(y)), lambda a, b, axis=-1: np.abs(_corr_rows(a, b)), permutation_type="pairings",
-            vectorized=True, n_resamples=int(n_perm), alternative="greater", **kwargs)
-        p_value = test().pvalue
-    except TypeError:  # scipy < 1.15 calls the generator random_state
-        kwargs = dict(random_state=np.random.default_rng(seed))
-        p_value = test().pvalue
+    p_value = seeded(scipy.stats.permutation_test, (rankdata(x), rankdata(y)),
+                     lambda a, b, axis=-1: np.abs(_corr_rows(a, b)), permutation_type="pairings",
+                     vectorized=True, n_resamples=n_perm, alternative="greater", seed=seed).pvalue
     return Correlation(rho, float(interval.low), float(interval.high), float(p_value), n)
 
 
@@ -140,8 +136,6 @@ def rho_table(ablation: pd.DataFrame, alphas: pd.DataFrame, *, estimators: Seque
     ``ESTIMATORS`` it has with any finite value, ``roles`` to ``"weighted"`` and then each role.
     Columns: ``estimator, role, rho, ci_low, ci_high, p_value, n_layers``.
     """
-    from .spectra import layer_alpha
-
     if value not in ablation.columns:
         raise ValueError(f"the ablation table has no column {value!r}")
     if estimators is None:
@@ -174,8 +168,6 @@ class ModelImportance:
 
     def importance(self, estimator: str = "alpha_shape", role: str = "weighted") -> pd.DataFrame:
         """``importance_table`` with this model's α, plus a ``model`` column (the label)."""
-        from .spectra import layer_alpha
-
         table = importance_table(self.ablation, layer_alpha(self.alphas, estimator=estimator, role=role))
         table.insert(0, "model", self.label)
         return table
@@ -203,10 +195,6 @@ def measure_models(models: Sequence[str] | str, *, corpus: str = "stdlib", seq_l
     Both tables are cached, so a second chapter with the same parameters only reads them.
     ``eval_tokens=None`` scores the whole split; ``dtype`` is the ablation's scoring precision.
     """
-    from .data import corpus_windows, load_corpus
-    from .models import load_model
-    from .spectra import alpha_table
-
     names = [models] if isinstance(models, str) else list(models)
     if not names:
         raise ValueError("models is empty: give at least one model name")

@@ -2,7 +2,7 @@
 
 Input: a snapshot table (``step, layer, role, stable_rank, alpha_shape, alpha_esd``, and
 ``depth`` when several runs are stacked) from either source: recorded while training
-(``zones.train``) or computed afterwards from a series of checkpoints (``zones.checkpoints.
+(``zones.training``) or computed afterwards from a series of checkpoints (``zones.checkpoints.
 lifecycle_snapshots``: Pythia's hub revisions, local checkpoint directories). A single
 series without a ``depth`` column is one run whose depth is its number of layers; its steps
 need not be evenly spaced. Any other column (e.g. ``model``) is ignored. Roles are pooled
@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .checks import check_float
 from .spectra import role_group  # Q/K, V/O or MLP
 
 GROUPS = ("Q/K", "V/O", "MLP")
@@ -120,8 +121,7 @@ def compression_onset(snapshots: pd.DataFrame, group: str = "Q/K", fraction: flo
     """Per (depth, layer): ``onset_step``, the first step at which the layer's mean compression
     reaches ``fraction`` of its own maximum. A wave travelling from early to late layers shows
     as onset steps rising with the layer. Columns ``depth, layer, relative_depth, onset_step``."""
-    if not 0 < fraction <= 1:
-        raise ValueError(f"fraction must be in (0, 1], not {fraction}")
+    fraction = check_float(fraction, "fraction", min=0, max=1, min_inclusive=False)
     grid = group_grid(snapshots, "compression", (group,))
     rows = []
     for (depth, layer), part in grid.groupby(["depth", "layer"]):

@@ -18,17 +18,20 @@ import hashlib
 import importlib.util
 import inspect
 import json
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import transformers
+import xxhash
+from safetensors import safe_open
 from torch import nn
+from transformers.utils import logging as transformers_logging
 
 from .adapters import UnsupportedArchitectureError, adapter_for_model_type
-from .cache import cache_dir, readable_mode
+from .cache import (MANIFEST, CacheError, atomic_directory, cache_dir, readable_mode, stale_temporaries,
+                    verify_manifest, write_manifest)
 from .hub import HubUnreachableError, hub_lookup
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -58,8 +61,6 @@ class LoadedModel:
 
 
 def _transformers_major() -> int:
-    import transformers
-
     return int(transformers.__version__.split(".")[0])
 
 
@@ -89,9 +90,8 @@ def _dequantized_kwargs(gguf_path: Path) -> dict:
     ``GgufConfig(dequantize=True)`` asks for plain tensors. 4.57 always dequantizes.
     """
     kwargs: dict = dict(gguf_file=gguf_path.name)
-    try:
-        from transformers import GgufConfig
-    except ImportError:  # transformers 4.x
+    GgufConfig = getattr(transformers, "GgufConfig", None)
+    if GgufConfig is None:  # transformers 4.x
         return kwargs
     if "dequantize" in inspect.signature(GgufConfig.__init__).parameters:
         kwargs["quantization_config"] = GgufConfig(gguf_file=str(gguf_path), dequantize=True)
@@ -100,8 +100,6 @@ def _dequantized_kwargs(gguf_path: Path) -> dict:
 
 def _plain_model(model: nn.Module) -> nn.Module:
     """The same weights in a model with no quantizer attached, so that it saves as safetensors."""
-    from transformers import AutoModelForCausalLM
-
     state = model.state_dict()
     packed = [name for name, tensor in state.items() if not tensor.is_floating_point()]
     if packed:
@@ -112,13 +110,9 @@ def _plain_model(model: nn.Module) -> nn.Module:
     config = copy.deepcopy(model.config)
     if hasattr(config, "quantization_config"):
         delattr(config, "quantization_config")
-    plain = AutoModelForCausalLM.from_config(config)
+    plain = transformers.AutoModelForCausalLM.from_config(config)
     plain.load_state_dict(state, strict=True)
     return plain.to(torch.float32)
-
-
-def _stale_temporaries(target: Path) -> list[Path]:
-    return sorted(target.parent.glob(f".{target.name}.*.tmp"))
 
 
 @contextlib.contextmanager
@@ -133,18 +127,18 @@ def _conversion_lock(target: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _is_converted(target: Path) -> bool:
-    """A finished conversion: config, tokenizer and whole weights (the safetensors header
-    covers the file) all present."""
-    if not ((target / "config.json").exists() and (target / "tokenizer_config.json").exists()):
+def _is_converted(target: Path, parts: dict) -> bool:
+    """A finished, intact conversion: every file matches the manifest written with it (a
+    copy with files deleted, torn or edited, or written before copies had manifests, is not)."""
+    try:
+        return verify_manifest(target, parts)
+    except CacheError as err:
+        print(f"zones: {err}; converting it again instead", flush=True)
         return False
-    return _readable_safetensors(target / "model.safetensors") is None
 
 
 def _readable_safetensors(path: Path) -> str | None:
     """None if ``path`` is a complete safetensors file (header only is read), else why not."""
-    from safetensors import safe_open
-
     if not path.exists():
         return "missing"
     try:
@@ -155,42 +149,34 @@ def _readable_safetensors(path: Path) -> str | None:
     return None
 
 
-def _convert_gguf(gguf_path: Path, target: Path) -> None:
+def _convert_gguf(gguf_path: Path, target: Path, parts: dict) -> None:
     """Dequantize a GGUF file and save it as plain safetensors at ``target``.
 
     Under a lock: a second process waits for the first and then finds the finished copy; a
     killed conversion's temporary folder is removed by the next one.
     """
     with _conversion_lock(target):
-        for stale in _stale_temporaries(target):
+        for stale in stale_temporaries(target):
             shutil.rmtree(stale, ignore_errors=True)
-        if _is_converted(target):
+        if _is_converted(target, parts):
             return  # another process converted it while this one waited
-        if target.exists():  # an incomplete copy (files deleted by hand): convert again
-            print(f"zones: {target} is incomplete; converting it again", flush=True)
-            shutil.rmtree(target)
-        _write_converted(gguf_path, target)
+        _write_converted(gguf_path, target, parts)  # replaces an incomplete or damaged copy
 
 
-def _write_converted(gguf_path: Path, target: Path) -> None:
-    """Convert into a temporary folder beside ``target``, then rename it into place."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+def _write_converted(gguf_path: Path, target: Path, parts: dict) -> None:
+    """Convert into a temporary folder beside ``target``, with its manifest, then rename it
+    into place (``zones.cache.atomic_directory``)."""
     print(f"zones: converting {gguf_path.name} to safetensors (once, ~30 s) ...", flush=True)
-    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=torch.float32,
+    tokenizer = transformers.AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    model = transformers.AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=torch.float32,
                                                  **_dequantized_kwargs(gguf_path))
     model = _plain_model(model)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
-    try:
+    with atomic_directory(target) as tmp:  # a half-converted model is never visible under the final name
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         for path in tmp.iterdir():
             readable_mode(path)
-        readable_mode(tmp, directory=True)
-        os.replace(tmp, target)  # a half-converted model is never visible under the final name
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        write_manifest(tmp, parts)
 
 
 def converted_gguf_dir(gguf_path: Path) -> Path:
@@ -203,9 +189,33 @@ def converted_gguf_dir(gguf_path: Path) -> Path:
     identity = f"{gguf_path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:transformers{_transformers_major()}"
     tag = hashlib.sha256(identity.encode()).hexdigest()[:12]
     target = cache_dir() / "models" / f"{gguf_path.stem}-{tag}"
-    if not _is_converted(target):
-        _convert_gguf(gguf_path, target)
+    parts = dict(kind="converted_gguf", source=identity)
+    if not _verified_before(target, parts):
+        _convert_gguf(gguf_path, target, parts)
+        _VERIFIED.add(_stamp(target))
     return target
+
+
+_VERIFIED: set[tuple] = set()  # converted copies this process verified, by their files' sizes and times
+
+
+def _stamp(target: Path) -> tuple:
+    """The copy's files by name, size and modification time (a deleted or rewritten file changes it)."""
+    if not (target / MANIFEST).exists():
+        return (str(target), None)
+    files = sorted(p for p in target.rglob("*") if p.is_file())
+    return (str(target), *((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files))
+
+
+def _verified_before(target: Path, parts: dict) -> bool:
+    """Verify a converted copy once per process (its sha256 reads ~0.5 GB for the default
+    model); a copy whose files changed since (size or time) is verified again."""
+    if _stamp(target) in _VERIFIED:
+        return True
+    if _is_converted(target, parts):
+        _VERIFIED.add(_stamp(target))
+        return True
+    return False
 
 
 # --- where the weights are, and what is wrong with a local directory -----------------------
@@ -232,8 +242,6 @@ def resolve_source(name: str) -> str:
 def check_saved_version(saved: str | None, config_file) -> None:
     """A config written by a newer transformers major version is refused: 4.x reads 5.x's RoPE
     settings (``rope_parameters``) as absent and would silently use the default rope_theta."""
-    import transformers
-
     major = str(saved or "0").split(".")[0]
     if major.isdigit() and int(major) > _transformers_major():
         raise ModelLoadError(
@@ -272,9 +280,7 @@ def has_tokenizer(path: Path) -> bool:
 
 def check_architecture(source: str, trust_remote_code: bool = False, **kwargs):
     """Fail fast, before loading weights, on an architecture no adapter handles; return the config."""
-    from transformers import AutoConfig
-
-    config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code, **kwargs)
+    config = transformers.AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code, **kwargs)
     adapter_for_model_type(config.model_type)
     return config
 
@@ -296,22 +302,18 @@ def check_loading_info(source: str, info: dict) -> None:
 @contextlib.contextmanager
 def _quiet_transformers():
     """transformers logs a loading report of many lines; zones reports problems itself."""
-    from transformers.utils import logging
-
-    level = logging.get_verbosity()
-    logging.set_verbosity_error()
+    level = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_error()
     try:
         yield
     finally:
-        logging.set_verbosity(level)
+        transformers_logging.set_verbosity(level)
 
 
 def _load_tokenizer(source: str, local: bool, *, revision, trust_remote_code, offline: bool):
-    from transformers import AutoTokenizer
-
     if local and not has_tokenizer(Path(source)):
         raise ModelLoadError(f"{source} has no tokenizer; pass --tokenizer PATH or add tokenizer files to it")
-    return AutoTokenizer.from_pretrained(source, revision=revision, trust_remote_code=trust_remote_code,
+    return transformers.AutoTokenizer.from_pretrained(source, revision=revision, trust_remote_code=trust_remote_code,
                                          local_files_only=offline)
 
 
@@ -340,8 +342,6 @@ def model_fingerprint(model: nn.Module) -> str:
     digests are then hashed with sha256. About 0.07 s for SmolLM2-135M (538 MB) on a CPU core
     (``benchmarks/bench_fingerprint.py``; one sha256 over the same bytes takes 0.6 s).
     """
-    import xxhash
-
     config = model.config.to_dict()
     for volatile in ("_name_or_path", "transformers_version", "_commit_hash"):
         config.pop(volatile, None)
@@ -387,8 +387,6 @@ def load_model(name: str = DEFAULT_MODEL, *, device: str | None = None,
     model's own. Remote code runs only with ``trust_remote_code=True``. A config that
     disagrees with its weights is an error unless ``allow_mismatch=True``.
     """
-    from transformers import AutoModelForCausalLM
-
     source = resolve_source(name)
     local = Path(source).is_dir()
     if local:
@@ -403,7 +401,7 @@ def load_model(name: str = DEFAULT_MODEL, *, device: str | None = None,
             config = check_architecture(source, **hub_kwargs)
             check_saved_version(getattr(config, "transformers_version", None), f"{source}/config.json")
             with _quiet_transformers():
-                model, info = AutoModelForCausalLM.from_pretrained(
+                model, info = transformers.AutoModelForCausalLM.from_pretrained(
                     source, dtype=dtype, use_safetensors=True, output_loading_info=True,
                     ignore_mismatched_sizes=True, attn_implementation=ATTENTION, **hub_kwargs)
         except (ModelLoadError, UnsupportedArchitectureError):

@@ -21,12 +21,15 @@ difference: that is what pairing buys, and ``tests/test_stats.py`` checks it.
 """
 from __future__ import annotations
 
+import inspect
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import scipy.stats
+
+from .checks import check_choice, check_float, check_int
 
 N_RESAMPLES = 2000
 LEVEL = 0.95
@@ -53,27 +56,24 @@ class Interval:
         return (self.high - self.low) / 2
 
 
-def _check(n_resamples, level, method) -> str:
-    if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)) or n_resamples < 1:
-        raise ValueError(f"n_resamples must be a positive integer, not {n_resamples!r}")
-    if not 0 < level < 1:
-        raise ValueError(f"level must be between 0 and 1, not {level!r}")
-    method = str(method).lower()
-    if method not in ("percentile", "bca", "basic"):
-        raise ValueError(f"method must be 'percentile', 'BCa' or 'basic', not {method!r}")
-    return method
+def check_level(level: Any, name: str = "level") -> float:
+    """A confidence level strictly between 0 and 1, as a python float."""
+    return check_float(level, name, min=0.0, max=1.0, min_inclusive=False, max_inclusive=False)
 
 
-def _bootstrap(data, statistic, **kwargs):
-    """``scipy.stats.bootstrap`` with a seeded generator (``rng`` since scipy 1.15,
-    ``random_state`` before)."""
-    seed = kwargs.pop("seed")
-    try:
-        return scipy.stats.bootstrap(data, statistic, rng=np.random.default_rng(seed), **kwargs)
-    except TypeError as err:
-        if "rng" not in str(err):
-            raise
-        return scipy.stats.bootstrap(data, statistic, random_state=np.random.default_rng(seed), **kwargs)
+def _check(n_resamples, level, method) -> tuple[int, float, str]:
+    n_resamples = check_int(n_resamples, "n_resamples", min=1)
+    level = check_level(level)
+    method = check_choice(str(method).lower(), "method", ("percentile", "bca", "basic"))
+    return n_resamples, level, method
+
+
+def seeded(function: Callable[..., Any], *args: Any, seed: int, **kwargs: Any) -> Any:
+    """Call a ``scipy.stats`` resampling function (``bootstrap``, ``permutation_test``, ...) with
+    the generator ``numpy.random.default_rng(seed)``, passed as ``rng`` (scipy >= 1.15) or as
+    ``random_state`` (older scipy): the same draws either way."""
+    name = "rng" if "rng" in inspect.signature(function).parameters else "random_state"
+    return function(*args, **{name: np.random.default_rng(seed)}, **kwargs)
 
 
 def paired_bootstrap(statistic: Callable[..., np.ndarray], data: Sequence[np.ndarray], *,
@@ -88,7 +88,7 @@ def paired_bootstrap(statistic: Callable[..., np.ndarray], data: Sequence[np.nda
     the statistic is NaN are left out of the quantiles; a distribution of one value (identical
     variants) gives a zero-width interval at that value.
     """
-    method = _check(n_resamples, level, method)
+    n_resamples, level, method = _check(n_resamples, level, method)
     data = [np.asarray(d, dtype=np.float64) for d in data]
     n = data[0].shape[-1]
     if any(d.shape[-1] != n for d in data):
@@ -103,9 +103,9 @@ def paired_bootstrap(statistic: Callable[..., np.ndarray], data: Sequence[np.nda
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # degenerate distributions are handled below
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            result = _bootstrap(tuple(data), lambda *a, axis=-1: statistic(*a), paired=True, vectorized=True,
-                                axis=-1, n_resamples=int(n_resamples), batch=int(batch),
-                                confidence_level=level, method=method, seed=seed)
+            result = seeded(scipy.stats.bootstrap, tuple(data), lambda *a, axis=-1: statistic(*a), paired=True,
+                            vectorized=True, axis=-1, n_resamples=n_resamples, batch=int(batch),
+                            confidence_level=level, method=method, seed=seed)
     low = np.asarray(result.confidence_interval.low, dtype=np.float64)
     high = np.asarray(result.confidence_interval.high, dtype=np.float64)
     dist = np.asarray(result.bootstrap_distribution, dtype=np.float64)

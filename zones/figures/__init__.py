@@ -13,15 +13,25 @@ from __future__ import annotations
 
 import json
 import os
+import textwrap
 import uuid
 from functools import lru_cache
 from pathlib import Path
 
 import altair as alt
+import vl_convert
+from IPython.display import HTML, display
+
+from zones.cache import atomic_write_text
 
 COLUMN_WIDTH = 660  # px: the book's article column at a desktop width, less the y axis and legend
 BOOK_MODE_ENV = "ZONES_BOOK_BUILD"  # set by `zones book`: the page loads the bundle itself
 BUNDLE_NAME = "vega-bundle.js"
+# Large numbers on a quantitative axis in SI form ("1k", "10M", "10G"), never "10,000,000,000";
+# below 1000 as plain numbers ("0.1", "20"), never "100m". Pass as ``axis=SI_AXIS`` (a log axis of
+# ΔPPL can span ten decades), or ``alt.Axis(labelExpr=SI_LABELS, ...)``.
+SI_LABELS = "abs(datum.value) >= 1000 ? format(datum.value, '~s') : format(datum.value, '~g')"
+SI_AXIS = alt.Axis(labelExpr=SI_LABELS)
 
 
 def vega_lite_version() -> str:
@@ -36,14 +46,10 @@ def vega_bundle() -> str:
     Wrapped in a function so its top-level names do not collide with the page's own
     (Sphinx defines ``const _``).
     """
-    import vl_convert
-
     return "(function(){\n" + vl_convert.javascript_bundle(vl_version=vega_lite_version()) + "\n})();\n"
 
 
 def write_vega_bundle(static_dir: Path) -> Path:
-    from zones.cache import atomic_write_text
-
     path = Path(static_dir) / BUNDLE_NAME
     text = vega_bundle()
     if not path.exists() or path.read_text() != text:
@@ -82,8 +88,6 @@ TITLE_CHARS = 40  # a title line at most this long fits a chart at a phone's wid
 def wrap_titles(spec, width: int = TITLE_CHARS):
     """The spec with every title longer than ``width`` characters split into lines (Vega
     draws a title on one line, past the chart's edge when the chart is narrow)."""
-    import textwrap
-
     def lines(text):
         return textwrap.wrap(text, width) if isinstance(text, str) and len(text) > width else text
 
@@ -119,6 +123,4 @@ def setup() -> None:
     alt.renderers.enable("zones")
     alt.data_transformers.disable_max_rows()
     if os.environ.get(BOOK_MODE_ENV) != "1":
-        from IPython.display import HTML, display
-
         display(HTML(f"<script>{vega_bundle()}</script>"))

@@ -15,6 +15,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
+from zones.figures import SI_AXIS
 from zones.figures import panel_width as fitted_panel_width
 
 ALPHA_SCHEME = "viridis"
@@ -75,7 +76,7 @@ def _log_domain(df: pd.DataFrame) -> list[float]:
 
 
 def _y(domain: list[float], title: str = "ΔLoss when removed (nats, log)") -> alt.Y:
-    return alt.Y("delta_loss_plot:Q", title=title, scale=alt.Scale(type="log", domain=domain))
+    return alt.Y("delta_loss_plot:Q", title=title, scale=alt.Scale(type="log", domain=domain), axis=SI_AXIS)
 
 
 def _panel_title(model: str, titles: Mapping[str, str] | None) -> str:

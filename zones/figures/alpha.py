@@ -5,6 +5,7 @@ import altair as alt
 import pandas as pd
 
 from zones.figures import COLUMN_WIDTH, fit, panel_width
+from zones.spectra import role_group
 
 GROUP_COLORS = alt.Scale(domain=["Q/K", "V/O", "MLP"], range=["#d62728", "#1f77b4", "#7f7f7f"])
 ESTIMATOR_TITLES = {"alpha_shape": "spectral-shape α", "alpha_esd": "ESD α (WeightWatcher)",
@@ -38,7 +39,6 @@ def alpha_profile_bars(table: pd.DataFrame, role: str = "q", value: str = "alpha
 def alpha_by_role(table: pd.DataFrame, value: str = "alpha_shape", columns: int = 3) -> alt.FacetChart:
     """Small multiples: ``value`` against depth, one panel per role (``columns`` to a row), on a shared y scale
     (so that a flat panel and a steep one can be compared), coloured by Q/K, V/O, MLP."""
-    from zones.spectra import role_group
 
     _check(table, value)
     df = table[["layer", "role", value]].copy()

@@ -13,7 +13,7 @@ from typing import Sequence
 import altair as alt
 import pandas as pd
 
-from zones.figures import COLUMN_WIDTH  # charts fit the book's column
+from zones.figures import COLUMN_WIDTH, SI_AXIS, SI_LABELS  # charts fit the book's column; SI axis labels
 
 # Ours in blue, the heuristic it is measured against in orange, chance in grey.
 COLORS = {"zone_aware": "#1f77b4", "last_n": "#ff7f0e", "random": "#7f7f7f", "alpha_lowest": "#9467bd",
@@ -71,7 +71,7 @@ def delta_ppl_bars(summary: pd.DataFrame, strategies: Sequence[str] = ("zone_awa
     tips += [alt.Tooltip("delta_ppl_min:Q", format=".3g", title="min over seeds"),
              alt.Tooltip("delta_ppl_max:Q", format=".3g", title="max over seeds"), "n_seeds:Q"]
     bars = base.mark_bar(clip=True).encode(
-        y=alt.Y("delta_ppl:Q", scale=y_scale, title="ΔPPL (log scale)", stack=None), tooltip=tips)
+        y=alt.Y("delta_ppl:Q", scale=y_scale, title="ΔPPL (log scale)", stack=None, axis=SI_AXIS), tooltip=tips)
     if interval:
         low_end = 10 ** math.floor(math.log10(floor)) if floor == floor else 1.0
         whiskers = alt.Chart(_interval_ends(df, low_end)).mark_rule(color="black").encode(
@@ -94,7 +94,7 @@ def delta_ppl_lines(summary: pd.DataFrame, strategies: Sequence[str] | None = No
     pick = alt.selection_point(fields=["strategy"], bind="legend")
     base = alt.Chart(df).encode(
         x=alt.X("k:Q", title="blocks removed (k)", axis=alt.Axis(tickMinStep=1)),
-        y=alt.Y("delta_ppl:Q", scale=alt.Scale(type="log"), title="ΔPPL (log scale)"),
+        y=alt.Y("delta_ppl:Q", scale=alt.Scale(type="log"), title="ΔPPL (log scale)", axis=SI_AXIS),
         color=alt.Color("strategy:N", scale=_color(order), sort=order, title="strategy (click)"),
         opacity=alt.condition(pick, alt.value(1.0), alt.value(0.12)),
         strokeDash=alt.StrokeDash("line:N", scale=alt.Scale(domain=["solid", "dashed"], range=[[1, 0], [6, 3]]),
@@ -154,7 +154,7 @@ def crossover_chart(comparison: pd.DataFrame, numerator: str = "last_n",
     line = alt.Chart(df).mark_line(point=True, color="black").encode(
         x=alt.X("k:Q", scale=alt.Scale(domain=[k_lo, k_hi], nice=False)),
         y=alt.Y("ratio:Q", scale=y_scale, title=f"ΔPPL {numerator} / ΔPPL {denominator} (log scale)",
-                axis=alt.Axis(grid=False)),
+                axis=alt.Axis(grid=False, labelExpr=SI_LABELS)),
         tooltip=["k:Q", alt.Tooltip("ratio:Q", format=".3g")]
                 + ([alt.Tooltip("ratio_low:Q", format=".3g", title="95% interval, low"),
                     alt.Tooltip("ratio_high:Q", format=".3g", title="95% interval, high")] if has_interval else [])

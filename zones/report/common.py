@@ -1,6 +1,7 @@
 """What every chapter module shares: its result, writing it, and a bootstrap over units.
 
 * :class:`ChapterResult`: the tables a chapter wrote and the numbers it glues.
+* :func:`glue_all`: every number of a result glued for the page, in the book's one format.
 * :func:`save`: tables as CSV and the summary as strict JSON (NaN becomes ``null``), atomically.
 * :func:`plain`: numpy scalars and containers as plain Python (what ``glue`` and JSON want).
 * :func:`unit_bootstrap`: a percentile-bootstrap interval of a statistic, resampling *units*
@@ -20,8 +21,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from ..cache import atomic_write_text, write_table
+from ..format import for_glue
+from ..stats import paired_bootstrap
 
 LEVEL = 0.95        # every interval in the book is a 95% interval
 N_BOOT = 2000       # bootstrap resamples of the unit bootstraps
@@ -46,6 +50,17 @@ class ChapterResult:
     def glue_items(self) -> list[tuple[str, Any]]:
         """``(name, value)`` for ``myst_nb.glue``: ``None`` shown as ``"none"``."""
         return [(k, "none" if v is None else v) for k, v in self.numbers.items()]
+
+
+def glue_all(result: ChapterResult | None = None, **extra: Any) -> None:
+    """Glue every number and sentence of ``result`` and each ``extra`` value for the page's
+    ``{glue:text}`` roles, written as ``zones.format.for_glue`` writes them (the one glue loop
+    of the book: every chapter calls this)."""
+    from myst_nb import glue  # loads Sphinx (about a second); only the notebooks need it
+
+    items = (result.glue_items() if result is not None else []) + list(extra.items())
+    for name, value in items:
+        glue(name, for_glue("none" if value is None else value), display=False)
 
 
 def plain(value: Any) -> Any:
@@ -113,12 +128,8 @@ def unit_bootstrap(columns: Sequence[np.ndarray], statistic: Callable[..., np.nd
     if too_few or not math.isfinite(estimate):
         return estimate, NAN, NAN
     if paired:  # the project's one paired bootstrap (it also serves the eval windows)
-        from ..stats import paired_bootstrap
-
         interval = paired_bootstrap(statistic, columns, n_resamples=n_boot, level=level, seed=seed)
         return estimate, float(interval.low), float(interval.high)
-    from scipy import stats
-
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # degenerate resamples are dropped below
         options = dict(paired=False, vectorized=True, n_resamples=n_boot, confidence_level=level,

@@ -8,7 +8,9 @@ import os
 import pandas as pd
 
 from ..ablation import DEFAULT_EVAL_TOKENS
-from ..format import fmt_interval
+from ..figures import BOOK_MODE_ENV
+from ..format import fmt_interval, fmt_p
+from ..importance import importance_frame, measure_models, rho_table, spearman
 from .common import ChapterResult, interval_side, save
 
 
@@ -27,40 +29,68 @@ def rho_verdict(correlation: dict, model: str, alpha_name: str) -> str:
             f"more.")
 
 
-def strongest(rhos: pd.DataFrame) -> dict | None:
-    """The (estimator, role) with the largest |ρ| in a ``zones.importance.rho_table``, and how
-    many others are *not separable* from it: their interval contains its ρ (intervals of
-    different estimators on the same blocks; a conservative check). ``None`` if no ρ is finite.
+def holm(p_values) -> list[float]:
+    """Holm–Bonferroni adjusted p-values (same order as given; NaN stays NaN): the i-th smallest
+    of m p-values is multiplied by m − i + 1, then made monotone and capped at 1."""
+    values = [float(p) for p in p_values]
+    order = sorted((i for i, p in enumerate(values) if p == p), key=lambda i: values[i])
+    m = len(order)
+    adjusted = [float("nan")] * len(values)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * values[i]))
+        adjusted[i] = running
+    return adjusted
 
-    Returns ``estimator, role, rho, ci_low, ci_high, n_close`` and ``close`` (the others, as
-    ``"estimator (role)"`` strings)."""
+
+def strongest(rhos: pd.DataFrame) -> dict | None:
+    """The (estimator, role) with the largest |ρ| in a ``zones.importance.rho_table``, with an
+    allowance for having picked it: ``n_tested`` pairs were looked at, so its p-value is
+    Holm-adjusted over all of them (``p_holm``; for the smallest p this is Bonferroni, n · p),
+    and ``n_significant`` pairs have a Holm-adjusted p below 0.05. Also how many others are *not
+    separable* from it: their interval contains its ρ (a conservative check). ``None`` if no ρ
+    is finite.
+
+    Returns ``estimator, role, rho, ci_low, ci_high, p_value, p_holm, n_tested, n_significant,
+    n_close`` and ``close`` (the others, as ``"estimator (role)"`` strings)."""
     table = rhos.dropna(subset=["rho"])
     if table.empty:
         return None
+    adjusted = pd.Series(holm(table["p_value"]), index=table.index) if "p_value" in table else None
     best = table.loc[table["rho"].abs().idxmax()]
     others = table.drop(index=best.name)
     close = others[(others["ci_low"] <= best["rho"]) & (best["rho"] <= others["ci_high"])]
     return dict(estimator=str(best["estimator"]), role=str(best["role"]), rho=float(best["rho"]),
-                ci_low=float(best["ci_low"]), ci_high=float(best["ci_high"]), n_close=int(len(close)),
-                close=[f"{e} ({r})" for e, r in zip(close["estimator"], close["role"])])
+                ci_low=float(best["ci_low"]), ci_high=float(best["ci_high"]),
+                p_value=float(best["p_value"]) if adjusted is not None else float("nan"),
+                p_holm=float(adjusted[best.name]) if adjusted is not None else float("nan"),
+                n_tested=int(len(table)),
+                n_significant=int((adjusted < 0.05).sum()) if adjusted is not None else 0,
+                n_close=int(len(close)), close=[f"{e} ({r})" for e, r in zip(close["estimator"], close["role"])])
 
 
 def strongest_text(per_model: list[dict]) -> str:
-    """``"M: alpha_esd (q), ρ = 0.52 [0.21, 0.75]; 12 others not separable from it"`` per model."""
+    """Per model: the largest |ρ| of the table, flagged as picked after looking, with its
+    Holm-adjusted p and how many pairs survive the adjustment, and how many are not separable
+    from it."""
     parts = []
     for m in per_model:
         best = m["strongest"]
         if best is None:
             continue
-        parts.append(f"{m['model']}: {best['estimator']} ({best['role']}), ρ = "
-                     f"{fmt_interval(best['rho'], best['ci_low'], best['ci_high'])}; {best['n_close']} other "
-                     f"estimator/role pair{'s' if best['n_close'] != 1 else ''} not separable from it")
+        parts.append(f"{m['model']}: the largest |ρ| of the {best['n_tested']} estimator/role pairs is "
+                     f"{best['estimator']} ({best['role']}), ρ = "
+                     f"{fmt_interval(best['rho'], best['ci_low'], best['ci_high'])}; picked as the largest of "
+                     f"{best['n_tested']}, its p-value adjusted for that choice (Holm): {fmt_p(best['p_holm'])}"
+                     f", and {best['n_significant']} of the {best['n_tested']} pairs have an adjusted p below 0.05; "
+                     f"{best['n_close']} other pair{'s' if best['n_close'] != 1 else ''} are not separable from it")
     return "; ".join(parts) or "none (no finite ρ)"
 
 
 def rho_matrix(rhos: pd.DataFrame) -> pd.DataFrame:
-    """ρ (2 decimals) with (model, estimator) rows and role columns, in the table's role order."""
-    shown = rhos.assign(rho=rhos["rho"].round(2)).pivot_table(index=["model", "estimator"], columns="role",
+    """ρ with (model, estimator) rows and role columns, in the table's role order (full
+    precision: the page shows it to two significant figures)."""
+    shown = rhos.pivot_table(index=["model", "estimator"], columns="role",
                                                               values="rho", sort=False)
     return shown[[c for c in dict.fromkeys(rhos["role"]) if c in shown.columns]]
 
@@ -71,9 +101,6 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256, ev
         progress: bool | None = None) -> ChapterResult:
     """The chapter: ablation and α of every model (cached, as the layer-ablation chapter),
     → ``importance.csv``, ``rho.csv`` (every estimator × role), ``summary.json``."""
-    from ..figures import BOOK_MODE_ENV
-    from ..importance import importance_frame, measure_models, rho_table, spearman
-
     if progress is None:
         progress = os.environ.get(BOOK_MODE_ENV) != "1"
     results = measure_models(models, corpus=corpus, seq_len=seq_len, eval_tokens=eval_tokens,

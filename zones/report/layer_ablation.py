@@ -12,7 +12,9 @@ import os
 import pandas as pd
 
 from ..ablation import DEFAULT_EVAL_TOKENS
+from ..figures import BOOK_MODE_ENV
 from ..format import fmt_interval
+from ..importance import importance_frame, measure_models
 from .common import NAN, ChapterResult, save
 
 FIRST_FRACTION = 0.1   # "the first blocks": the first ⌈0.1 · L⌉ blocks (at least one)
@@ -56,6 +58,26 @@ def ablation_numbers(table: pd.DataFrame, k: int = 3) -> dict:
                 n_not_raising=int((low <= 0).sum()) if has_intervals else NAN)
 
 
+CONCENTRATED_SHARE = 0.5   # "importance is concentrated" when the top three blocks carry over half of ΔLoss
+
+
+def concentration_text(numbers: dict) -> str:
+    """Whether importance is concentrated in a few blocks, from :func:`ablation_numbers`: the
+    top three blocks' share of the summed positive ΔLoss against :data:`CONCENTRATED_SHARE`, and
+    how many blocks have no detectable cost alone."""
+    share = numbers["top_share"]
+    if not share == share:
+        return "No block raises the loss, so importance has no concentration to speak of."
+    quiet = numbers["n_not_raising"]
+    quiet_text = (f"; {quiet} of the {numbers['n_blocks']} blocks have no detectable cost alone"
+                  if quiet == quiet else "")
+    if share > CONCENTRATED_SHARE:
+        return (f"Importance is concentrated: the top three blocks carry {100 * share:.0f}% of the summed ΔLoss"
+                f"{quiet_text}.")
+    return (f"Importance is spread out: the top three blocks carry only {100 * share:.0f}% of the summed ΔLoss"
+            f"{quiet_text}.")
+
+
 def top_blocks_text(numbers: dict, model: str) -> str:
     """``"block 0 (2.1 [1.9, 2.3] nats), block 29 (…) and block 3 (…) in M"``."""
     named = [f"block {i} ({interval_text(d, lo, hi)})" for i, d, lo, hi in
@@ -78,8 +100,9 @@ def first_blocks_matter_most(table: pd.DataFrame) -> dict:
     ``inconclusive`` (also when the table has no intervals). The comparison of separate
     intervals is conservative: a paired difference would separate at least as often.
 
-    Returns ``first_blocks`` (text), ``top_first, top_first_delta, top_first_low,
-    top_first_high``, the same for ``top_later``, and ``verdict``.
+    Returns ``first_blocks`` (text), ``first_ranks`` (each first block's rank by ΔLoss, 1 =
+    costliest), ``n_blocks``, ``top_first, top_first_delta, top_first_low, top_first_high``,
+    the same for ``top_later``, and ``verdict``.
     """
     df = table.sort_values("layer").reset_index(drop=True)
     low, high = _bounds(df)
@@ -97,25 +120,51 @@ def first_blocks_matter_most(table: pd.DataFrame) -> dict:
     else:
         verdict = "inconclusive"
     span = first_blocks(len(df))
+    ranks = df["delta_loss"].rank(ascending=False, method="min").astype(int)
+    reach_i = high[~head].idxmax() if high[~head].notna().any() else later_i   # the later interval reaching highest
     return dict(first_blocks=f"{span[0]}" if len(span) == 1 else f"{span[0]}–{span[-1]}",
+                first_ranks={int(df.loc[i, "layer"]): int(ranks[i]) for i in df.index[head]}, n_blocks=int(len(df)),
                 top_first=int(df.loc[first_i, "layer"]), top_first_delta=float(df.loc[first_i, "delta_loss"]),
                 top_first_low=float(low[first_i]), top_first_high=float(high[first_i]),
                 top_later=int(df.loc[later_i, "layer"]), top_later_delta=float(df.loc[later_i, "delta_loss"]),
-                top_later_low=float(low[later_i]), top_later_high=float(high[later_i]), verdict=verdict)
+                top_later_low=float(low[later_i]), top_later_high=float(high[later_i]),
+                reach_later=int(df.loc[reach_i, "layer"]), reach_later_delta=float(df.loc[reach_i, "delta_loss"]),
+                reach_later_low=float(low[reach_i]), reach_later_high=float(high[reach_i]), verdict=verdict)
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+def _overlap(result: dict) -> str:
+    """Which later interval keeps the first blocks from being separated (the one reaching highest)."""
+    if not all(v == v for v in (result["top_first_low"], result.get("reach_later_high", NAN))):
+        return "there are no intervals to separate them"
+    if result.get("reach_later", result["top_later"]) == result["top_later"]:
+        return "their intervals overlap"
+    reach = interval_text(result["reach_later_delta"], result["reach_later_low"], result["reach_later_high"])
+    return (f"the interval of block {result['reach_later']} ({reach}) reaches above the lower end of block "
+            f"{result['top_first']}'s")
 
 
 def first_blocks_sentence(result: dict) -> str:
     """The chapter's sentence on the paper's "first blocks matter most", from
-    :func:`first_blocks_matter_most`."""
+    :func:`first_blocks_matter_most`: the verdict, and where *each* first block ranks, so a
+    verdict carried by one block is not read as one about all of them."""
     first = f"block {result['top_first']} ({interval_text(result['top_first_delta'], result['top_first_low'], result['top_first_high'])})"
     later = f"block {result['top_later']} ({interval_text(result['top_later_delta'], result['top_later_low'], result['top_later_high'])})"
-    return {"holds": f"The first blocks (here {result['first_blocks']}) matter most: {first} costs more than any later block, the costliest "
-                     f"of which is {later}, and the intervals do not overlap.",
+    head = {"holds": f"The costliest of the first blocks ({result['first_blocks']}), {first}, costs more than any "
+                     f"later block, the costliest of which is {later}, and the intervals do not overlap.",
             "does not hold": f"The first blocks do not matter most here: {later} costs more than any of blocks "
                              f"{result['first_blocks']} (the costliest, {first}), beyond the intervals.",
             "inconclusive": f"Whether the first blocks matter most is not settled at this budget: the costliest "
                             f"of blocks {result['first_blocks']} is {first}, the costliest later one {later}, "
-                            f"and their intervals overlap."}[result["verdict"]]
+                            f"and {_overlap(result)}."}[result["verdict"]]
+    ranks = result.get("first_ranks") or {}
+    if len(ranks) > 1:
+        listed = ", ".join(f"block {b} {_ordinal(r)}" for b, r in ranks.items())
+        head += f" By ΔLoss, of the {result['n_blocks']} blocks the first ones rank: {listed}."
+    return head
 
 
 def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256, eval_tokens: int | None = DEFAULT_EVAL_TOKENS,
@@ -123,9 +172,6 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256, ev
         out_dir: str = "results/layer_ablation", *, progress: bool | None = None) -> ChapterResult:
     """The chapter: the ablation of every model (``zones.importance.measure_models``, cached)
     → ``ablation.csv`` (all models, with α), ``summary.json``; numbers and sentences."""
-    from ..figures import BOOK_MODE_ENV
-    from ..importance import importance_frame, measure_models
-
     if progress is None:
         progress = os.environ.get(BOOK_MODE_ENV) != "1"
     results = measure_models(models, corpus=corpus, seq_len=seq_len, eval_tokens=eval_tokens,
@@ -144,7 +190,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256, ev
                 top_block=first["top"][0], top_delta=first["top_delta"][0],
                 top_interval=interval_text(first["top_delta"][0], first["top_low"][0], first["top_high"][0]),
                 top_over_median=first["top_delta"][0] / first["median_delta"] if first["median_delta"] > 0 else NAN,
-                top3_share=100 * first["top_share"],
+                top3_share=100 * first["top_share"], concentration_text=concentration_text(first),
                 n_lowering_text="; ".join(f"{m['model']}: {m['n_lowering']} of {m['n_blocks']}" for m in per_model),
                 n_not_raising_text="; ".join(f"{m['model']}: {m['n_not_raising']} of {m['n_blocks']}"
                                              for m in per_model),
@@ -152,7 +198,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256, ev
     summary = dict(corpus=corpus, seq_len=seq_len, eval_tokens=eval_tokens, alpha_estimator=alpha_estimator,
                    alpha_role=alpha_role, models=per_model)
     overview = pd.DataFrame([{
-        "model": m["model"], "blocks": m["n_blocks"], "tokens": m["n_tokens"], "loss (nats)": round(m["base_loss"], 3),
+        "model": m["model"], "blocks": m["n_blocks"], "tokens": m["n_tokens"], "loss (nats)": m["base_loss"],
         "top 3 blocks": ", ".join(map(str, m["top"])), "top 3 share of ΔLoss": f"{100 * m['top_share']:.0f}%",
         "blocks with ΔLoss ≤ 0": m["n_lowering"], "blocks without a detectable cost": m["n_not_raising"],
         "first blocks matter most": m["first_blocks"]["verdict"]} for m in per_model])

@@ -15,9 +15,12 @@ import numpy as np
 import pandas as pd
 
 from .. import lifecycle
-from .alpha_profile import qk_vo_asymmetry
-from .claims import verdict_phrase
+from ..checkpoints import lifecycle_snapshots
+from ..format import fmt_interval
+from ..training import series_snapshots, series_summary, train_series
+from .alpha_profile import _slope, qk_vo_asymmetry
 from .common import NAN, ChapterResult, interval_side, save, unit_bootstrap
+from .verdicts import BLOCKS, SEEDS, Verdict, from_word, verdict_phrase
 
 WAVE_TOLERANCE = 0.02        # a half "leads" when the gradient exceeds this (zones.lifecycle.wave_summary)
 TRANSIENT_SHARE = 0.5        # the rank gradient is a transient if it ends below half its peak magnitude
@@ -25,14 +28,39 @@ LASTING_SHARE = 0.7          # the α gradient formed early if it is above 70% o
 LATE_FRACTION = 0.75         # the late snapshots: steps ≥ 0.75 · the last step
 
 
-def wave_sentence(waves: pd.DataFrame, depth: int, group: str = "Q/K") -> str:
-    """What the ``zones.lifecycle.wave_summary`` row of (depth, group) says, in words."""
+def zero_crossings(gradient: pd.DataFrame, depth: int, group: str = "Q/K") -> list[int]:
+    """The steps (after initialisation) at which the wave gradient of (depth, group) changes
+    sign: the first step of each new sign (steps where it is exactly 0 are skipped)."""
+    part = gradient[(gradient["depth"] == depth) & (gradient["group"] == group)].sort_values("step")
+    part = part[part["step"] > part["step"].min()]
+    signs = np.sign(part["gradient"].to_numpy(float))
+    steps = part["step"].to_numpy()
+    kept = signs != 0
+    signs, steps = signs[kept], steps[kept]
+    return [int(steps[i]) for i in range(1, len(signs)) if signs[i] != signs[i - 1]]
+
+
+def wave_sentence(waves: pd.DataFrame, gradient: pd.DataFrame, depth: int, group: str = "Q/K") -> str:
+    """What the ``zones.lifecycle.wave_summary`` row of (depth, group) and the gradient's
+    zero crossings (:func:`zero_crossings`) say, in words: a crossing is reported even where
+    the other half never leads by more than the tolerance."""
     row = waves[(waves["depth"] == depth) & (waves["group"] == group)].iloc[0]
+    crossings = zero_crossings(gradient, depth, group)
+    crossed = (f"the gradient crossed zero at step{'s' if len(crossings) > 1 else ''} "
+               f"{', '.join(map(str, crossings))}" if crossings else "the gradient never crossed zero")
     if row["leader"] == "none":
-        return f"neither half of the layers led the {group} compression by more than {WAVE_TOLERANCE}"
+        return f"neither half of the layers led the {group} compression by more than {WAVE_TOLERANCE}, and {crossed}"
     lead_step = int(row["peak_step"] if row["leader"] == "early" else row["trough_step"])
+    other = "late" if row["leader"] == "early" else "early"
+    if row["reversed"]:
+        after = f"{crossed}, and the {other} layers then led by more than {WAVE_TOLERANCE}: the gradient reversed"
+    elif crossings:
+        after = (f"{crossed}, but the {other} layers never led by more than {WAVE_TOLERANCE}: a reversal within "
+                 f"the tolerance")
+    else:
+        after = f"{crossed}: no reversal"
     return (f"the {row['leader']} layers' {group} matrices compressed first, their lead was largest at step "
-            f"{lead_step}, and the gradient {'did' if row['reversed'] else 'did not'} reverse afterwards")
+            f"{lead_step}; {after}")
 
 
 def peak_shape(peak_position: float) -> str:
@@ -41,16 +69,28 @@ def peak_shape(peak_position: float) -> str:
             else "its maximum at an end, not an inverted U")
 
 
-def asymmetry_sentence(by_group: pd.DataFrame) -> str:
-    """Which of the two Q/K spreads (compression at its height, final α) exceed V/O's
-    (means over depths of ``zones.lifecycle.asymmetry``)."""
-    larger = [name for name, column in (("compression", "compression_spread_max"), ("α", "alpha_spread_final"))
-              if by_group.loc["Q/K", column] > by_group.loc["V/O", column]]
-    if len(larger) == 2:
-        return "Here both Q/K spreads are the larger, as in the paper."
-    if not larger:
-        return "Here neither is: at this scale V/O varies over depth at least as much as Q/K."
-    return f"Here only the {larger[0]} spread of Q/K is the larger."
+def asymmetry_sentence(claims_table: pd.DataFrame) -> str:
+    """What the per-depth ``asymmetry_claim`` rows (``alpha_profile.qk_vo_asymmetry`` of each
+    final profile: ``depth, ratio, ratio_low, ratio_high, asymmetry``) say together: only an
+    interval that excludes 1 counts for either group."""
+    def depths(word):
+        part = claims_table[claims_table["asymmetry"] == word]
+        return [f"{int(r.depth)} ({fmt_interval(r.ratio, r.ratio_low, r.ratio_high)})" for r in part.itertuples()]
+
+    qk, vo, tied = depths("Q/K larger"), depths("V/O larger"), depths("not separable") + depths("undefined")
+    n = len(claims_table)
+    parts = []
+    if qk:
+        parts.append(f"Q/K vary more than V/O at depth {', '.join(qk)}")
+    if vo:
+        parts.append(f"V/O vary more than Q/K at depth {', '.join(vo)}")
+    if tied:
+        parts.append(f"the two are not separable at depth {', '.join(tied)} (the interval includes 1)")
+    verdict = ("as the paper reports" if len(qk) == n else
+               "the opposite of the paper's asymmetry" if len(vo) == n else
+               "so this series neither confirms nor contradicts the asymmetry at every depth")
+    return ("By the ratio std(Q/K) / std(V/O) of the final α profile, with layers resampled: " + "; ".join(parts)
+            + f": {verdict}.")
 
 
 def dissociation(gradient: pd.DataFrame, snapshots: pd.DataFrame, depth: int, estimator: str,
@@ -77,12 +117,16 @@ def dissociation(gradient: pd.DataFrame, snapshots: pd.DataFrame, depth: int, es
 
 
 def _wave_stats(grid: np.ndarray):
-    """Statistics of a (layer, step) compression grid given resampled early/late layer indices."""
+    """Statistics of a (layer, step) compression grid given resampled early/late layer indices:
+    the largest gradient, the smallest, and the smallest from the largest one's step on."""
     def gradient(early, late):
         return grid[early.astype(int)].mean(axis=-2) - grid[late.astype(int)].mean(axis=-2)  # (..., steps)
 
     def peak(early, late, axis=-1):
         return gradient(early, late).max(axis=-1)
+
+    def trough(early, late, axis=-1):
+        return gradient(early, late).min(axis=-1)
 
     def after_peak(early, late, axis=-1):
         g = gradient(early, late)
@@ -90,7 +134,7 @@ def _wave_stats(grid: np.ndarray):
         at = g.argmax(axis=-1)[..., None]
         return np.where(t >= at, g, np.inf).min(axis=-1)
 
-    return peak, after_peak
+    return peak, trough, after_peak
 
 
 def wave_reversal(compression: pd.DataFrame, depth: int, group: str = "Q/K", *, n_boot: int = 2000,
@@ -99,30 +143,50 @@ def wave_reversal(compression: pd.DataFrame, depth: int, group: str = "Q/K", *, 
 
     ``compression``: ``zones.lifecycle.group_grid(snapshots, "compression")``. The wave
     gradient g(t) is the mean compression of the first half of the layers minus that of the
-    second half. ``peak`` = max over steps of g (early layers' largest lead); ``after`` = the
-    minimum of g from that step on. Intervals: the early and the late layers are resampled,
-    each half on its own. Rule: ``holds`` if the peak's interval lies above 0 and the later
-    minimum's below 0 (the early layers led, then the late ones did); ``does not hold`` if the
-    peak's interval does not reach above 0 (g starts at 0, so the early layers never led) or
-    the later minimum's lies above 0 (no reversal); ``inconclusive`` otherwise.
+    second half, at every snapshot *after initialisation* (at step 0 nothing has compressed and
+    g = 0, which would pin the peak's lower bound at 0). ``peak`` = max of g (the early layers'
+    largest lead), ``trough`` = min of g (the late layers' largest lead), ``after`` = the
+    minimum of g from the peak's step on. Intervals: the early and the late layers are
+    resampled, each half on its own.
+
+    ``leader``: ``early`` if the peak's interval lies above 0 and, where the trough's also lies
+    below 0, the peak came first; ``late`` likewise for the trough; ``neither`` otherwise.
+    Rule: ``holds`` if the early half led and the later minimum's interval lies below 0 (the
+    late layers overtook); ``does not hold`` if the late half led (the wave ran the other
+    way) or the early half led and the later minimum's interval lies above 0 (no reversal);
+    ``inconclusive`` otherwise (``reason``: ``blocks``, the halves have too few layers to
+    separate; the units resampled are layers).
     """
     part = compression[(compression["depth"] == depth) & (compression["group"] == group)]
     grid = part.pivot_table(index="layer", columns="step", values="value").sort_index()
+    grid = grid.loc[:, [c for c in grid.columns if c > min(grid.columns)]] if grid.shape[1] > 1 else grid
     layers = grid.index.to_numpy()
     early = np.flatnonzero(layers < depth / 2).astype(float)
     late = np.flatnonzero(layers >= depth / 2).astype(float)
-    peak, after = _wave_stats(grid.to_numpy(float))
+    values = grid.to_numpy(float)
+    peak, trough, after = _wave_stats(values)
     p, p_low, p_high = unit_bootstrap([early, late], peak, paired=False, n_boot=n_boot, seed=seed)
+    t, t_low, t_high = unit_bootstrap([early, late], trough, paired=False, n_boot=n_boot, seed=seed)
     a, a_low, a_high = unit_bootstrap([early, late], after, paired=False, n_boot=n_boot, seed=seed)
-    peak_side, after_side = interval_side(p_low, p_high, 0.0), interval_side(a_low, a_high, 0.0)
-    if peak_side == "above" and after_side == "below":
+    g = values[early.astype(int)].mean(axis=0) - values[late.astype(int)].mean(axis=0)
+    steps = grid.columns.to_numpy()
+    peak_step, trough_step = int(steps[int(np.argmax(g))]), int(steps[int(np.argmin(g))])
+    early_led, late_led = interval_side(p_low, p_high, 0.0) == "above", interval_side(t_low, t_high, 0.0) == "below"
+    if early_led and late_led:
+        leader = "early" if peak_step <= trough_step else "late"
+    else:
+        leader = "early" if early_led else "late" if late_led else "neither"
+    after_side = interval_side(a_low, a_high, 0.0)
+    if leader == "early" and after_side == "below":
         verdict = "holds"
-    elif p_high <= 0 or after_side == "above":
+    elif leader == "late" or (leader == "early" and after_side == "above"):
         verdict = "does not hold"
     else:
         verdict = "inconclusive"
-    return dict(depth=int(depth), group=group, peak=p, peak_low=p_low, peak_high=p_high, after=a,
-                after_low=a_low, after_high=a_high, n_early=int(early.size), n_late=int(late.size), verdict=verdict)
+    return dict(depth=int(depth), group=group, leader=leader, peak=p, peak_low=p_low, peak_high=p_high,
+                peak_step=peak_step, trough=t, trough_low=t_low, trough_high=t_high, trough_step=trough_step,
+                after=a, after_low=a_low, after_high=a_high, n_early=int(early.size), n_late=int(late.size),
+                verdict=verdict, reason=BLOCKS if verdict == "inconclusive" else "")
 
 
 def late_delta_alpha(snapshots: pd.DataFrame, estimator: str = "alpha_shape", group: str = lifecycle.ALL,
@@ -146,8 +210,6 @@ def delta_alpha_exponent(snapshots: pd.DataFrame, estimator: str = "alpha_shape"
     otherwise (it contains 0.26 and 0, or is undefined: fewer than two depths or two late
     snapshots per depth). Returns ``exponent, low, high, depths, n_late, verdict``.
     """
-    from .alpha_profile import _slope
-
     late = late_delta_alpha(snapshots, estimator, group)
     depths = sorted(int(d) for d in late["depth"].unique())
     samples = [late.loc[late["depth"] == d, "delta_alpha"].to_numpy(float) for d in depths]
@@ -172,15 +234,13 @@ def delta_alpha_exponent(snapshots: pd.DataFrame, estimator: str = "alpha_shape"
     else:
         verdict = "holds" if low > 0 else "inconclusive"
     return dict(exponent=float(b), low=low, high=high, depths=depths, n_late=[int(s.size) for s in samples],
-                group=group, verdict=verdict)
+                group=group, verdict=verdict, interval_covers="snapshot jitter only (one training run per depth)")
 
 
 def _series_snapshots(profile, depths, train_overrides, checkpoints) -> tuple[pd.DataFrame, dict]:
     """The snapshot table and the run facts the prose cites: from the cached depth series, or,
     with ``checkpoints``, from any checkpoint series (``zones.checkpoints.lifecycle_snapshots``)."""
     if checkpoints:
-        from ..checkpoints import lifecycle_snapshots
-
         snapshots = lifecycle_snapshots(checkpoints, progress=False)
         if "depth" not in snapshots.columns:
             snapshots.insert(0, "depth", int(snapshots["layer"].max()) + 1)
@@ -189,9 +249,11 @@ def _series_snapshots(profile, depths, train_overrides, checkpoints) -> tuple[pd
         return snapshots, dict(depths=sorted(int(d) for d in snapshots["depth"].unique()), steps=steps[-1],
                                snapshot_every=int(np.median(gaps)) if len(gaps) else 0,
                                snapshot_fraction=NAN, final_heldout_loss={})
-    from ..train import series_snapshots, series_summary, train_series
-
-    runs = train_series(depths, profile, progress=False, **(train_overrides or {}))
+    # one training run per depth (seed 0: the depth series' first seed, read from its cache);
+    # mixing seeds within a depth would blur the snapshots' trajectory
+    overrides = dict(train_overrides or {})
+    seeds = None if "seed" in overrides else [0]
+    runs = train_series(depths, profile, seeds=seeds, progress=False, **overrides)
     series = series_summary(runs)
     return series_snapshots(runs), dict(
         depths=[int(d) for d in series["depth"]], steps=int(runs[0].config.steps),
@@ -240,12 +302,13 @@ def run(profile: str = "cpu", depths=None, train_overrides: dict | None = None, 
     numbers = dict(depths=", ".join(map(str, depth_list)), steps=steps,
                    snapshot_every=facts["snapshot_every"], n_snapshots=int(snapshots["step"].nunique()),
                    snapshot_percent=100 * facts["snapshot_fraction"], deepest=deepest,
-                   wave_text=wave_sentence(waves, deepest), n_reversed=int(waves["reversed"].sum()),
+                   wave_text=wave_sentence(waves, gradient, deepest), n_reversed=int(waves["reversed"].sum()),
                    n_waves=int(len(waves)),
                    wave_peak=float(deep_wave["peak"]), wave_peak_low=float(deep_wave["peak_low"]),
                    wave_peak_high=float(deep_wave["peak_high"]), wave_after=float(deep_wave["after"]),
                    wave_after_low=float(deep_wave["after_low"]), wave_after_high=float(deep_wave["after_high"]),
-                   wave_verdict=verdict_phrase(str(deep_wave["verdict"])),
+                   wave_verdict=verdict_phrase(from_word(str(deep_wave["verdict"]), BLOCKS)),
+                   wave_leader=str(deep_wave["leader"]),
                    peak_position=float(peak["peak_position"]), delta_group_name=delta_group,
                    peak_shape=peak_shape(float(peak["peak_position"])),
                    peaks_text="; ".join(f"{group} matrices at depth {text}" for group, text in peaks.items()),
@@ -253,10 +316,11 @@ def run(profile: str = "cpu", depths=None, train_overrides: dict | None = None, 
                    vo_comp_spread=float(by_group.loc["V/O", "compression_spread_max"]),
                    qk_alpha_spread=float(by_group.loc["Q/K", "alpha_spread_final"]),
                    vo_alpha_spread=float(by_group.loc["V/O", "alpha_spread_final"]),
-                   asymmetry_text=asymmetry_sentence(by_group),
+                   asymmetry_text=asymmetry_sentence(asym_claim),
                    exponent=float(fit["exponent"]), r2=float(fit["r2"]), paper_exponent=float(fit["paper_exponent"]),
                    late_exponent=exponent["exponent"], late_exponent_low=exponent["low"],
-                   late_exponent_high=exponent["high"], exponent_verdict=verdict_phrase(exponent["verdict"]),
+                   late_exponent_high=exponent["high"], exponent_verdict=verdict_phrase(from_word(exponent["verdict"], SEEDS)),
+                   exponent_scorecard=verdict_phrase(Verdict("inconclusive", SEEDS)),
                    **dissociation(gradient, snapshots, deepest, estimator, delta_group))
     summary = dict(profile=profile, depths=depth_list, steps=steps, estimator=estimator, delta_group=delta_group,
                    exponent=float(fit["exponent"]), r2=float(fit["r2"]), paper_exponent=float(fit["paper_exponent"]),

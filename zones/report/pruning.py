@@ -13,31 +13,34 @@ be said about them. The rules, each applied by the function named:
   (:func:`best_text`);
 * a ratio ΔPPL(a) / ΔPPL(b) is quoted as a number only when its status is ``ratio``; a
   ``collapsed`` comparison is named as such (:func:`ratio_text`);
-* the paper's claim (zone-aware beats Last-N by 1.1×–3.6×) is scored by the scorecard's rule
-  (``zones.report.claims.score_ratio``), so the chapter and the scorecard agree.
+* the paper's claim (zone-aware beats Last-N by 1.1×–3.6×) is scored by the scorecard's rules,
+  its direction and its magnitude apart (``zones.report.verdicts.score_ratio_direction`` and
+  ``score_ratio_magnitude``), so the chapter and the scorecard agree;
+* wherever a reference is separably ahead of zone-aware, the page says so (:func:`behind_text`).
 """
 from __future__ import annotations
 
+import os
 import time
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
-from ..format import fmt_interval, fmt_ratio
-from ..format import fmt_num
-from .claims import PAPER_RATIO, score_ratio, verdict_phrase
+from ..data import corpus_windows, load_corpus
+from ..evaluate import DEFAULT_DTYPE
+from ..figures import BOOK_MODE_ENV
+from ..format import fmt_interval, fmt_num, fmt_ratio
+from ..models import load_model
+from ..pruning import (COLLAPSE_RATIO, DEFAULT_CALIBRATION_TOKENS, DEFAULT_EVAL_TOKENS, DEFAULT_SEEDS,
+                       DEFAULT_STRATEGIES, RECIPE_ABLATIONS, STRATEGIES, PruningContext, alpha_zones, best_sets,
+                       compare_strategies, crossover_k, pairwise_differences, pruning_sweep, summarize_pruning)
+from ..spectra import alpha_table
 from .common import NAN, ChapterResult, save
+from .verdicts import PAPER_RATIO, score_ratio_direction, score_ratio_magnitude, verdict_phrase
 
 OURS = "zone_aware"
 REFERENCES = ("last_n", "last_n_keep_last", "random", "random_protected")   # compared with ours, in this order
-SEEDED_PAIRS = (("random", "random_protected"),)
-
-
-def _collapse_limit() -> float:
-    from ..pruning import COLLAPSE_RATIO
-
-    return COLLAPSE_RATIO
 
 
 # --- tables ------------------------------------------------------------------------------------------
@@ -48,8 +51,6 @@ def comparisons(table: pd.DataFrame, window_losses: pd.DataFrame, ours: str = OU
     ``reference, ours, k, reference_delta_ppl, ours_delta_ppl, ratio, ratio_low, ratio_high,
     status, winner`` (ratio = ΔPPL(reference) / ΔPPL(ours): above 1, ours removed blocks more
     cheaply)."""
-    from ..pruning import compare_strategies
-
     present = set(table["strategy"])
     parts = []
     for reference in [r for r in references if r in present and r != ours]:
@@ -68,8 +69,6 @@ def gaps(table: pd.DataFrame, window_losses: pd.DataFrame, best: pd.DataFrame) -
     ``best_sets`` columns plus ``worst_best_ratio, worst_best_ratio_low, worst_best_ratio_high,
     gap_status`` (``compare_strategies(worst, best)`` at that k; ``collapsed`` where the best's
     ΔPPL interval reaches 0 or the ratio exceeds the collapse limit)."""
-    from ..pruning import compare_strategies
-
     out = best.copy()
     cache: dict[tuple[str, str], pd.DataFrame] = {}
     ratio, low, high, status = [], [], [], []
@@ -88,13 +87,23 @@ def gaps(table: pd.DataFrame, window_losses: pd.DataFrame, best: pd.DataFrame) -
 
 def interval_table(summary: pd.DataFrame, strategies: Sequence[str], value: str = "delta_loss") -> pd.DataFrame:
     """Strategies (rows) × k (columns), each cell ``"0.19 [0.12, 0.27]"`` (``value`` with its
-    interval; ``value="delta_ppl"`` for ΔPPL). For the page; the CSV keeps the numbers."""
+    interval; ``value="delta_ppl"`` for ΔPPL). For the page; the CSV keeps the numbers. The
+    interval's comma is followed by a no-break space, so a narrow column wraps a cell only
+    between the estimate and its interval (every k stays visible at a desktop width)."""
     df = summary[summary["strategy"].isin(strategies)].copy()
-    df["cell"] = [fmt_interval(v, lo, hi) for v, lo, hi in
+    df["cell"] = [fmt_interval(v, lo, hi).replace(", ", ",\u00a0") for v, lo, hi in
                   zip(df[value], df[f"{value}_low"], df[f"{value}_high"])]
     wide = df.pivot(index="strategy", columns="k", values="cell")
     wide.columns = [f"k = {k}" for k in wide.columns]
     return wide.loc[[s for s in strategies if s in wide.index]]
+
+
+def column_chunks(table: pd.DataFrame, size: int = 4) -> list[pd.DataFrame]:
+    """``table`` cut into tables of at most ``size`` columns each (all rows, the same index), so
+    a strategies × k table of intervals fits the article column at a desktop width (k = 1–4,
+    then 5–8) instead of hiding its last columns behind a scroll bar."""
+    columns = list(table.columns)
+    return [table[columns[i:i + size]] for i in range(0, len(columns), size)] or [table]
 
 
 def pairwise_matrix(pairwise: pd.DataFrame, k: int, strategies: Sequence[str]) -> pd.DataFrame:
@@ -142,8 +151,8 @@ def ratio_text(row) -> str:
     if row["status"] == "ratio":
         return f"ΔPPL ratio {fmt_interval(row['ratio'], row['ratio_low'], row['ratio_high'])}"
     if row["status"] == "collapsed":
-        if row["ratio"] > _collapse_limit():
-            return f"{numerator} collapsed (ratio {fmt_ratio(row['ratio'], cap=_collapse_limit())})"
+        if row["ratio"] > COLLAPSE_RATIO:
+            return f"{numerator} collapsed (ratio {fmt_ratio(row['ratio'], cap=COLLAPSE_RATIO)})"
         return f"{denominator}'s ΔPPL is not separable from 0, so the ratio is unbounded"
     return "no ratio (a ΔPPL is not positive)"
 
@@ -151,8 +160,6 @@ def ratio_text(row) -> str:
 def crossover_text(comparison: pd.DataFrame, ours: str = OURS, reference: str = "last_n") -> str:
     """Where ``ours`` is separably ahead of ``reference`` (``winner`` of ``compare_strategies``,
     which needs the Δloss difference's interval to exclude 0), in words."""
-    from ..pruning import crossover_k
-
     c = comparison.sort_values("k")
     k_max = int(c["k"].max())
     ahead = [int(k) for k in c.loc[c["winner"] == ours, "k"]]
@@ -177,15 +184,37 @@ def crossover_text(comparison: pd.DataFrame, ours: str = OURS, reference: str = 
 
 
 def claim_text(comparison: pd.DataFrame, k_max: int, reference: str = "last_n") -> str:
-    """The paper's headline claim at k_max, scored by the scorecard's rule."""
+    """The paper's headline claim at k_max, scored by the scorecard's two rules: the direction
+    (the ratio's interval above 1) and the magnitude (inside the paper's 1.1–3.6×)."""
     rows = comparison[(comparison["reference"] == reference) & (comparison["k"] == k_max)]
     if rows.empty:
         return f"The claim cannot be scored: {reference} was not run."
     row = rows.iloc[0]
-    verdict = score_ratio(row["ratio_low"], row["ratio_high"])
+    direction = score_ratio_direction(row["ratio_low"], row["ratio_high"])
+    magnitude = score_ratio_magnitude(row["ratio_low"], row["ratio_high"])
     lo, hi = PAPER_RATIO
-    return (f"Against {reference} at k = {k_max}: {ratio_text(row)}. By the scorecard's rule (the ratio's "
-            f"interval at or above {lo}; the paper reports {lo}×–{hi}×), the claim {verdict_phrase(verdict)}.")
+    return (f"Against {reference} at k = {k_max}: {ratio_text(row)}. By the scorecard's rules, the claim that "
+            f"zone-aware removes blocks more cheaply {verdict_phrase(direction)} (the ratio's interval above 1), and "
+            f"the claim that it does so by the paper's {lo}×–{hi}× {verdict_phrase(magnitude)} (the interval inside "
+            f"[{lo}, {hi}]).")
+
+
+def behind_text(comparison: pd.DataFrame, ours: str = OURS) -> str:
+    """Every k at which a reference is separably ahead of ``ours`` (``winner`` of the
+    comparison), with the ratio ΔPPL(reference) / ΔPPL(ours) and its interval: below 1, the
+    reference removed blocks more cheaply. Empty comparisons say that no reference was."""
+    parts = []
+    for reference, part in comparison.groupby("reference", sort=False):
+        won = part[part["winner"] == reference].sort_values("k")
+        if won.empty:
+            continue
+        cells = ", ".join(f"k = {int(r.k)} ({fmt_interval(r.ratio, r.ratio_low, r.ratio_high)}×)"
+                          if r.status == "ratio" else f"k = {int(r.k)}" for r in won.itertuples())
+        parts.append(f"{reference} at {cells}")
+    if not parts:
+        return f"No reference strategy is separably ahead of {ours} at any k."
+    return (f"Where a reference is separably ahead of {ours} (its paired Δloss interval lies below {ours}'s; "
+            f"in brackets the ratio ΔPPL(reference) / ΔPPL({ours}), below 1): " + "; ".join(parts) + ".")
 
 
 def best_text(best: pd.DataFrame, ours: str = OURS) -> str:
@@ -265,10 +294,8 @@ def findings(table: pd.DataFrame, summary: pd.DataFrame, pairwise: pd.DataFrame,
     ``k_max, base_ppl, n_tokens``; ``dloss_<s>_k1/_kmax`` and ``dppl_<s>_k1/_kmax`` (text with
     intervals) for ours and each reference; ``crossover_text, ratio_kmax_text`` (Last-N) and
     ``crossover_keep_last_text, ratio_keep_last_kmax_text``; ``claim_text``; ``best_text``; ``baseline_text``;
-    ``recipe_text``; ``seeds_text``.
+    ``recipe_text``; ``seeds_text``; ``behind_text``.
     """
-    from ..pruning import RECIPE_ABLATIONS
-
     recipe = RECIPE_ABLATIONS if recipe is None else recipe
     present = list(dict.fromkeys(summary["strategy"]))
     compared = [s for s in present if s not in recipe]
@@ -289,6 +316,8 @@ def findings(table: pd.DataFrame, summary: pd.DataFrame, pairwise: pd.DataFrame,
     out["baseline_text"] = baseline_text(pairwise, k_max, compared, ours)
     out["recipe_text"] = recipe_text(pairwise, k_max, [r for r in recipe if r in present], ours)
     out["seeds_text"] = seeds_text(summary, k_max) or "no seeded strategy was run"
+    out["behind_text"] = behind_text(comparison, ours)
+    out["behind_text"] = behind_text(comparison, ours)
     return out
 
 
@@ -300,17 +329,6 @@ def run(model: str = "smollm2-135m", corpus: str = "stdlib", seq_len: int = 256,
     → ``pruning.csv`` (every strategy, seed and k), ``window_losses.csv`` (per eval window),
     ``by_strategy.csv`` (per strategy and k, with intervals), ``pairwise.csv``, ``best.csv``
     (:func:`gaps`), ``crossover.csv`` (:func:`comparisons`) and ``summary.json``."""
-    import os
-
-    from ..data import corpus_windows, load_corpus
-    from ..evaluate import DEFAULT_DTYPE
-    from ..figures import BOOK_MODE_ENV
-    from ..models import load_model
-    from ..pruning import (DEFAULT_CALIBRATION_TOKENS, DEFAULT_EVAL_TOKENS, DEFAULT_SEEDS, DEFAULT_STRATEGIES,
-                           RECIPE_ABLATIONS, best_sets, pairwise_differences, pruning_sweep, summarize_pruning)
-    from ..spectra import alpha_table
-    from ..strategies import STRATEGIES, PruningContext, alpha_zones
-
     started = time.time()
     strategies = list(DEFAULT_STRATEGIES + RECIPE_ABLATIONS if strategies is None else strategies)
     missing = [s for s in (OURS, "last_n") if s not in strategies]

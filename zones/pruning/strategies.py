@@ -51,11 +51,16 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from .adapters import get_adapter
-from .blocks import BlockTrace
-from .cache import Journal, cached_table, entry_path
-from .data import Windows
-from .models import model_fingerprint
+from ..ablation import ablation_table
+from ..adapters import get_adapter
+from ..blocks import BlockTrace
+from ..cache import Journal, cached_table, entry_path
+from ..checks import check_int
+from ..data import Windows
+from ..evaluate import check_dtype, check_fit, evaluate_removals, scoring_precision
+from ..models import model_fingerprint
+from ..spectra import alpha_table, layer_alpha
+from ..stats import NonFiniteLossError
 
 VERSION = "2"
 MIN_REMAINING = 2  # a pruned model keeps at least this many blocks
@@ -244,10 +249,8 @@ class PruningContext:
     def __init__(self, model: nn.Module, calibration: Windows | None = None, *,
                  alpha: pd.DataFrame | None = None, batch_size: int = 8, cache: bool = True,
                  progress: bool = True, dtype: str = "float32"):
-        from .evaluate import check_dtype
-
         self.model = model
-        self.dtype = check_dtype(dtype)
+        self.dtype = check_dtype(dtype, model)
         self.calibration = calibration
         self.batch_size = batch_size
         self.cache = cache
@@ -257,6 +260,8 @@ class PruningContext:
         self._fingerprint: str | None = None
         self._hidden_stats: pd.DataFrame | None = None
         self._ablation: pd.DataFrame | None = None
+        # The calibration windows' full-model traces, kept between greedy steps (evaluate_removals)
+        self._traces: dict = {}
 
     # --- identity ------------------------------------------------------------------------
     @property
@@ -282,15 +287,11 @@ class PruningContext:
     def alpha(self) -> pd.DataFrame:
         """The per-matrix α table (``zones.spectra.alpha_table``), computed on first use."""
         if self._alpha is None:
-            from .spectra import alpha_table
-
             self._alpha = alpha_table(self.model)
         return self._alpha
 
     def layer_alpha(self, estimator: str = "alpha_shape", role: str = "q") -> pd.Series:
         """α per block (a Series indexed by layer), from ``zones.spectra.layer_alpha``."""
-        from .spectra import layer_alpha
-
         profile = layer_alpha(self.alpha, estimator=estimator, role=role).sort_index()
         if len(profile) != self.n_blocks or list(profile.index) != list(range(self.n_blocks)):
             raise StrategyError(f"the α table has layers {list(profile.index)} but the model has "
@@ -322,8 +323,6 @@ class PruningContext:
     def ablation(self) -> pd.DataFrame:
         """Single-block ablation on the calibration windows (``zones.ablation.ablation_table``)."""
         if self._ablation is None:
-            from .ablation import ablation_table
-
             self._ablation = ablation_table(self.model, self._need_calibration("ablation_rank"),
                                             batch_size=self.batch_size, cache=self.cache,
                                             progress=self.progress, dtype=self.dtype)
@@ -331,18 +330,14 @@ class PruningContext:
 
     def calibration_losses(self, removals: Sequence[Sequence[int]], desc: str = "calibration") -> list[float]:
         """Mean calibration loss with each removal set skipped (prefix-shared evaluation)."""
-        from .evaluate import evaluate_removals
-
         results = evaluate_removals(self.model, self._need_calibration(desc), removals,
-                                    batch_size=self.batch_size, progress=self.progress, desc=desc, dtype=self.dtype)
+                                    batch_size=self.batch_size, progress=self.progress, desc=desc, dtype=self.dtype,
+                                    traces=self._traces)
         return [r.loss for r in results]
 
 
 def _hidden_stats(model: nn.Module, windows: Windows, batch_size: int, progress: bool,
                   dtype: str = "float32") -> pd.DataFrame:
-    from .evaluate import check_fit, scoring_precision
-    from .stats import NonFiniteLossError
-
     check_fit(model, windows)
     n = get_adapter(model).n_blocks
     device = next(model.parameters()).device
@@ -395,8 +390,10 @@ def zone_aware_order(profile: pd.Series, *, n_zones: int | str = 3, max_zones: i
     allowed (then the highest-priority one is taken).
     """
     for knob, value in (("protect_first", protect_first), ("protect_last", protect_last)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-            raise StrategyError(f"{knob} must be a non-negative integer, not {value!r}")
+        try:
+            check_int(value, knob, min=0)
+        except ValueError as error:
+            raise StrategyError(str(error)) from None
     zones = alpha_zones(profile, n_zones, max_zones)
     n = len(zones)
     protected = set(range(protect_first)) | set(range(n - protect_last, n))

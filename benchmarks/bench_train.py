@@ -1,0 +1,92 @@
+"""Training throughput against this CPU's fp32 matmul peak, measured side by side in one run.
+
+For each configuration: tokens/s of full optimizer steps (forward, backward, clip, AdamW) and
+the achieved GFLOP/s from ``zones.training.flops_per_token`` (6·N + 12·depth·width·seq_len),
+next to the fp32 GFLOP/s of a 2048² matmul timed before and after (the peak on this machine,
+under its current load). Also compares fused and foreach AdamW. Prints the CPU capability.
+
+    .venv/bin/python benchmarks/bench_train.py [--steps 8] [--threads 2] [--depths 8,12,16]
+    ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 .venv/bin/python benchmarks/bench_train.py
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from zones.hardware import cpu_capability, native_bf16
+from zones.training import build_model, flops_per_token, make_optimizer, parameter_count, profile_config
+
+
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def matmul_gflops(n: int = 2048, repeats: int = 5, clock: str = "wall") -> float:
+    """fp32 GFLOP/s of an n×n matmul: the best of ``repeats`` (wall or process CPU seconds)."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        start = CLOCKS[clock]()
+        a @ b
+        best = min(best, CLOCKS[clock]() - start)
+    return 2 * n ** 3 / best / 1e9
+
+
+def step_seconds(config, steps: int, fused: bool, clock: str = "wall") -> float:
+    model = build_model(config)
+    model.train()
+    optimizer = make_optimizer(model, config) if fused else torch.optim.AdamW(model.parameters(), lr=config.lr,
+                                                                              foreach=True)
+    batch = torch.randint(0, config.vocab_size, (config.batch_size, config.seq_len))
+    times = []
+    for i in range(steps + 2):
+        start = CLOCKS[clock]()
+        loss = model(input_ids=batch, labels=batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if i >= 2:  # the first two steps allocate
+            times.append(CLOCKS[clock]() - start)
+    return min(times)  # the least disturbed step: other processes share these cores
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--depths", default="8,12,16")
+    parser.add_argument("--profile", default="cpu")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                        help="wall seconds, or process CPU seconds (with --threads 1: robust to a loaded machine)")
+    parser.add_argument("--foreach", action="store_true", help="also time foreach (unfused) AdamW")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    overrides = {k: (float(v) if "." in v else int(v)) for k, v in (s.split("=", 1) for s in args.set)}
+    print(f"CPU capability {cpu_capability()}, native bf16: {native_bf16('cpu')}, torch threads "
+          f"{torch.get_num_threads()}, torch {torch.__version__}")
+    before = matmul_gflops(clock=args.clock)
+    print(f"fp32 matmul 2048² ({args.clock} clock, best of 5): {before:.1f} GFLOP/s")
+    rows = []
+    for depth in [int(d) for d in args.depths.split(",")]:
+        config = profile_config(args.profile, depth, **overrides)
+        for fused in (True, False) if args.foreach else (True,):
+            seconds = step_seconds(config, args.steps, fused, args.clock)
+            tokens = config.tokens_per_step / seconds
+            rows.append((depth, config.hidden_size, parameter_count(config), fused, tokens,
+                         tokens * flops_per_token(config) / 1e9))
+    after = matmul_gflops(clock=args.clock)
+    peak = (before + after) / 2
+    print(f"fp32 matmul 2048² after: {after:.1f} GFLOP/s; peak used below: {peak:.1f}")
+    print(f"{'depth':>5} {'width':>5} {'params':>8} {'AdamW':>8} {'tokens/s':>9} {'GFLOP/s':>8} {'of peak':>7}")
+    for depth, width, params, fused, tokens, gflops in rows:
+        print(f"{depth:>5} {width:>5} {params / 1e6:>7.2f}M {'fused' if fused else 'foreach':>8} {tokens:>9.0f} "
+              f"{gflops:>8.1f} {100 * gflops / peak:>6.1f}%")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""KL from the full model and top-1 agreement, against independent references."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import tiny_model
+from zones.agreement import agreement_difference, agreement_window_losses, head_metrics, summarize_agreement
+from zones.adapters import get_adapter
+from zones.blocks import skip_blocks
+from zones.data import Windows
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def windows(n=5, seq_len=12, seed=2):
+    ids = torch.randint(0, 256, (n, seq_len), generator=torch.Generator().manual_seed(seed))
+    return Windows(ids, seq_len, split="eval", fingerprint=f"agree-{n}-{seq_len}-{seed}")
+
+
+def test_identical_models_have_zero_kl_and_full_agreement():
+    model = tiny_model("llama")
+    ids = windows().input_ids
+    with torch.inference_mode():
+        hidden = model.base_model(input_ids=ids, output_hidden_states=True).hidden_states[-1]
+    # hidden_states[-1] is after the final norm in Llama: use the pre-norm stream from a trace instead
+    from zones.blocks import BlockTrace
+
+    trace = BlockTrace(model, ids)
+    m = head_metrics(get_adapter(model), trace.final_hidden, trace.final_hidden, ids)
+    assert np.allclose(m["kl"], 0.0, atol=1e-10)
+    assert np.array_equal(m["top1"], np.full(ids.shape[0], ids.shape[1] - 1.0))
+    assert hidden.shape == trace.final_hidden.shape
+
+
+def test_kl_and_top1_match_a_plain_reference():
+    model = tiny_model("gpt_neox")
+    w = windows()
+    long = agreement_window_losses(model, w, [[1]], cache=False, progress=False)
+    with torch.inference_mode():
+        p = torch.log_softmax(model(w.input_ids).logits[:, :-1].double(), -1)
+        with skip_blocks(model, [1]):
+            q = torch.log_softmax(model(w.input_ids).logits[:, :-1].double(), -1)
+    kl = (p.exp() * (p - q)).sum(-1).sum(-1).numpy()
+    top1 = (p.argmax(-1) == q.argmax(-1)).double().sum(-1).numpy()
+    nll = -q.gather(-1, w.input_ids[:, 1:, None])[..., 0].sum(-1).numpy()
+    np.testing.assert_allclose(long["kl"], kl, rtol=1e-6, atol=1e-9)
+    np.testing.assert_array_equal(long["top1"], top1)
+    np.testing.assert_allclose(long["nll"], nll, rtol=1e-5)
+    assert (long["kl"] > 0).all()
+
+
+def test_summary_intervals_and_difference():
+    model = tiny_model("llama")
+    w = windows()
+    long = agreement_window_losses(model, w, ["", "1", "2:attn"], cache=False, progress=False)
+    summary = summarize_agreement(long, n_resamples=300).set_index("removed")
+    assert summary.loc["", "kl"] == pytest.approx(0, abs=1e-12) and summary.loc["", "top1"] == 1.0
+    assert summary.loc["", "delta_loss"] == pytest.approx(0, abs=1e-12)
+    row = summary.loc["1"]
+    assert row["kl_low"] <= row["kl"] <= row["kl_high"] and row["top1_low"] <= row["top1"] <= row["top1_high"]
+    tokens = w.n_windows * (w.seq_len - 1)
+    assert row["kl"] == pytest.approx(long[long["removed"] == "1"]["kl"].sum() / tokens)
+    diff = agreement_difference(long, "1", "2:attn", n_resamples=300).set_index("metric")
+    assert diff.loc["kl", "difference"] == pytest.approx(row["kl"] - summary.loc["2:attn", "kl"])
+    expected = row["delta_loss"] - summary.loc["2:attn", "delta_loss"]
+    assert diff.loc["delta_loss", "difference"] == pytest.approx(expected)
+
+
+def test_cached_table_is_reused(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path))
+    model = tiny_model("llama")
+    w = windows()
+    first = agreement_window_losses(model, w, ["1"], progress=False)
+    second = agreement_window_losses(model, w, ["1"], progress=False)
+    np.testing.assert_array_equal(first["kl"], second["kl"])
+    assert any(tmp_path.rglob("*agreement*"))
+
+
+def test_kept_and_recomputed_base_agree(monkeypatch):
+    import zones.agreement as agreement
+
+    model = tiny_model("llama")
+    w = windows()
+    kept = agreement_window_losses(model, w, ["1", "2:mlp"], cache=False, progress=False)
+    monkeypatch.setattr(agreement, "CACHE_BYTES", 0)
+    monkeypatch.setattr(agreement, "CHUNK", 7)  # chunks that do not divide the tokens
+    recomputed = agreement_window_losses(model, w, ["1", "2:mlp"], cache=False, progress=False)
+    for column in ("nll", "kl", "top1"):
+        np.testing.assert_allclose(kept[column], recomputed[column], rtol=1e-6, atol=1e-9)

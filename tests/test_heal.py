@@ -1,0 +1,174 @@
+"""zones.heal: LoRA and linear-bridge healing of a pruned model, cached, exported as a plain model."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import tiny_model
+from test_export import reload_elsewhere
+from zones.data import make_windows
+from zones.evaluate import evaluate_loss
+from zones.export import read_provenance
+from zones.heal import HealError, _fold, export_healed, fit_bridge, heal
+
+
+def calibration(n: int = 4, seq_len: int = 24, vocab: int = 256):
+    rng = np.random.default_rng(1)
+    # Repetitive text: a pattern the model can learn in a few steps.
+    ids = np.tile(rng.integers(0, vocab, size=37), 40)
+    return make_windows(ids, seq_len, "calibration", n * (seq_len - 1))
+
+
+def trained_tiny(family: str, win, n_layers: int = 5, steps: int = 40):
+    """A tiny model trained a little on ``win``, so that its full-depth hidden states carry
+    what the pruned model lost (a random model's do not: it predicts worse than uniform)."""
+    model = tiny_model(family, n_layers=n_layers)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(steps):
+        logits = model(input_ids=win.input_ids, use_cache=False).logits[:, :-1]
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 win.input_ids[:, 1:].reshape(-1))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval()
+
+
+@pytest.mark.parametrize("method", ["lora", "bridge"])
+def test_healing_lowers_calibration_loss_and_exports(family, method, tmp_path, one_thread):
+    win = calibration()
+    model = trained_tiny(family, win)
+    kw = dict(lr=1e-2, tokens=12 * 4 * 23) if method == "lora" else dict(tokens=4 * 23)
+    result = heal(model, [2, 3], win, method=method, batch_size=4, progress=False, **kw)
+    assert result.calibration_after < result.calibration_before - 1e-3, result.notes
+    assert result.history["loss"].iloc[0] == pytest.approx(result.calibration_before)
+    out = export_healed(result, tmp_path / "healed", source="tiny")
+    found = reload_elsewhere(out, win.input_ids, tmp_path)
+    assert not found["zones"] and found["n_layers"] == 3
+    assert abs(found["loss"] - evaluate_loss(result.model, win).loss) < 1e-5
+    assert abs(found["loss"] - result.calibration_after) < 1e-5
+    assert found["cached"] == found["uncached"]
+    record = read_provenance(out)
+    assert record["removed"] == [2, 3] and record["kept"] == [0, 1, 4] and record["healing"]["method"] == method
+
+
+def test_healing_is_cached_and_leaves_the_source_model(one_thread):
+    model = tiny_model("llama", n_layers=4)
+    before = [p.clone() for p in model.parameters()]
+    win = calibration()
+    first = heal(model, [1], win, method="lora", lr=1e-2, tokens=4 * 4 * 23, batch_size=4, progress=False)
+    again = heal(model, [1], win, method="lora", lr=1e-2, tokens=4 * 4 * 23, batch_size=4, progress=False)
+    assert again.from_cache and not first.from_cache
+    assert all(torch.equal(a, b) for a, b in zip(first.model.state_dict().values(), again.model.state_dict().values()))
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_lora_resumes_from_its_checkpoint(monkeypatch, one_thread):
+    """A run killed after its checkpoint resumes there and ends where an uninterrupted run ends."""
+    import zones.heal as heal_module
+
+    model = tiny_model("gpt2", n_layers=4)
+    win = calibration()
+    kw = dict(method="lora", lr=1e-2, tokens=6 * 2 * 23, batch_size=2, save_every=3, progress=False)
+    whole = heal(model, [1], win, cache=False, **kw)
+    real_step = torch.optim.AdamW.step
+    calls = {"n": 0}
+
+    def dying_step(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", dying_step)
+    with pytest.raises(KeyboardInterrupt):
+        heal(model, [1], win, **kw)
+    monkeypatch.setattr(torch.optim.AdamW, "step", real_step)
+    counted = {"n": 0}
+
+    def counting_step(self, *args, **kwargs):
+        counted["n"] += 1
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", counting_step)
+    resumed = heal(model, [1], win, **kw)
+    assert counted["n"] == 3  # steps 4..6 only
+    assert heal_module.HISTORY_COLUMNS == list(resumed.history.columns)
+    for a, b in zip(whole.model.state_dict().values(), resumed.model.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_bridge_fit_and_fold_are_exact_on_a_linear_target():
+    torch.manual_seed(0)
+    mlp, rest = torch.randn(500, 6, dtype=torch.float64), torch.randn(500, 6, dtype=torch.float64)
+    true = torch.randn(6, 6, dtype=torch.float64)
+    bridge = fit_bridge(rest, mlp, rest + mlp @ true, ridge=0.0)
+    torch.testing.assert_close(bridge, true)
+    linear, conv = torch.nn.Linear(4, 6), torch.nn.Linear(4, 6)
+    conv.weight = torch.nn.Parameter(linear.weight.detach().T.clone())  # Conv1D layout (in, out)
+    conv.bias = torch.nn.Parameter(linear.bias.detach().clone())
+    x = torch.randn(3, 4)
+    want = (linear(x).double() @ true).float()
+    _fold(linear, False, true)
+    torch.testing.assert_close(linear(x), want, rtol=1e-5, atol=1e-5)
+    _fold(conv, True, true)
+    torch.testing.assert_close(x @ conv.weight + conv.bias, want, rtol=1e-5, atol=1e-5)
+
+
+def test_heal_refuses_eval_windows_and_bad_budgets():
+    model = tiny_model("llama", n_layers=4)
+    rng = np.random.default_rng(0)
+    eval_windows = make_windows(rng.integers(0, 256, 2000), 24, "eval", 46)
+    with pytest.raises(HealError, match="calibration split only"):
+        heal(model, [1], eval_windows, method="bridge", progress=False)
+    with pytest.raises(HealError, match="tokens"):
+        heal(model, [1], calibration(), tokens=0, progress=False)
+    with pytest.raises(HealError, match="method"):
+        heal(model, [1], calibration(), method="qlora", progress=False)
+
+
+def test_cli_heal(tiny_model_dir, tmp_path, one_thread, capsys):
+    from zones.cli import main
+
+    out = tmp_path / "healed"
+    assert main(["heal", "--model", str(tiny_model_dir), "--remove", "2,3", "--method", "bridge",
+                 "--tokens", "510", "--seq-len", "64", "--out", str(out), "--device", "cpu"]) == 0
+    assert "calibration loss" in capsys.readouterr().out
+    record = read_provenance(out)
+    assert record["healing"]["method"] == "bridge" and record["removed"] == [2, 3]
+
+
+def test_score_after_healing_rule():
+    from zones.report.healing import score_after_healing
+
+    assert score_after_healing(0.01, 0.2) == "holds"
+    assert score_after_healing(-0.3, -0.02) == "does not hold"
+    verdict = score_after_healing(-0.1, 0.1)
+    assert verdict == "inconclusive" or verdict.startswith("inconclusive")
+    assert verdict.reason
+
+
+def test_healing_chapter_on_a_tiny_model(tiny_model_dir, tmp_path, one_thread):
+    from zones.report import healing as chapter
+
+    result = chapter.run(model=str(tiny_model_dir), seq_len=32, eval_tokens=6 * 31, calibration_tokens=2 * 31,
+                         heal_tokens=4 * 31, k_values=[1, 2], seeds=2, methods=["bridge"], batch_size=4,
+                         out_dir=str(tmp_path / "healing"), progress=False)
+    delta, comparison = result["delta"], result["comparison"]
+    assert set(delta["stage"]) == {"pruned", "bridge"} and set(delta["k"]) == {1, 2}
+    assert (delta["delta_loss_low"] <= delta["delta_loss"]).all()
+    assert (delta["delta_loss"] <= delta["delta_loss_high"]).all()
+    assert set(delta.loc[delta["strategy"] == "random_protected", "n_seeds"]) == {2}
+    # The comparison's point estimate is the difference of the two strategies' Δloss.
+    for r in comparison.to_dict("records"):
+        d = delta.set_index(["strategy", "k", "stage"])["delta_loss"]
+        assert r["difference"] == pytest.approx(d[("last_n_keep_last", r["k"], r["stage"])]
+                                                - d[("zone_aware", r["k"], r["stage"])])
+    verdict = result["verdict"]
+    assert len(verdict) == 1 and verdict.iloc[0]["k"] == 2
+    rows = chapter.healing_rows({"healing": {"verdict": verdict}})
+    assert rows[0]["chapter"] == "healing" and rows[0]["verdict"] == verdict.iloc[0]["verdict"]
+    assert chapter.healing_rows({}) == []
+    assert (tmp_path / "healing" / "summary.json").exists()
+    assert result.numbers["verdict_text"].startswith("at k = 2 after bridge healing")

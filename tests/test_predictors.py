@@ -1,0 +1,99 @@
+"""Is α special? Predictor ρ against scipy, the paired difference, and the table."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from scipy.stats import spearmanr
+
+from conftest import tiny_model
+from zones.predictors import (alpha_vs_best, best_simple, block_frobenius, predictor_rho, predictor_table,
+                              rho_difference)
+from zones.spectra import alpha_table
+
+
+def toy(n=12, seed=0):
+    rng = np.random.default_rng(seed)
+    importance = rng.gamma(2.0, size=n)
+    return pd.DataFrame(dict(layer=range(n), importance=importance,
+                             alpha_shape=importance + rng.normal(0, 0.05, n),  # nearly the same order
+                             frobenius=rng.normal(size=n),                      # unrelated
+                             block_influence=-importance + rng.normal(0, 0.7, n)))
+
+
+def test_rho_matches_scipy_and_kinds():
+    table = toy()
+    rhos = predictor_rho(table, n_boot=300, n_perm=300).set_index("predictor")
+    for name in ("alpha_shape", "frobenius", "block_influence"):
+        assert rhos.loc[name, "rho"] == pytest.approx(spearmanr(table[name], table["importance"]).statistic)
+        assert rhos.loc[name, "ci_low"] <= rhos.loc[name, "rho"] <= rhos.loc[name, "ci_high"]
+    assert rhos.loc["alpha_shape", "kind"] == "spectral" and rhos.loc["frobenius", "kind"] == "simple"
+    assert best_simple(rhos.reset_index()) == "block_influence"
+
+
+def test_difference_is_paired_and_signed():
+    table = toy()
+    d = rho_difference(table, "alpha_shape", "frobenius", n_boot=500)
+    expected = abs(spearmanr(table["alpha_shape"], table["importance"]).statistic) - abs(
+        spearmanr(table["frobenius"], table["importance"]).statistic)
+    assert d["difference"] == pytest.approx(expected)
+    assert d["low"] > 0  # a near-perfect predictor beats noise on the same resamples
+    same = rho_difference(table, "alpha_shape", "alpha_shape", n_boot=200)
+    assert same["difference"] == 0 and same["low"] == same["high"] == 0
+    rhos = predictor_rho(table, n_boot=200, n_perm=200)
+    verdict = alpha_vs_best(table, rhos, "alpha_shape", n_boot=500)
+    assert verdict["second"] == "block_influence" and verdict["verdict"] == "α orders blocks better"
+
+
+def test_predictor_table_from_a_model():
+    model = tiny_model("llama")
+    alphas = alpha_table(model, cache=False)
+    ablation = pd.DataFrame(dict(layer=range(4), delta_loss=[0.4, 0.1, 0.2, 0.3]))
+    hidden = pd.DataFrame(dict(start=[0, 1, 2, 3, 0], span=[1, 1, 1, 1, 2], mean_cos=[0.9, 0.5, 0.7, 0.8, 0.1],
+                               angular_last=[0.1, 0.3, 0.2, 0.15, 0.5]))
+    table = predictor_table(ablation, alphas, frobenius=block_frobenius(model), hidden_stats=hidden,
+                            calibration_ablation=ablation.assign(delta_loss=[1.0, 2.0, 3.0, 4.0]))
+    assert list(table["block_influence"]) == pytest.approx([0.1, 0.5, 0.3, 0.2])
+    assert list(table["calibration_ablation"]) == [1.0, 2.0, 3.0, 4.0]
+    assert {"alpha_shape", "alpha_weighted", "stable_rank", "entropy"} <= set(table.columns)
+    block0 = [p for n, p in model.model.layers[0].named_parameters() if p.dim() == 2]
+    with torch.no_grad():
+        expected = float(torch.sqrt(sum((p.double() ** 2).sum() for p in block0)))
+    assert table["frobenius"][0] == pytest.approx(expected)
+
+
+def test_chapter_sentence_follows_the_verdict():
+    from zones.report.predictors import difference_sentence, n_detectable
+
+    base = dict(first="alpha_shape", second="frobenius", difference=0.3, low=0.1, high=0.5)
+    assert "orders the blocks better than" in difference_sentence(dict(base, verdict="α orders blocks better"), "M")
+    assert "not separable" in difference_sentence(dict(base, low=-0.1, verdict="not separable"), "M")
+    rhos = pd.DataFrame(dict(ci_low=[0.1, -0.5, -0.2], ci_high=[0.4, -0.1, 0.3]))
+    assert n_detectable(rhos) == 2
+
+
+def test_chapter_runs_on_a_model_directory(tiny_model_dir, tmp_path):
+    from zones.report import predictors as chapter
+
+    result = chapter.run(models=[str(tiny_model_dir)], seq_len=32, eval_tokens=4 * 31, calibration_tokens=2 * 31,
+                         batch_size=4, n_boot=100, n_perm=100, out_dir=str(tmp_path / "out"), progress=False)
+    rho = result["rho"]
+    assert {"alpha_shape", "frobenius", "block_influence", "angular", "calibration_ablation"} <= set(rho["predictor"])
+    assert result["difference"]["second"].iloc[0] in {"frobenius", "block_influence", "angular",
+                                                      "calibration_ablation"}
+    assert (tmp_path / "out" / "rho.csv").exists()
+
+
+def test_notebook_executes_on_a_tiny_model(tmp_path, tiny_model_dir, monkeypatch):
+    from zones.book import declared_parameters, project_root, run_notebook
+
+    monkeypatch.setenv("ZONES_BOOK_BUILD", "1")
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    source = project_root() / "notebooks" / "predictors.md"
+    parameters = dict(models=[str(tiny_model_dir)], seq_len=32, eval_tokens=4 * 31, calibration_tokens=2 * 31,
+                      batch_size=4, n_boot=50, n_perm=50)
+    assert set(parameters) <= set(declared_parameters(source))
+    run_notebook(source, tmp_path / "predictors.ipynb", parameters, cwd=tmp_path)
+    assert (tmp_path / "results" / "predictors" / "rho.csv").exists()

@@ -1,0 +1,109 @@
+"""The one shared validator for scalar parameters, in the spirit of scikit-learn's ``check_scalar``.
+
+Every public function that takes a count, a size, a level or a choice checks it here, so the rules and the
+messages agree across the library:
+
+- integers: python ``int`` and numpy integers are accepted, ``bool`` and floats (even ``99.0``) are refused;
+- floats: python and numpy numbers are accepted (not ``bool``), non-finite values are refused unless asked;
+- each check returns the plain python value (``int``, ``float``), so numpy scalars do not leak into tables
+  and cache keys;
+- a bad value raises ``ValueError`` with one line: ``"NAME must be ...; got VALUE"``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from numbers import Integral, Real
+from typing import Any
+
+import numpy as np
+
+__all__ = ["check_int", "check_float", "check_choice", "check_probability"]
+
+
+def _shown(value: Any) -> str:
+    """``repr`` of the value, with numpy scalars shown as their python value."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    return repr(value)
+
+
+def _bounds(min: Any, max: Any, min_inclusive: bool = True, max_inclusive: bool = True) -> str:
+    parts = []
+    if min is not None:
+        parts.append(f"{'>=' if min_inclusive else '>'} {min}")
+    if max is not None:
+        parts.append(f"{'<=' if max_inclusive else '<'} {max}")
+    return " and ".join(parts)
+
+
+def _fail(name: str, what: str, value: Any) -> ValueError:
+    return ValueError(f"{name} must be {what}; got {_shown(value)}")
+
+
+def check_int(value: Any, name: str, *, min: int | None = None, max: int | None = None) -> int:
+    """Return ``value`` as a python ``int`` after checking it is an integer in ``[min, max]``.
+
+    Python and numpy integers are accepted; ``bool``, floats (``99.9`` and ``99.0`` alike) and strings are not.
+    """
+    bounds = _bounds(min, max)
+    what = "an integer" + (f" {bounds}" if bounds else "")
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (Integral, np.integer)):
+        raise _fail(name, what, value)
+    value = int(value)
+    if (min is not None and value < min) or (max is not None and value > max):
+        raise _fail(name, what, value)
+    return value
+
+
+def check_float(
+    value: Any,
+    name: str,
+    *,
+    min: float | None = None,
+    max: float | None = None,
+    finite: bool = True,
+    min_inclusive: bool = True,
+    max_inclusive: bool = True,
+) -> float:
+    """Return ``value`` as a python ``float`` after checking it is a real number within the bounds.
+
+    Python and numpy ints and floats are accepted; ``bool`` and strings are not. With ``finite=True`` (the
+    default) NaN and infinities are refused. The bounds are inclusive unless ``min_inclusive`` /
+    ``max_inclusive`` is False.
+    """
+    bounds = _bounds(min, max, min_inclusive, max_inclusive)
+    what = ("a finite number" if finite else "a number") + (f" {bounds}" if bounds else "")
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (Real, np.integer, np.floating)):
+        raise _fail(name, what, value)
+    result = float(value)
+    if math.isnan(result):
+        if finite:
+            raise _fail(name, what, value)
+        return result
+    if finite and not math.isfinite(result):
+        raise _fail(name, what, value)
+    if min is not None and (result < min or (not min_inclusive and result == min)):
+        raise _fail(name, what, value)
+    if max is not None and (result > max or (not max_inclusive and result == max)):
+        raise _fail(name, what, value)
+    return result
+
+
+def check_probability(value: Any, name: str) -> float:
+    """Return ``value`` as a python ``float`` after checking it lies in ``[0, 1]``."""
+    return check_float(value, name, min=0.0, max=1.0)
+
+
+def check_choice(value: Any, name: str, choices: Iterable[Any]) -> Any:
+    """Return ``value`` unchanged after checking it is one of ``choices``."""
+    options = list(choices)
+    try:
+        known = value in options
+    except (TypeError, ValueError):  # e.g. an array, whose comparison has no single truth value
+        known = False
+    if not known or isinstance(value, bool) and not any(option is value for option in options):
+        listed = ", ".join(_shown(option) for option in options)
+        raise _fail(name, f"one of {listed}", value)
+    return value

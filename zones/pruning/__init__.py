@@ -1,0 +1,33 @@
+"""Depth pruning: which k decoder blocks to remove, and what removing them costs.
+
+* ``zones.pruning.strategies``: the strategies and their registry (``register_strategy``,
+  ``PruningContext``, the 1-D zone segmentation);
+* ``zones.pruning.sweep``: ``pruning_sweep`` plans every strategy and scores every distinct
+  removal set on the same eval windows (prefix-shared, journaled);
+* ``zones.pruning.compare``: the readings with paired intervals (``summarize_pruning``,
+  ``pairwise_differences``, ``best_sets``, ``compare_strategies``).
+
+The public names of the three are importable from ``zones.pruning``.
+"""
+from __future__ import annotations
+
+from .compare import (COLLAPSE_RATIO, best_by_k, best_sets, compare_strategies, crossover_k, pairwise_differences,
+                      summarize_pruning)
+from .strategies import (MIN_REMAINING, STRATEGIES, PruningContext, Strategy, StrategyError, alpha_zones,
+                         available_strategies, bic_segment_count, check_plans, get_strategy, greedy_order, prefixes,
+                         register_strategy, segment_profile, segmentation_cost, zone_aware_order)
+from .sweep import (COLUMNS, DEFAULT_CALIBRATION_TOKENS, DEFAULT_EVAL_TOKENS, DEFAULT_SEEDS, DEFAULT_STRATEGIES,
+                    RECIPE_ABLATIONS, SETS_PER_PASS, WINDOW_COLUMNS, PruningResult, canonical_removed,
+                    check_strategy_names, format_removed, parse_removed, plan_strategies, pruning_sweep,
+                    pruning_table)
+
+__all__ = [
+    "COLLAPSE_RATIO", "best_by_k", "best_sets", "compare_strategies", "crossover_k", "pairwise_differences",
+    "summarize_pruning",
+    "MIN_REMAINING", "STRATEGIES", "PruningContext", "Strategy", "StrategyError", "alpha_zones",
+    "available_strategies", "bic_segment_count", "check_plans", "get_strategy", "greedy_order", "prefixes",
+    "register_strategy", "segment_profile", "segmentation_cost", "zone_aware_order",
+    "COLUMNS", "DEFAULT_CALIBRATION_TOKENS", "DEFAULT_EVAL_TOKENS", "DEFAULT_SEEDS", "DEFAULT_STRATEGIES",
+    "RECIPE_ABLATIONS", "SETS_PER_PASS", "WINDOW_COLUMNS", "PruningResult", "canonical_removed",
+    "check_strategy_names", "format_removed", "parse_removed", "plan_strategies", "pruning_sweep", "pruning_table",
+]

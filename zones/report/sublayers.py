@@ -1,0 +1,188 @@
+"""The sublayers chapter: attention and MLP importance against their α, and sublayer pruning
+compared with block pruning at equal parameters removed, with loss, KL and top-1 agreement.
+
+Rules the page states, each applied by the function named:
+
+* a sublayer ρ is "detectable" only where its bootstrap interval excludes 0
+  (``zones.report.importance.rho_verdict``);
+* a strategy is *cheaper* than the reference at a budget only where the paired interval of
+  their Δloss difference lies below 0, *costlier* where it lies above, else *not separable*
+  (:func:`standing`);
+* the attention/MLP asymmetry is stated from the paired interval of the difference
+  "mean attention ΔLoss − mean MLP ΔLoss" over blocks (:func:`asymmetry`);
+* with ``block_agreement=True``, every single-block ablation also gets KL and top-1 with
+  intervals, and the page says whether KL orders the blocks as ΔLoss does by Spearman ρ over
+  blocks (``zones.importance.spearman``).
+"""
+from __future__ import annotations
+
+import gc
+import os
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..ablation import ablation_window_losses
+from ..agreement import agreement_window_losses, summarize_agreement
+from ..data import corpus_windows, load_corpus
+from ..figures import BOOK_MODE_ENV
+from ..format import fmt_interval
+from ..importance import model_labels, spearman
+from ..models import load_model
+from ..spectra import alpha_table
+from ..stats import paired_bootstrap
+from ..sublayer_pruning import (DEFAULT_BLOCK_STRATEGIES, DEFAULT_SUBLAYER_STRATEGIES, compare_at_budget, plan_table,
+                                score_plans, tokens_per_second)
+from ..sublayers import sublayer_importance, sublayer_params, sublayer_rho_table
+from .common import ChapterResult, interval_side, save
+from .importance import rho_verdict
+
+# CPU budgets of the chapter on SmolLM2-135M (2 cores, <= 120 s cold): windows of 128 tokens,
+# 6 eval windows (the attention-only and MLP-only ablation costs ~3 single-block sweeps), one
+# calibration window for the similarity and the greedy searches; budgets of 1-2 blocks.
+SEQ_LEN = 128
+EVAL_TOKENS = 6 * 127
+CALIBRATION_TOKENS = 127
+K_MAX = 2
+
+
+def standing(low: float, high: float) -> str:
+    """A Δloss difference (strategy − reference) by its paired interval: ``"cheaper"`` (below
+    0), ``"costlier"`` (above 0), ``"not separable"`` (straddles), ``"undefined"`` (NaN)."""
+    return {"below": "cheaper", "above": "costlier", "straddles": "not separable",
+            "undefined": "undefined"}[interval_side(low, high, 0.0)]
+
+
+def asymmetry(long: pd.DataFrame, *, n_resamples: int = 2000, seed: int = 0) -> dict:
+    """Mean attention-only ΔLoss minus mean MLP-only ΔLoss over blocks (nats), with a paired
+    95% interval over eval windows (``zones.stats.paired_bootstrap``). ``verdict``:
+    ``"attention costs less"`` (interval below 0), ``"attention costs more"`` (above),
+    ``"not separable"``."""
+    layers = sorted(long["layer"].unique())
+    wide = {c: long.pivot(index="layer", columns="window", values=c).loc[layers].to_numpy(dtype=float)
+            for c in ("nll_attn", "nll_mlp", "n_tokens")}
+    tokens = wide["n_tokens"][0]
+    iv = paired_bootstrap(lambda a, m, t: (a.mean(-2).sum(-1) - m.mean(-2).sum(-1)) / t.mean(-2).sum(-1),
+                          (wide["nll_attn"], wide["nll_mlp"], np.broadcast_to(tokens, wide["nll_attn"].shape)),
+                          n_resamples=n_resamples, seed=seed)
+    side = interval_side(float(iv.low), float(iv.high), 0.0)
+    verdict = {"below": "attention costs less", "above": "attention costs more"}.get(side, "not separable")
+    return dict(difference=float(iv.estimate), low=float(iv.low), high=float(iv.high), verdict=verdict)
+
+
+def budget_text(k: int) -> str:
+    """``"1 block's parameters"``, ``"2 blocks' parameters"``."""
+    return f"{int(k)} block's parameters" if int(k) == 1 else f"{int(k)} blocks' parameters"
+
+
+def comparison_text(diffs: pd.DataFrame, reference: str) -> str:
+    """``"at 2 blocks' parameters, attn_drop is cheaper than zone_aware (−0.12 [−0.2, −0.05] nats); …"``
+    (the word from :func:`standing`)."""
+    parts = []
+    for _, r in diffs.iterrows():
+        word = standing(r["low"], r["high"])
+        parts.append(f"at {budget_text(r['k'])}, {r['strategy']} is {word} "
+                     f"{'than' if word != 'not separable' else 'from'} {reference} "
+                     f"({fmt_interval(r['difference'], r['low'], r['high'], signed=True)} nats)")
+    return "; ".join(parts) + "." if parts else "no comparison."
+
+
+def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = SEQ_LEN, eval_tokens: int = EVAL_TOKENS,
+        calibration_tokens: int = CALIBRATION_TOKENS, batch_size: int = 8, k_max: int = K_MAX,
+        block_strategies: Sequence[str] = DEFAULT_BLOCK_STRATEGIES,
+        sublayer_strategies: Sequence[str] = DEFAULT_SUBLAYER_STRATEGIES, reference: str = "zone_aware",
+        alpha_estimator: str = "alpha_shape", n_boot: int = 2000, n_perm: int = 10000, speed_repeats: int = 3,
+        block_agreement: bool = False, seed: int = 0, out_dir: str = "results/sublayers", *,
+        progress: bool | None = None) -> ChapterResult:
+    """The chapter. For every model: the attention-only and MLP-only ablation (``parts=True``,
+    cached) against the sublayers' α → ``importance.csv``, ``rho.csv``. For the first model:
+    every strategy's plan at 1..k_max blocks' parameters, scored on the eval windows with loss,
+    KL and top-1 (``plans.csv``), differences from ``reference`` (``differences.csv``) and the
+    measured forward speed at k_max (``speed.csv``). ``block_agreement``: also KL and top-1 of
+    every single-block ablation of the first model (``block_agreement.csv``; about L/2 forwards
+    and L LM heads per window: off in the CPU budget)."""
+    if progress is None:
+        progress = os.environ.get(BOOK_MODE_ENV) != "1"
+    names = [models] if isinstance(models, str) else list(models)
+    text = load_corpus(corpus)
+    importance, rhos, per_model = [], [], []
+    scored = diffs = speed = agreement = agreement_by_block = kl_rho = None
+    for index, (name, label) in enumerate(zip(names, model_labels(names))):
+        loaded = load_model(name)
+        model = loaded.model
+        windows = corpus_windows(text, loaded.tokenizer, seq_len, "eval", eval_tokens)
+        long = ablation_window_losses(model, windows, parts=True, batch_size=batch_size, progress=progress)
+        alphas = alpha_table(model)
+        params = sublayer_params(model)
+        table = sublayer_importance(long, alphas, params, estimator=alpha_estimator, seed=seed).assign(model=label)
+        rho = sublayer_rho_table(long, alphas, n_boot=n_boot, n_perm=n_perm, seed=seed).assign(model=label)
+        importance.append(table)
+        rhos.append(rho)
+        headline = {p: rho[(rho["part"] == p) & (rho["estimator"] == alpha_estimator) & (rho["role"] == "weighted")]
+                    .iloc[0].to_dict() for p in ("attn", "mlp")}
+        asym = asymmetry(long, seed=seed)
+        per_model.append(dict(model=label, name=name, n_blocks=int(long["layer"].nunique()),
+                              n_tokens=int(windows.n_windows * (windows.seq_len - 1)),
+                              attn=headline["attn"], mlp=headline["mlp"], asymmetry=asym,
+                              attn_verdict=rho_verdict(headline["attn"], label, f"attention {alpha_estimator}"),
+                              mlp_verdict=rho_verdict(headline["mlp"], label, f"MLP {alpha_estimator}")))
+        if index == 0:
+            calibration = corpus_windows(text, loaded.tokenizer, seq_len, "calibration", calibration_tokens)
+            plans = plan_table(model, calibration, alphas, k_max=k_max, block_strategies=block_strategies,
+                               sublayer_strategies=sublayer_strategies, batch_size=batch_size, progress=progress,
+                               estimator=alpha_estimator)
+            scored, agreement = score_plans(model, windows, plans, batch_size=batch_size, progress=progress,
+                                            seed=seed)
+            scored = scored.assign(model=label)
+            diffs = compare_at_budget(scored, agreement, reference, seed=seed)
+            at_max = scored[scored["k"] == scored["k"].max()]
+            speed = tokens_per_second(model, windows, list(at_max["removed"]), batch_size=batch_size,
+                                      repeats=speed_repeats)
+            speed = speed.merge(at_max[["removed", "strategy", "kind", "k", "n_params"]], on="removed", how="left")
+            speed["strategy"] = speed["strategy"].fillna("full model")
+            if block_agreement:
+                blocks = summarize_agreement(agreement_window_losses(
+                    model, windows, [[i] for i in range(int(long["layer"].nunique()))], batch_size=batch_size,
+                    progress=progress), seed=seed)
+                agreement_by_block = blocks.assign(layer=blocks["removed"].astype(int), model=label)
+                kl_rho = spearman(agreement_by_block["kl"], agreement_by_block["delta_loss"], n_boot=n_boot,
+                                  n_perm=n_perm, seed=seed)
+        del loaded, model
+        gc.collect()
+    importance = pd.concat(importance, ignore_index=True)
+    rhos = pd.concat(rhos, ignore_index=True)
+    first = per_model[0]
+    cheapest = scored.loc[scored.groupby("k")["delta_loss"].idxmin()]
+    numbers = dict(
+        first_model=first["model"], n_blocks=first["n_blocks"], n_tokens=first["n_tokens"], seq_len=int(seq_len),
+        alpha_name=f"weighted {alpha_estimator}",
+        attn_rho=fmt_interval(first["attn"]["rho"], first["attn"]["ci_low"], first["attn"]["ci_high"]),
+        attn_p=first["attn"]["p_value"],
+        mlp_rho=fmt_interval(first["mlp"]["rho"], first["mlp"]["ci_low"], first["mlp"]["ci_high"]),
+        mlp_p=first["mlp"]["p_value"],
+        rho_verdict=" ".join(f"{m['attn_verdict']} {m['mlp_verdict']}" for m in per_model),
+        asymmetry=fmt_interval(first["asymmetry"]["difference"], first["asymmetry"]["low"],
+                               first["asymmetry"]["high"], signed=True),
+        asymmetry_verdict=first["asymmetry"]["verdict"],
+        k_max=int(k_max), reference=reference, comparison_text=comparison_text(diffs, reference),
+        cheapest_text="; ".join(f"{budget_text(r['k'])}: {r['strategy']} "
+                                f"(Δloss {fmt_interval(r['delta_loss'], r['delta_loss_low'], r['delta_loss_high'])} "
+                                f"nats, KL {fmt_interval(r['kl'], r['kl_low'], r['kl_high'])}, top-1 "
+                                f"{fmt_interval(100 * r['top1'], 100 * r['top1_low'], 100 * r['top1_high'])}%)"
+                                for _, r in cheapest.iterrows()),
+        speed_text="; ".join(f"{r['strategy']} {r['speedup']:.2f}×" for _, r in speed.iterrows()
+                             if r["strategy"] != "full model"))
+    summary = dict(corpus=corpus, seq_len=seq_len, eval_tokens=eval_tokens, calibration_tokens=calibration_tokens,
+                   k_max=k_max, reference=reference, alpha_estimator=alpha_estimator, models=per_model)
+    numbers["block_agreement_text"] = (
+        f"Over the single-block ablations of {first['model']}, KL from the full model and ΔLoss rank the blocks with "
+        f"Spearman ρ = {fmt_interval(kl_rho.rho, kl_rho.ci_low, kl_rho.ci_high)}." if kl_rho is not None else
+        "The KL and top-1 of every single-block ablation are not measured at this budget (block_agreement=True).")
+    tables = dict(importance=importance, rho=rhos, plans=scored, differences=diffs, speed=speed)
+    if agreement_by_block is not None:
+        tables["block_agreement"] = agreement_by_block
+    out = save(out_dir, tables, summary)
+    shown = scored[["strategy", "kind", "k", "removed", "n_params", "delta_loss", "delta_loss_low", "delta_loss_high",
+                    "kl", "top1"]]
+    return ChapterResult(dict(tables, shown=shown), numbers, summary, out)
