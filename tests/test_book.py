@@ -222,3 +222,21 @@ def test_a_damaged_timings_record_only_costs_the_estimate(capsys):
     path.write_text('{"pruning": 1200.0}')
     assert last_timings(params) == {}
     assert f"cache entry {path} is damaged" in capsys.readouterr().err
+
+
+def test_every_assignment_in_a_parameters_cell_is_a_parameter_papermill_sees():
+    """papermill skips a line it cannot parse (a ';' in its comment, say) with only a log line:
+    the parameter would then be unknown to `zones book --param` and to papermill's injection."""
+    import ast
+
+    import jupytext
+
+    from zones.book import chapter_source, declared_parameters
+
+    root = Path(__file__).resolve().parents[1]
+    for name in chapters(root):
+        source = chapter_source(root, name)
+        cells = [c for c in jupytext.read(source).cells if "parameters" in c.metadata.get("tags", [])]
+        assigned = {t.id for node in ast.parse(cells[0].source).body if isinstance(node, ast.Assign)
+                    for t in node.targets if isinstance(t, ast.Name)}
+        assert assigned == set(declared_parameters(source)), f"{source}: papermill misses some parameters"

@@ -19,11 +19,31 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+from tqdm import tqdm
+
 from . import __version__
-from .models import DEFAULT_MODEL
+from .ablation import DEFAULT_EVAL_TOKENS as ABLATION_EVAL_TOKENS
+from .ablation import ablation_table
+from .book import build_book, project_root
+from .cache import write_table
+from .checkpoints import lifecycle_snapshots
+from .data import CorpusError, corpus_windows, load_corpus
+from .evaluate import DEFAULT_DTYPE, DTYPES
+from .executors import alpha_sweep, check_executor
+from .export import ExportError, choose_removed, export_model
+from .heal import DEFAULT_LR, DEFAULT_RANK, DEFAULT_TOKENS, METHODS, export_healed, heal
+from .models import DEFAULT_MODEL, load_model
+from .pruning import DEFAULT_EVAL_TOKENS as PRUNING_EVAL_TOKENS
+from .pruning import (DEFAULT_CALIBRATION_TOKENS, DEFAULT_SEEDS, DEFAULT_STRATEGIES, available_strategies,
+                       check_strategy_names, parse_removed, pruning_table)
+from .spectra import alpha_table, check_estimators, check_window
+from .training import run_label, series_configs, series_history, series_snapshots, series_summary, train_model
 
 
 def _model_args(parser: argparse.ArgumentParser, tokenizer: bool = False) -> None:
@@ -48,7 +68,6 @@ def _out_arg(parser: argparse.ArgumentParser, default: str = "results") -> None:
 
 def _load(args):
     """The model of ``--model``; its tokenizer only when the command has ``--tokenizer``."""
-    from .models import load_model
 
     text = dict(tokenizer=args.tokenizer) if hasattr(args, "tokenizer") else dict(load_tokenizer=False)
     return load_model(args.model, device=args.device, trust_remote_code=args.trust_remote_code, **text)
@@ -75,7 +94,6 @@ def _text_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _dtype_arg(parser: argparse.ArgumentParser) -> None:
-    from .evaluate import DEFAULT_DTYPE, DTYPES
 
     parser.add_argument("--dtype", default=DEFAULT_DTYPE, choices=DTYPES,
                         help=f"scoring precision of the forward passes (default: {DEFAULT_DTYPE})")
@@ -95,7 +113,6 @@ def _budget(tokens: int | None, default: int) -> int | None:
 
 def _name_values(items: list[str], flag: str) -> dict:
     """``NAME=VALUE`` flags as a dict; values are YAML, so numbers and lists keep their types."""
-    import yaml
 
     values = {}
     for item in items:
@@ -107,14 +124,12 @@ def _name_values(items: list[str], flag: str) -> dict:
 
 
 def _write(df, out: str, name: str) -> None:
-    from .cache import write_table
 
     path = write_table(df, Path(out) / name)
     print(f"wrote {path} ({len(df)} rows)")
 
 
 def cmd_alpha(args) -> None:
-    from .spectra import alpha_table, check_estimators, check_window
 
     window, estimators = check_window(args.window), check_estimators(args.estimators)  # before loading
     table = alpha_table(_load(args).model, window=window, estimators=estimators, cache=not args.no_cache,
@@ -127,19 +142,16 @@ def cmd_alpha(args) -> None:
 
 def _split_budget(args) -> int | None:
     """ablate's budget: the chosen split's flag (``--tokens``, hidden, is the old spelling)."""
-    from .ablation import DEFAULT_EVAL_TOKENS
 
     other = "calibration" if args.split == "eval" else "eval"
     if getattr(args, f"{other}_tokens") is not None:
         raise ValueError(f"--{other}-tokens sets the {other} split's budget, but --split is {args.split}; "
                          f"pass --{args.split}-tokens")
     tokens = getattr(args, f"{args.split}_tokens")
-    return _budget(args.tokens if tokens is None else tokens, DEFAULT_EVAL_TOKENS)
+    return _budget(args.tokens if tokens is None else tokens, ABLATION_EVAL_TOKENS)
 
 
 def cmd_ablate(args) -> None:
-    from .ablation import ablation_table
-    from .data import corpus_windows, load_corpus
 
     tokens = _split_budget(args)
     corpus = load_corpus(args.corpus)  # an unknown or empty corpus fails before the model loads
@@ -151,9 +163,6 @@ def cmd_ablate(args) -> None:
 
 
 def cmd_prune(args) -> None:
-    from .data import corpus_windows, load_corpus
-    from .pruning import (DEFAULT_CALIBRATION_TOKENS, DEFAULT_EVAL_TOKENS, DEFAULT_SEEDS, DEFAULT_STRATEGIES,
-                          available_strategies, check_strategy_names, pruning_table)
 
     if args.list_strategies:
         print(available_strategies().to_string(index=False))
@@ -162,7 +171,7 @@ def cmd_prune(args) -> None:
     corpus = load_corpus(args.corpus)
     loaded = _load(args)
     eval_windows = corpus_windows(corpus, loaded.tokenizer, args.seq_len, "eval",
-                                  _budget(args.eval_tokens, DEFAULT_EVAL_TOKENS))
+                                  _budget(args.eval_tokens, PRUNING_EVAL_TOKENS))
     calibration = corpus_windows(corpus, loaded.tokenizer, args.seq_len, "calibration",
                                  _budget(args.calibration_tokens, DEFAULT_CALIBRATION_TOKENS))
     table = pruning_table(loaded.model, eval_windows, calibration, strategies=names, k_max=args.k_max,
@@ -172,9 +181,7 @@ def cmd_prune(args) -> None:
 
 
 def cmd_train(args) -> None:
-    import shutil
 
-    from .training import run_label, series_configs, series_history, series_snapshots, series_summary, train_model
 
     overrides = dict(width=args.width, width_per_layer=args.width_per_layer, head_dim=args.head_dim,
                      vocab_size=args.vocab_size, seq_len=args.seq_len, batch_size=args.batch_size,
@@ -206,7 +213,6 @@ def cmd_train(args) -> None:
 
 
 def cmd_book(args) -> None:
-    from .book import build_book
 
     params = _name_values(args.param, "--param")  # refused when no chapter declares one
     index = build_book(params, only=args.only or None, execute=not args.no_execute, model=args.model)
@@ -216,7 +222,6 @@ def cmd_book(args) -> None:
 def lab_command(lab_args: list[str]) -> list[str]:
     """The jupyter-lab command line: the notebooks folder and JupyterLab's own options
     (a ``--`` separator dropped; ``--allow-root`` added when running as root)."""
-    from .book import project_root
 
     options = [a for a in lab_args if a != "--"]
     if hasattr(os, "geteuid") and os.geteuid() == 0 and not any("allow-root" in a or "allow_root" in a
@@ -226,7 +231,6 @@ def lab_command(lab_args: list[str]) -> list[str]:
 
 
 def cmd_lab(args) -> int:
-    import subprocess
 
     return subprocess.run(lab_command(args.lab_args), check=False).returncode
 
@@ -243,8 +247,6 @@ def _executor_args(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_lifecycle(args) -> None:
-    from .checkpoints import lifecycle_snapshots
-    from .executors import check_executor
 
     check_executor(args.executor)  # before any work
     if not args.memory_budget >= 0:
@@ -259,7 +261,6 @@ def cmd_lifecycle(args) -> None:
 
 
 def cmd_sweep(args) -> None:
-    from .executors import alpha_sweep, check_executor
 
     check_executor(args.executor)
     table = alpha_sweep(args.models.split(","), args.executor, ray_address=args.ray_address, retries=args.retries,
@@ -305,8 +306,6 @@ def _add_lifecycle_and_sweep(sub) -> None:
 
 def _pruned_blocks(args, loaded, calibration):
     """--remove 3,11 or --strategy NAME --k K: the blocks to remove, and the strategy's name."""
-    from .export import ExportError, choose_removed
-    from .pruning import parse_removed
 
     if args.remove is not None:
         if args.strategy is not None or args.k is not None:
@@ -322,8 +321,6 @@ def _calibration(args, loaded, tokens: int | None = None):
     """Calibration windows: the strategies plan on --calibration-tokens (default: the pruning
     chapter's, so a strategy picks the blocks the book reports); ``tokens`` (healing) takes that
     many, or the whole split when it is smaller."""
-    from .data import CorpusError, corpus_windows
-    from .pruning import DEFAULT_CALIBRATION_TOKENS
 
     if tokens is None:
         return corpus_windows(args.corpus, loaded.tokenizer, args.seq_len, "calibration",
@@ -335,7 +332,6 @@ def _calibration(args, loaded, tokens: int | None = None):
 
 
 def cmd_export(args) -> None:
-    from .export import export_model
 
     loaded = _load(args)
     calibration = _calibration(args, loaded) if args.strategy else None
@@ -346,7 +342,6 @@ def cmd_export(args) -> None:
 
 
 def cmd_heal(args) -> None:
-    from .heal import export_healed, heal
 
     loaded = _load(args)
     removed, strategy = _pruned_blocks(args, loaded, _calibration(args, loaded) if args.strategy else None)
@@ -360,7 +355,6 @@ def cmd_heal(args) -> None:
 
 
 def _add_export_and_heal(sub) -> None:
-    from .heal import DEFAULT_LR, DEFAULT_RANK, DEFAULT_TOKENS, METHODS
 
     for name in ("export", "heal"):
         if name == "export":
@@ -502,7 +496,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def _close_progress_bars() -> None:
     """Close the progress bars an error left open (they would share the error's line)."""
-    from tqdm import tqdm
 
     for bar in list(getattr(tqdm, "_instances", ())):
         bar.close()
