@@ -31,6 +31,7 @@ from . import __version__
 from .adapters import get_adapter
 from .blocks import check_layers
 from .cache import atomic_directory, atomic_write_text
+from .checks import check_int
 from .data import Windows
 from .models import model_fingerprint
 from .pruning import PruningContext, get_strategy
@@ -105,9 +106,10 @@ def choose_removed(model: nn.Module, strategy: str, k: int, *, calibration: Wind
     """The k blocks ``strategy`` removes (its plan at k, for ``seed``), in the strategy's order."""
     chosen = get_strategy(strategy)
     n = get_adapter(model).n_blocks
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= chosen.max_k(n):
-        raise ExportError(f"--k must be an integer from 1 to {chosen.max_k(n)} for strategy {strategy!r} "
-                          f"on this {n}-block model; got {k!r}")
+    try:
+        k = check_int(k, f"--k (for strategy {strategy!r} on this {n}-block model)", min=1, max=chosen.max_k(n))
+    except ValueError as err:
+        raise ExportError(str(err)) from None
     if chosen.uses_calibration and calibration is None:
         raise ExportError(f"strategy {strategy!r} measures activations: pass calibration windows (--corpus)")
     ctx = PruningContext(model, calibration, batch_size=batch_size, progress=progress)

@@ -46,6 +46,7 @@ from tqdm.auto import tqdm
 
 from .adapters import get_adapter
 from .cache import entry_path, read_entry, write_entry
+from .checks import check_int
 from .data import Windows
 from .evaluate import evaluate_loss, model_device
 from .export import _spans, check_removed, provenance, pruned_copy, save_directory
@@ -113,10 +114,11 @@ def heal_key(fingerprint: str, removed: Sequence[int], method: str, tokens: int,
 def _check(method: str, tokens, calibration: Windows, batch_size) -> None:
     if method not in METHODS:
         raise HealError(f"method must be one of {METHODS}; got {method!r}")
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
-        raise HealError(f"tokens (the healing budget) must be a positive integer; got {tokens!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise HealError(f"batch_size must be a positive integer; got {batch_size!r}")
+    try:
+        check_int(tokens, "tokens (the healing budget)", min=1)
+        check_int(batch_size, "batch_size", min=1)
+    except ValueError as err:
+        raise HealError(str(err)) from None
     if not isinstance(calibration, Windows):
         raise TypeError(f"calibration must be zones.data.Windows, not {type(calibration).__name__}")
     if calibration.split != "calibration":
