@@ -221,7 +221,7 @@ def test_chapter_runs_on_a_model_directory(tiny_model_dir, tmp_path):
     result = chapter.run(models=[str(tiny_model_dir)], seq_len=32, eval_tokens=4 * 31, calibration_tokens=31,
                          batch_size=4, k_max=1, block_strategies=["zone_aware"],
                          sublayer_strategies=["attn_drop", "zone_aware_attn", "sublayer_greedy"], n_boot=100,
-                         n_perm=100, speed_repeats=1, block_agreement=True, out_dir=str(tmp_path / "out"),
+                         n_perm=100, speed_repeats=1, block_agreement=True, profile=None, out_dir=str(tmp_path / "out"),
                          progress=False)
     assert {"importance", "rho", "plans", "differences", "speed"} <= set(result.tables)
     assert (tmp_path / "out" / "plans.csv").exists()
@@ -241,8 +241,31 @@ def test_notebook_executes_on_a_tiny_model(tmp_path, tiny_model_dir, monkeypatch
     source = project_root() / "notebooks" / "sublayers.md"
     parameters = dict(models=[str(tiny_model_dir)], seq_len=32, eval_tokens=4 * 31, calibration_tokens=31,
                       batch_size=4, k_max=1, block_strategies=["zone_aware", "block_influence"],
-                      sublayer_strategies=["attn_drop", "zone_aware_attn"], n_boot=50, n_perm=50, speed_repeats=1)
+                      sublayer_strategies=["attn_drop", "zone_aware_attn"], n_boot=50, n_perm=50, speed_repeats=1,
+                      profile=None)
     assert set(parameters) <= set(declared_parameters(source))
     run_notebook(source, tmp_path / "sublayers.ipynb", parameters, cwd=tmp_path)
     text = (tmp_path / "sublayers.ipynb").read_text()
     assert "Traceback" not in text and (tmp_path / "results" / "sublayers" / "plans.csv").exists()
+
+
+def test_series_sublayer_rho_matches_scipy_on_each_trained_model(micro_corpus, one_thread):
+    """The trained-series part of the chapter: per run and part, ρ equals scipy's Spearman ρ
+    between that part's ablation ΔLoss and its weighted α, on the run's own held-out windows."""
+    from scipy.stats import spearmanr
+
+    from zones.report.sublayers import series_sublayer_rho, series_text
+    from zones.training import heldout_windows, train_series
+
+    overrides = dict(width=32, head_dim=16, vocab_size=300, seq_len=32, batch_size=8, steps=20, lr=3e-3,
+                     eval_every=10, snapshot_every=10, checkpoint_every=15, eval_windows=8, corpus=micro_corpus)
+    table = series_sublayer_rho("cpu", [5], dict(overrides, seed=0), eval_tokens=8 * 31, n_boot=100, n_perm=200)
+    assert list(table["part"]) == ["attn", "mlp"] and set(table["n_blocks"]) == {5}
+    run = train_series([5], "cpu", progress=False, **dict(overrides, seed=0))[0]
+    model = run.load().model
+    ablation = ablation_table(model, heldout_windows(run, 8 * 31), parts=True, progress=False)
+    alphas = sublayer_alpha(alpha_table(model))
+    for part in ("attn", "mlp"):
+        expected = spearmanr(ablation[f"delta_loss_{part}"], alphas[alphas["part"] == part]["alpha"]).statistic
+        assert table.loc[table["part"] == part, "rho"].item() == pytest.approx(expected, abs=1e-9)
+    assert "of 1 intervals" in series_text(table) and series_sublayer_rho(None).empty

@@ -35,6 +35,7 @@ from ..stats import paired_bootstrap
 from ..sublayer_pruning import (DEFAULT_BLOCK_STRATEGIES, DEFAULT_SUBLAYER_STRATEGIES, compare_at_budget, plan_table,
                                 score_plans, tokens_per_second)
 from ..sublayers import sublayer_importance, sublayer_params, sublayer_rho_table
+from ..training import heldout_windows, run_label, train_series
 from .common import ChapterResult, interval_side, save
 from .importance import rho_verdict
 
@@ -45,6 +46,49 @@ SEQ_LEN = 128
 EVAL_TOKENS = 6 * 127
 CALIBRATION_TOKENS = 127
 K_MAX = 2
+SERIES_EVAL_TOKENS = 16 * 127   # held-out tokens per trained model (its own tokenizer and text)
+
+
+def series_sublayer_rho(profile: str | None = "cpu", depths=None, train_overrides: dict | None = None, *,
+                        eval_tokens: int = SERIES_EVAL_TOKENS,
+                        estimator: str = "alpha_shape", batch_size: int = 16, n_boot: int = 2000,
+                        n_perm: int = 10000, seed: int = 0, progress: bool = False) -> pd.DataFrame:
+    """ρ(sublayer ΔLoss, the sublayer's weighted α) of every model of a trained depth series
+    (``zones.training.train_series(depths, profile, **train_overrides)``: with the same
+    arguments, the depth-series chapter's runs, read from the cache), each on its own held-out windows. Columns: ``model, depth, seed, part, n_blocks, rho,
+    ci_low, ci_high, p_value, verdict``; empty for ``profile=None``."""
+    if profile is None:
+        return pd.DataFrame(columns=["model", "depth", "seed", "part", "n_blocks", "rho", "ci_low", "ci_high",
+                                     "p_value", "verdict"])
+    rows = []
+    for run in train_series(depths, profile, progress=progress, **(train_overrides or {})):
+        loaded = run.load()
+        long = ablation_window_losses(loaded.model, heldout_windows(run, eval_tokens), parts=True,
+                                      batch_size=batch_size, progress=progress)
+        rho = sublayer_rho_table(long, alpha_table(loaded.model), n_boot=n_boot, n_perm=n_perm, seed=seed)
+        label = run_label(run)
+        for part in ("attn", "mlp"):
+            r = rho[(rho["part"] == part) & (rho["estimator"] == estimator) & (rho["role"] == "weighted")].iloc[0]
+            name = "attention" if part == "attn" else "MLP"
+            rows.append(dict(model=label, depth=run.config.depth, seed=run.config.seed, part=part,
+                             n_blocks=int(long["layer"].nunique()), rho=r["rho"], ci_low=r["ci_low"],
+                             ci_high=r["ci_high"], p_value=r["p_value"],
+                             verdict=rho_verdict(r.to_dict(), label, f"{name} {estimator}")))
+    return pd.DataFrame(rows)
+
+
+def series_text(series: pd.DataFrame) -> str:
+    """One sentence over a trained series' sublayer ρ: how many of its intervals exclude 0, per
+    part (rule: ``interval_side`` of each interval against 0)."""
+    if series.empty:
+        return "No trained series was scored (profile=None)."
+    parts = []
+    for part, name in (("attn", "attention"), ("mlp", "MLP")):
+        rows = series[series["part"] == part]
+        sides = [interval_side(lo, hi, 0.0) for lo, hi in zip(rows["ci_low"], rows["ci_high"])]
+        parts.append(f"for the {name} sublayers, {sides.count('above')} of {len(rows)} intervals lie above 0 and "
+                     f"{sides.count('below')} below it")
+    return f"Over the {series['model'].nunique()} trained models, " + "; ".join(parts) + "."
 
 
 def standing(low: float, high: float) -> str:
@@ -93,7 +137,8 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = SEQ_LEN
         block_strategies: Sequence[str] = DEFAULT_BLOCK_STRATEGIES,
         sublayer_strategies: Sequence[str] = DEFAULT_SUBLAYER_STRATEGIES, reference: str = "zone_aware",
         alpha_estimator: str = "alpha_shape", n_boot: int = 2000, n_perm: int = 10000, speed_repeats: int = 3,
-        block_agreement: bool = False, seed: int = 0, out_dir: str = "results/sublayers", *,
+        block_agreement: bool = False, seed: int = 0, profile: str | None = "cpu", depths=None,
+        train_overrides: dict | None = None, series_eval_tokens: int = SERIES_EVAL_TOKENS, out_dir: str = "results/sublayers", *,
         progress: bool | None = None) -> ChapterResult:
     """The chapter. For every model: the attention-only and MLP-only ablation (``parts=True``,
     cached) against the sublayers' α → ``importance.csv``, ``rho.csv``. For the first model:
@@ -101,7 +146,8 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = SEQ_LEN
     KL and top-1 (``plans.csv``), differences from ``reference`` (``differences.csv``) and the
     measured forward speed at k_max (``speed.csv``). ``block_agreement``: also KL and top-1 of
     every single-block ablation of the first model (``block_agreement.csv``; about L/2 forwards
-    and L LM heads per window: off in the CPU budget)."""
+    and L LM heads per window: off in the CPU budget). ``series_profile``: the same sublayer ρ on
+    every model of the trained depth series ``profile``, ``depths``, ``train_overrides`` (as in the depth-series chapter; None: none; :func:`series_sublayer_rho` → ``series_rho.csv``)."""
     if progress is None:
         progress = os.environ.get(BOOK_MODE_ENV) != "1"
     names = [models] if isinstance(models, str) else list(models)
@@ -152,6 +198,8 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = SEQ_LEN
         gc.collect()
     importance = pd.concat(importance, ignore_index=True)
     rhos = pd.concat(rhos, ignore_index=True)
+    series = series_sublayer_rho(profile, depths, train_overrides, eval_tokens=series_eval_tokens, estimator=alpha_estimator,
+                                 n_boot=n_boot, n_perm=n_perm, seed=seed, progress=progress)
     first = per_model[0]
     cheapest = scored.loc[scored.groupby("k")["delta_loss"].idxmin()]
     numbers = dict(
@@ -179,7 +227,8 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = SEQ_LEN
         f"Over the single-block ablations of {first['model']}, KL from the full model and ΔLoss rank the blocks with "
         f"Spearman ρ = {fmt_interval(kl_rho.rho, kl_rho.ci_low, kl_rho.ci_high)}." if kl_rho is not None else
         "The KL and top-1 of every single-block ablation are not measured at this budget (block_agreement=True).")
-    tables = dict(importance=importance, rho=rhos, plans=scored, differences=diffs, speed=speed)
+    numbers["series_text"] = series_text(series)
+    tables = dict(importance=importance, rho=rhos, plans=scored, differences=diffs, speed=speed, series_rho=series)
     if agreement_by_block is not None:
         tables["block_agreement"] = agreement_by_block
     out = save(out_dir, tables, summary)
