@@ -41,7 +41,7 @@ import papermill
 import yaml
 from tqdm.auto import tqdm
 
-from .cache import CacheError, atomic_write_bytes, entry_path, read_entry, write_entry
+from .cache import CacheError, atomic_write_bytes, atomic_write_text, entry_path, read_entry, write_entry
 from .figures import BOOK_MODE_ENV, write_vega_bundle
 
 
@@ -349,6 +349,21 @@ def execute_chapters(root: Path, names: list[str], parameters: dict[str, Any] | 
     return done
 
 
+SUMMARY_PAGE = Path("book") / "chapters" / "claims_summary.md"   # the scorecard writes it; the intro includes it
+
+
+def write_summary_placeholder(root: Path) -> bool:
+    """A book built without the scorecard chapter (a partial copy, say) still needs the verdict
+    list the front page includes: write a line saying where it comes from, unless it exists."""
+    path = root / SUMMARY_PAGE
+    if path.exists():
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, "The verdict list appears here once the scorecard chapter (`claims`) has run "
+                            "with the book.\n")
+    return True
+
+
 def build_book(parameters: dict[str, Any] | None = None, only: list[str] | None = None,
                root: Path | None = None, execute: bool = True, model: str | None = None,
                progress: bool = True) -> Path:
@@ -369,6 +384,7 @@ def build_book(parameters: dict[str, Any] | None = None, only: list[str] | None 
     if missing:
         raise FileNotFoundError(f"chapters never executed: {missing}; run without --only first")
     write_static_assets(root / "book" / "_static")
+    write_summary_placeholder(root)
     jupyter_book = Path(sys.executable).with_name("jupyter-book")
     command = [str(jupyter_book), "build", str(root), "--path-output",
                str(root / "book"), "--warningiserror", "--nitpick", "--keep-going"]

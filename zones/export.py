@@ -107,9 +107,9 @@ def choose_removed(model: nn.Module, strategy: str, k: int, *, calibration: Wind
     chosen = get_strategy(strategy)
     n = get_adapter(model).n_blocks
     try:
-        k = check_int(k, f"--k (for strategy {strategy!r} on this {n}-block model)", min=1, max=chosen.max_k(n))
+        k = check_int(k, "--k", min=1, max=chosen.max_k(n))
     except ValueError as err:
-        raise ExportError(str(err)) from None
+        raise ExportError(f"{err} (strategy {strategy!r} on this {n}-block model)") from None
     if chosen.uses_calibration and calibration is None:
         raise ExportError(f"strategy {strategy!r} measures activations: pass calibration windows (--corpus)")
     ctx = PruningContext(model, calibration, batch_size=batch_size, progress=progress)

@@ -458,9 +458,11 @@ def summary_markdown(scores: pd.DataFrame, link_prefix: str = "chapters/") -> st
     relative to the including page: ``link_prefix`` + chapter)."""
     lines = []
     for r in claim_outcomes(scores).itertuples():
-        link = f"{{doc}}`{r.chapter} <{link_prefix}{r.chapter}>`"
-        detail = r.verdicts if r.outcome == "mixed" else f"on {r.models}" if r.models != "–" else "no chapter ran"
-        lines.append(f"- {_badge(r.outcome)} **{r.claim}**: {detail} ({link})")
+        measured = r.models != "–"
+        # link only a chapter that ran: a book built without it has no such page to link
+        where = f"{{doc}}`{r.chapter} <{link_prefix}{r.chapter}>`" if measured else f"the {r.chapter} chapter"
+        detail = r.verdicts if r.outcome == "mixed" else f"on {r.models}" if measured else "no chapter ran"
+        lines.append(f"- {_badge(r.outcome)} **{r.claim}**: {detail} ({where})")
     counts = claim_counts(scores)
     def verb(n: int, one: str, many: str) -> str:   # "1 holds", "2 hold"
         return f"{n} {one if n == 1 else many}"
