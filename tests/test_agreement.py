@@ -45,7 +45,9 @@ def test_kl_and_top1_match_a_plain_reference():
     kl = (p.exp() * (p - q)).sum(-1).sum(-1).numpy()
     top1 = (p.argmax(-1) == q.argmax(-1)).double().sum(-1).numpy()
     nll = -q.gather(-1, w.input_ids[:, 1:, None])[..., 0].sum(-1).numpy()
-    np.testing.assert_allclose(long["kl"], kl, rtol=1e-6, atol=1e-9)
+    # the library scores in float32 (the reference in float64): forward passes differ by ~1e-6
+    # relative between transformers versions, so allow float32 rounding, far below any effect size
+    np.testing.assert_allclose(long["kl"], kl, rtol=1e-4, atol=1e-7)
     np.testing.assert_array_equal(long["top1"], top1)
     np.testing.assert_allclose(long["nll"], nll, rtol=1e-5)
     assert (long["kl"] > 0).all()
