@@ -32,7 +32,8 @@ from .blocks import BlockTrace
 from .cache import cached_table
 from .checks import check_int
 from .data import Windows
-from .evaluate import DEFAULT_DTYPE, check_dtype, check_fit, loss_name, model_device, scoring_precision
+from .evaluate import (DEFAULT_DTYPE, check_dtype, check_fit, head_inputs, loss_name, model_device,
+                       scoring_precision)
 from .models import model_fingerprint
 from .stats import LEVEL, N_RESAMPLES, SEED, check_finite, delta_loss_interval, interval_columns, paired_bootstrap
 from .sublayers import format_removal, normalize_removal, removal_hidden
@@ -51,9 +52,8 @@ CACHE_BYTES = 512 * 2 ** 20  # the full model's log-probabilities of a batch are
 
 
 def _head_inputs(adapter, hidden: torch.Tensor) -> torch.Tensor:
-    weight = next(adapter.lm_head().parameters())
-    with torch.inference_mode(), torch.autocast(device_type=hidden.device.type, enabled=False):
-        return adapter.final_norm()(hidden[:, :-1].to(weight.dtype)).reshape(-1, hidden.shape[-1])
+    with torch.inference_mode():
+        return head_inputs(adapter, hidden)
 
 
 def base_log_probs(adapter, base_hidden: torch.Tensor) -> list[torch.Tensor] | None:

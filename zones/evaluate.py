@@ -109,6 +109,18 @@ def nll_windows(logits: torch.Tensor, input_ids: torch.Tensor) -> np.ndarray:
     return nll.double().reshape(target.shape).sum(-1).cpu().numpy()
 
 
+def head_inputs(adapter, hidden: torch.Tensor, *, normed: bool = False) -> torch.Tensor:
+    """What the LM head reads, shape (batch·(length−1), width): the last hidden state of every
+    position that predicts a scored token, through the final norm (unless ``normed``), in the
+    head's dtype and full precision. Every head-side scorer (loss, KL, top-1) starts here."""
+    weight = next(adapter.lm_head().parameters())
+    with _full_precision(hidden.device):
+        hidden = hidden[:, :-1].to(weight.dtype)
+        if not normed:
+            hidden = adapter.final_norm()(hidden)
+    return hidden.reshape(-1, hidden.shape[-1])
+
+
 def head_nll_windows(adapter, hidden: torch.Tensor, input_ids: torch.Tensor, *,
                      normed: bool = False) -> np.ndarray:
     """Summed next-token NLL of each window (float64, shape (batch,)) from the last hidden
@@ -118,13 +130,9 @@ def head_nll_windows(adapter, hidden: torch.Tensor, input_ids: torch.Tensor, *,
     position predicts nothing that is scored, so it is dropped before the head.
     """
     head = adapter.lm_head()
-    weight = next(head.parameters())
     batch, length = hidden.shape[0], hidden.shape[1] - 1
+    hidden = head_inputs(adapter, hidden, normed=normed)
     with _full_precision(hidden.device):
-        hidden = hidden[:, :-1].to(weight.dtype)
-        if not normed:
-            hidden = adapter.final_norm()(hidden)
-        hidden = hidden.reshape(-1, hidden.shape[-1])
         target = input_ids[:, 1:].reshape(-1).to(hidden.device)
         per_token = torch.empty(target.shape[0], dtype=torch.float64, device=hidden.device)
         for start in range(0, target.shape[0], HEAD_CHUNK):
