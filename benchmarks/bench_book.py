@@ -7,10 +7,10 @@ first chapter pays the model's conversion, as in a cold ``make book``). The same
 reference forward: SmolLM2-135M (the default model) on 2,048 tokens (8 windows of 256) in
 float32, before and after the chapters, so a chapter's time divided by the reference is
 comparable across machines and loads. It prints the CPU (model name, PyTorch's dispatch
-capability ``zones.hardware.cpu_capability``, native bf16), the threads, and per chapter the
+capability ``zones.core.hardware.cpu_capability``, native bf16), the threads, and per chapter the
 seconds, the ratio to the reference and the budget (``zones.book.EXPECTED_SECONDS``).
 
-``--head`` instead measures the LM head's token chunk (``zones.evaluate.HEAD_CHUNK``): per-window
+``--head`` instead measures the LM head's token chunk (``zones.measure.evaluate.HEAD_CHUNK``): per-window
 NLL of one batch through ``head_nll_windows`` with each chunk size, interleaved, with the largest
 difference from the first size (the chunks change only which tokens share a call, not the numbers).
 
@@ -33,14 +33,14 @@ from pathlib import Path
 
 import torch
 
-from zones import evaluate
-from zones.adapters import get_adapter
-from zones.blocks import BlockTrace
 from zones.book import EXPECTED_SECONDS, chapter_source, chapters, execution_order, project_root, run_notebook
-from zones.data import corpus_windows, load_corpus
+from zones.core.adapters import get_adapter
+from zones.core.data import corpus_windows, load_corpus
+from zones.core.hardware import cpu_capability, native_bf16
+from zones.core.models import DEFAULT_MODEL, load_model
 from zones.figures import BOOK_MODE_ENV
-from zones.hardware import cpu_capability, native_bf16
-from zones.models import DEFAULT_MODEL, load_model
+from zones.measure import evaluate
+from zones.measure.blocks import BlockTrace
 
 REFERENCE_TOKENS = 2048
 SEQ_LEN = 256

@@ -1,7 +1,7 @@
 """Scoring precision: float32 against bfloat16 ablation tables on the same windows.
 
 One run, one model, the same eval windows: the single-block ablation sweep
-(``zones.ablation.ablation_table``, prefix reuse, no cache) in float32 and with the blocks
+(``zones.measure.ablation.ablation_table``, prefix reuse, no cache) in float32 and with the blocks
 under bfloat16 autocast (``dtype="bfloat16"``; the final norm, LM head and NLL stay in
 float32/float64). Prints, for each precision, the sweep's time and its throughput in scored
 token-forwards per second (blocks + 1 forwards of the eval tokens), then
@@ -24,9 +24,9 @@ import time
 import torch
 from scipy.stats import spearmanr
 
-from zones.ablation import ablation_table
-from zones.data import corpus_windows
-from zones.models import load_model
+from zones.core.data import corpus_windows
+from zones.core.models import load_model
+from zones.measure.ablation import ablation_table
 
 RHO_MIN = 0.99
 WELL_INSIDE = 0.25  # largest |difference| ≤ this fraction of the median half-width

@@ -1,6 +1,6 @@
 """The exact model fingerprint: its cost on the default model, against sha256 over the same bytes.
 
-``zones.models.model_fingerprint`` hashes every byte of every parameter and buffer (xxh3-128
+``zones.core.models.model_fingerprint`` hashes every byte of every parameter and buffer (xxh3-128
 per tensor, then sha256 over names, shapes, dtypes and those digests). Prints the median
 wall time of ``--repeats`` calls (target: well under a second for SmolLM2-135M), the bytes
 hashed and the rate, and the same for one sha256 over all the bytes, the cryptographic
@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from zones.models import load_model, model_fingerprint
+from zones.core.models import load_model, model_fingerprint
 
 
 def tensor_bytes(model: torch.nn.Module) -> list:

@@ -29,12 +29,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from zones import ablation, pruning
-from zones.data import corpus_windows, load_corpus
-from zones.evaluate import prefix_tree_work
-from zones.models import load_model
-from zones.spectra import alpha_table
+from zones import pruning
+from zones.core.data import corpus_windows, load_corpus
+from zones.core.models import load_model
+from zones.measure import ablation
+from zones.measure.evaluate import prefix_tree_work
 from zones.pruning import STRATEGIES, PruningContext
+from zones.spectra import alpha_table
 
 
 def subsets(n_windows: int) -> list[list[int]]:

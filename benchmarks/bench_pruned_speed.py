@@ -1,6 +1,6 @@
 """Speed of pruned models: tokens per second of exported pruned models against the full one.
 
-Each pruned model is written by ``zones.export.export_model`` (the directory a user gets from
+Each pruned model is written by ``zones.pruning.export.export_model`` (the directory a user gets from
 ``zones export``) and loaded back with plain ``transformers.AutoModelForCausalLM``, so what is
 timed is what a user runs. Two workloads: a forward pass over ``--batch`` × ``--seq-len``
 tokens (scoring, prefill), and greedy generation of ``--new-tokens`` tokens with the KV cache
@@ -25,8 +25,8 @@ import pandas as pd
 import torch
 from transformers import AutoModelForCausalLM
 
-from zones.export import choose_removed, export_model
-from zones.models import load_model
+from zones.core.models import load_model
+from zones.pruning.export import choose_removed, export_model
 
 
 def timed(function) -> float:

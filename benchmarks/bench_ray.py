@@ -2,15 +2,21 @@
 
     .venv/bin/python benchmarks/bench_ray.py
 """
-import os, sys, tempfile, time
+import os
+import sys
+import tempfile
+import time
+
 os.environ["ZONES_CACHE"] = tempfile.mkdtemp()
 os.environ["TQDM_DISABLE"] = "1"
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 import torch
+
 torch.set_num_threads(1)
 from conftest import tiny_model
-from zones import checkpoints
-from zones.executors import Job, run_jobs
+
+from zones.core.executors import Job, run_jobs
+from zones.series import checkpoints
 
 N = 16
 root = tempfile.mkdtemp()
@@ -29,6 +35,7 @@ def timed(executor, repeats=3):
 
 local = timed("local")
 import ray
+
 for cpus in (1, 2):
     start = time.perf_counter()
     ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)

@@ -2,7 +2,10 @@
 
     .venv/bin/python benchmarks/bench_rss.py            # runs each mode in a fresh subprocess
 """
-import json, os, subprocess, sys, tempfile, time
+import os
+import subprocess
+import sys
+import tempfile
 
 MODES = {
     "baseline (import torch + zones, no work)": "None",
@@ -14,8 +17,8 @@ MODES = {
 CHILD = r'''
 import os, sys, time, resource, json
 import torch
-from zones import checkpoints
-from zones.models import resolve_source, load_model
+from zones.series import checkpoints
+from zones.core.models import resolve_source, load_model
 from zones.spectra import alpha_table
 source = resolve_source("smollm2-135m")
 def stream(budget):

@@ -30,8 +30,8 @@ import numpy as np
 import torch
 
 from zones import spectra
-from zones.adapters import get_adapter
-from zones.models import load_model
+from zones.core.adapters import get_adapter
+from zones.core.models import load_model
 from zones.spectra import alpha_table, matrix_module_names
 
 SHARED = {"alpha_esd": "alpha", "xmin": "xmin", "ks_distance": "D", "n_tail": "num_pl_spikes",

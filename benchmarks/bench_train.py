@@ -1,7 +1,7 @@
 """Training throughput against this CPU's fp32 matmul peak, measured side by side in one run.
 
 For each configuration: tokens/s of full optimizer steps (forward, backward, clip, AdamW) and
-the achieved GFLOP/s from ``zones.training.flops_per_token`` (6·N + 12·depth·width·seq_len),
+the achieved GFLOP/s from ``zones.series.flops_per_token`` (6·N + 12·depth·width·seq_len),
 next to the fp32 GFLOP/s of a 2048² matmul timed before and after (the peak on this machine,
 under its current load). Also compares fused and foreach AdamW. Prints the CPU capability.
 
@@ -15,9 +15,8 @@ import time
 
 import torch
 
-from zones.hardware import cpu_capability, native_bf16
-from zones.training import build_model, flops_per_token, make_optimizer, parameter_count, profile_config
-
+from zones.core.hardware import cpu_capability, native_bf16
+from zones.series import build_model, flops_per_token, make_optimizer, parameter_count, profile_config
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 

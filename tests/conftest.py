@@ -77,7 +77,7 @@ def train_tiny_tokenizer(vocab_size: int = 256):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from zones.data import load_corpus
+    from zones.core.data import load_corpus
 
     text = load_corpus("stdlib").text[:200_000]
     tok = Tokenizer(models.BPE())
@@ -96,7 +96,7 @@ def tiny_tokenizer():
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, tiny_tokenizer) -> Path:
-    """A saved tiny Llama-family model with its tokenizer, loadable by ``zones.models``."""
+    """A saved tiny Llama-family model with its tokenizer, loadable by ``zones.core.models``."""
     path = tmp_path_factory.mktemp("tiny-llama")
     model = tiny_model("llama", n_layers=6, vocab=len(tiny_tokenizer))
     model.save_pretrained(path, safe_serialization=True)
@@ -160,7 +160,7 @@ def tiny_gguf(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def micro_corpus(tmp_path_factory) -> str:
     """About 120 kB of standard-library source as a text file: a corpus that trains in seconds."""
-    from zones.data import stdlib_files
+    from zones.core.data import stdlib_files
 
     text, files = "", iter(stdlib_files())
     while len(text) < 120_000:

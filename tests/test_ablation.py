@@ -5,16 +5,16 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
 from conftest import tiny_model
-from zones import ablation, hardware
-from zones.ablation import COLUMNS, PART_COLUMNS, ablation_table
-from zones.adapters import get_adapter
-from zones.blocks import skip_blocks, zero_sublayer
-from zones.data import CorpusError, Windows, corpus_windows, make_windows
-from zones.evaluate import evaluate_loss
-from zones.stats import NonFiniteLossError
 
+from zones.core import hardware
+from zones.core.adapters import get_adapter
+from zones.core.data import CorpusError, Windows, corpus_windows, make_windows
+from zones.measure import ablation
+from zones.measure.ablation import COLUMNS, PART_COLUMNS, ablation_table
+from zones.measure.blocks import skip_blocks, zero_sublayer
+from zones.measure.evaluate import evaluate_loss
+from zones.measure.stats import NonFiniteLossError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -210,7 +210,7 @@ def test_cli_writes_the_table(tmp_path, tiny_model_dir, capsys):
 
 @pytest.mark.slow
 def test_default_model_prefix_equals_naive(user_cache):
-    from zones.models import load_model
+    from zones.core.models import load_model
 
     loaded = load_model("smollm2-135m", device="cpu")
     windows = corpus_windows("stdlib", loaded.tokenizer, seq_len=32, max_tokens=2 * 31)

@@ -1,10 +1,10 @@
 """Adapters list the right blocks and matrices, and split fused projections as the model does."""
 import pytest
 import torch
+from conftest import tiny_model
 from torch import nn
 
-from conftest import tiny_model
-from zones.adapters import UnsupportedArchitectureError, get_adapter
+from zones.core.adapters import UnsupportedArchitectureError, get_adapter
 
 EXPECTED_ROLES = {
     "llama": {"q", "k", "v", "o", "mlp_gate", "mlp_up", "mlp_down"},
@@ -75,9 +75,9 @@ def test_unknown_architecture_is_a_clear_error():
 
 def test_adapters_declare_the_state_dict_keys_that_weight_files_use(family, tmp_path):
     """One naming for a loaded model and a weight file: each role's key is in the state dict,
-    and the matrices read from a saved file (zones.weights) are the adapter's, fused q/k/v
+    and the matrices read from a saved file (zones.core.weights) are the adapter's, fused q/k/v
     split by the same split_qkv."""
-    from zones.weights import iter_checkpoint_matrices
+    from zones.core.weights import iter_checkpoint_matrices
 
     model = tiny_model(family, n_layers=2)
     adapter = get_adapter(model)

@@ -4,12 +4,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from conftest import tiny_model
-from zones.agreement import agreement_difference, agreement_window_losses, head_metrics, summarize_agreement
-from zones.adapters import get_adapter
-from zones.blocks import skip_blocks
-from zones.data import Windows
+
+from zones.core.adapters import get_adapter
+from zones.core.data import Windows
+from zones.measure.agreement import agreement_difference, agreement_window_losses, head_metrics, summarize_agreement
+from zones.measure.blocks import skip_blocks
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -25,7 +25,7 @@ def test_identical_models_have_zero_kl_and_full_agreement():
     with torch.inference_mode():
         hidden = model.base_model(input_ids=ids, output_hidden_states=True).hidden_states[-1]
     # hidden_states[-1] is after the final norm in Llama: use the pre-norm stream from a trace instead
-    from zones.blocks import BlockTrace
+    from zones.measure.blocks import BlockTrace
 
     trace = BlockTrace(model, ids)
     m = head_metrics(get_adapter(model), trace.final_hidden, trace.final_hidden, ids)
@@ -81,7 +81,7 @@ def test_cached_table_is_reused(tmp_path, monkeypatch):
 
 
 def test_kept_and_recomputed_base_agree(monkeypatch):
-    import zones.agreement as agreement
+    import zones.measure.agreement as agreement
 
     model = tiny_model("llama")
     w = windows()

@@ -1,10 +1,9 @@
 """Skipping blocks: equal to a forward written by hand without the block; the model is restored."""
 import pytest
 import torch
-
 from conftest import tiny_model
-from zones.blocks import BlockTrace, skip_blocks, zero_sublayer
 
+from zones.measure.blocks import BlockTrace, skip_blocks, zero_sublayer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

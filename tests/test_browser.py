@@ -33,7 +33,7 @@ MICRO_TRAINING = dict(width=32, head_dim=16, vocab_size=300, seq_len=32, batch_s
 def micro_model(corpus: str, depth: int = 6, steps: int = 80) -> Path:
     """A 6-block GPT-NeoX trained for a few seconds: unlike a random model, removing its
     blocks raises the loss, so every chart of the chapters has something to draw."""
-    from zones.training import profile_config, train_model
+    from zones.series import profile_config, train_model
 
     run = train_model(profile_config("cpu", depth, corpus=corpus, steps=steps, **MICRO_TRAINING), progress=False)
     return Path(run.path)

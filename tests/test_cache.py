@@ -5,9 +5,21 @@ import os
 import pandas as pd
 import pytest
 
-from zones.cache import (MANIFEST, CacheError, Journal, atomic_directory, cache_dir, cache_key, cached_table,
-                         entry_path, resumable_table, sidecar_path, stale_temporaries, verify_manifest,
-                         write_manifest)
+from zones.core.cache import (
+    MANIFEST,
+    CacheError,
+    Journal,
+    atomic_directory,
+    cache_dir,
+    cache_key,
+    cached_table,
+    entry_path,
+    resumable_table,
+    sidecar_path,
+    stale_temporaries,
+    verify_manifest,
+    write_manifest,
+)
 
 
 def test_cached_table_computes_once():
@@ -149,7 +161,7 @@ def test_a_journal_row_without_its_task_is_an_error_not_a_key_error():
 def test_concurrent_writers_never_pair_a_payload_with_another_sidecar(monkeypatch):
     import threading
 
-    import zones.cache as cache
+    import zones.core.cache as cache
 
     parts = {"kind": "race"}
     path = entry_path("unit", parts)

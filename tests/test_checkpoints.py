@@ -10,16 +10,14 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
+from conftest import tiny_model
 from transformers import AutoModelForCausalLM
 
-from conftest import tiny_model
-from zones import checkpoints
-from zones.cache import CacheError, entry_path, sidecar_path
-from zones.checkpoints import Checkpoint, CheckpointError, checkpoint_snapshot, lifecycle_snapshots
-from zones.executors import JobFailed
-from zones.training import spectral_snapshot
-from zones.weights import iter_checkpoint_matrices
+from zones.core.cache import CacheError, entry_path, sidecar_path
+from zones.core.executors import JobFailed
+from zones.core.weights import iter_checkpoint_matrices
+from zones.series import checkpoints, spectral_snapshot
+from zones.series.checkpoints import Checkpoint, CheckpointError, checkpoint_snapshot, lifecycle_snapshots
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 VALUES = ["stable_rank", "alpha_shape", "alpha_esd"]
@@ -36,7 +34,7 @@ def save_series(root: Path, family: str, steps=(0, 10, 20), n_layers: int = 3) -
 
 
 def in_memory_rows(path: Path) -> pd.DataFrame:
-    """What zones.training records for a model in memory: alpha_table on the loaded model."""
+    """What zones.series records for a model in memory: alpha_table on the loaded model."""
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     return spectral_snapshot(model, step=0).drop(columns="step")
 
@@ -294,7 +292,7 @@ def test_pytorch_bin_checkpoints_load_without_running_code_in_either_torch_forma
 
 @pytest.mark.slow
 def test_the_default_model_streamed_equals_its_alpha_table(user_cache, tmp_path, monkeypatch):
-    from zones.models import load_model, resolve_source
+    from zones.core.models import load_model, resolve_source
     from zones.spectra import alpha_table
 
     source = resolve_source("smollm2-135m")  # the converted safetensors directory

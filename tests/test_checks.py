@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from zones.checks import check_choice, check_float, check_int, check_probability
+from zones.core.checks import check_choice, check_float, check_int, check_probability
 
 
 @pytest.mark.parametrize("value", [3, np.int64(3), np.int32(3), np.uint8(3)])

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 import zones
-import zones.hardware
+import zones.core.hardware
 from zones.cli import build_parser, lab_command, main, parse_args
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,7 +27,7 @@ def test_unknown_model_is_one_clear_line(capsys, tmp_path):
 
 
 def test_alpha_writes_the_library_table(tiny_model_dir, tmp_path):
-    from zones.models import load_model
+    from zones.core.models import load_model
     from zones.spectra import alpha_table
 
     assert main(["alpha", "--model", str(tiny_model_dir), "--device", "cpu", "--out", str(tmp_path)]) == 0
@@ -101,9 +101,9 @@ def test_lab_command_passes_jupyterlab_options_through(monkeypatch):
 ])
 def test_out_is_checked_before_any_work(tmp_path, capsys, monkeypatch, make_bad, match):
     (tmp_path / "a-file").write_text("not a folder")
-    import zones.models
+    import zones.core.models
 
-    monkeypatch.setattr(zones.models, "load_model", lambda *a, **k: pytest.fail("loaded before --out was checked"))
+    monkeypatch.setattr(zones.core.models, "load_model", lambda *a, **k: pytest.fail("loaded before --out was checked"))
     assert main(["alpha", "--out", str(make_bad(tmp_path))]) == 1
     err = capsys.readouterr().err
     assert match in err and len(err.strip().splitlines()) == 1
@@ -145,11 +145,11 @@ def test_lab_starts_headless_and_lists_the_chapters(tmp_path):
 
 
 def test_ablate_passes_dtype_and_budget_to_the_library(tiny_model_dir, tmp_path, one_thread, monkeypatch):
-    # bfloat16 is refused on a CPU without native bf16 (zones.hardware): pretend this one has it
-    monkeypatch.setattr(zones.hardware, "native_bf16", lambda device="cpu": True)
-    from zones.ablation import ablation_table
-    from zones.data import corpus_windows
-    from zones.models import load_model
+    # bfloat16 is refused on a CPU without native bf16 (zones.core.hardware): pretend this one has it
+    monkeypatch.setattr(zones.core.hardware, "native_bf16", lambda device="cpu": True)
+    from zones.core.data import corpus_windows
+    from zones.core.models import load_model
+    from zones.measure.ablation import ablation_table
 
     corpus = tmp_path / "prose.txt"
     corpus.write_text("The quick brown fox jumps over the lazy dog, and then it rests. " * 300)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from zones.data import CorpusError, corpus_windows, load_corpus, make_windows, tokenizer_fingerprint
+from zones.core.data import CorpusError, corpus_windows, load_corpus, make_windows, tokenizer_fingerprint
 
 
 def test_stdlib_corpus_is_prose_and_deterministic():
@@ -77,7 +77,7 @@ def test_utf8_corpora_keep_every_character(tmp_path):
 
 
 def test_a_truncated_cached_corpus_is_an_error_naming_it():
-    from zones.cache import CacheError, cache_dir
+    from zones.core.cache import CacheError, cache_dir
 
     load_corpus("stdlib")
     cached = next((cache_dir() / "corpora").glob("stdlib-docstrings-*.txt"))

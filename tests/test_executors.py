@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from conftest import tiny_model
-from zones import checkpoints
-from zones.executors import Job, JobFailed, alpha_sweep, run_jobs
+
+from zones.core.executors import Job, JobFailed, run_jobs
+from zones.series import checkpoints
+from zones.spectra.sweep import alpha_sweep
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -55,7 +56,7 @@ def test_a_job_failing_every_attempt_is_reported_by_name_and_no_result_is_return
 
 
 def test_a_permanent_error_is_reported_at_once_not_retried(tmp_path):
-    from zones.checkpoints import Checkpoint, checkpoint_snapshot
+    from zones.series.checkpoints import Checkpoint, checkpoint_snapshot
 
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "config.json").write_text('{"model_type": "mamba"}')
@@ -114,7 +115,7 @@ def test_a_killed_ray_job_is_retried_and_one_that_always_dies_is_reported(ray_in
 
 def test_cli_sweep_stacks_the_alpha_tables_of_several_models(tiny_model_dir, tiny_tokenizer, tmp_path):
     from zones.cli import main
-    from zones.models import load_model
+    from zones.core.models import load_model
     from zones.spectra import alpha_table
 
     other = tmp_path / "gpt2"
@@ -145,7 +146,7 @@ def fails_with(marker: str, error: BaseException):
                                    ValueError("bad input")])
 def test_a_deterministic_error_is_tried_once(tmp_path, error):
     """Before: anything but ValueError/TypeError/LookupError/ImportError was tried retries + 1 times."""
-    from zones.cache import CacheError
+    from zones.core.cache import CacheError
 
     for err in (error, CacheError("cache entry x is damaged; delete x")):
         marker = tmp_path / f"calls-{type(err).__name__}"

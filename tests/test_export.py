@@ -1,4 +1,4 @@
-"""zones.export: a pruned model as a plain Hugging Face directory, reloaded without zones."""
+"""zones.pruning.export: a pruned model as a plain Hugging Face directory, reloaded without zones."""
 from __future__ import annotations
 
 import json
@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from conftest import tiny_model
-from zones.blocks import skip_blocks
-from zones.data import make_windows
-from zones.evaluate import evaluate_loss
-from zones.export import (PROVENANCE, ExportError, choose_removed, export_model, pruned_copy, read_provenance)
+
+from zones.core.data import make_windows
+from zones.measure.blocks import skip_blocks
+from zones.measure.evaluate import evaluate_loss
+from zones.pruning.export import PROVENANCE, ExportError, choose_removed, export_model, pruned_copy, read_provenance
 
 # Runs in a fresh interpreter that never imports zones: loss on the windows, and greedy
 # generation with and without the KV cache.
@@ -127,8 +127,8 @@ def test_cli_export_with_a_strategy(tiny_model_dir, tmp_path, one_thread):
 
 @pytest.mark.slow
 def test_default_model_export_round_trips(user_cache, tmp_path):
-    from zones.data import corpus_windows
-    from zones.models import load_model
+    from zones.core.data import corpus_windows
+    from zones.core.models import load_model
 
     loaded = load_model("smollm2-135m", device="cpu")
     win = corpus_windows("stdlib", loaded.tokenizer, 64, "eval", 2 * 63)

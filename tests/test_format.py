@@ -1,12 +1,25 @@
-"""zones.format: the book's one way of writing numbers, intervals and tables."""
+"""zones.report.format: the book's one way of writing numbers, intervals and tables."""
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from zones.format import (csv_links, display_table, fmt_delta_ppl, for_glue, fmt_int, fmt_interval, fmt_nats, fmt_num,
-                          fmt_p, fmt_pct, fmt_ppl, fmt_ratio, rounded)
+from zones.report.format import (
+    csv_links,
+    display_table,
+    fmt_delta_ppl,
+    fmt_int,
+    fmt_interval,
+    fmt_nats,
+    fmt_num,
+    fmt_p,
+    fmt_pct,
+    fmt_ppl,
+    fmt_ratio,
+    for_glue,
+    rounded,
+)
 
 
 @pytest.mark.parametrize("value, text", [

@@ -1,8 +1,8 @@
-"""zones.hardware: bf16 is refused on a CPU without native bf16, allowed where it is native."""
+"""zones.core.hardware: bf16 is refused on a CPU without native bf16, allowed where it is native."""
 import pytest
 import torch
 
-from zones import hardware
+from zones.core import hardware
 
 
 def _cpu(monkeypatch, capability, flags):

@@ -1,16 +1,16 @@
-"""zones.heal: LoRA and linear-bridge healing of a pruned model, cached, exported as a plain model."""
+"""zones.pruning.heal: LoRA and linear-bridge healing of a pruned model, cached, exported as a plain model."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
-
 from conftest import tiny_model
 from test_export import reload_elsewhere
-from zones.data import make_windows
-from zones.evaluate import evaluate_loss
-from zones.export import read_provenance
-from zones.heal import HealError, _fold, export_healed, fit_bridge, heal
+
+from zones.core.data import make_windows
+from zones.measure.evaluate import evaluate_loss
+from zones.pruning.export import read_provenance
+from zones.pruning.heal import HealError, _fold, export_healed, fit_bridge, heal
 
 
 def calibration(n: int = 4, seq_len: int = 24, vocab: int = 256):
@@ -66,7 +66,7 @@ def test_healing_is_cached_and_leaves_the_source_model(one_thread):
 
 def test_lora_resumes_from_its_checkpoint(monkeypatch, one_thread):
     """A run killed after its checkpoint resumes there and ends where an uninterrupted run ends."""
-    import zones.heal as heal_module
+    import zones.pruning.heal as heal_module
 
     model = tiny_model("gpt2", n_layers=4)
     win = calibration()

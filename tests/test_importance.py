@@ -7,9 +7,8 @@ import pandas as pd
 import pytest
 from scipy.stats import spearmanr
 
-from zones.figures.ablation import ablation_bars, importance_scatter, log_floor
-from zones.importance import (RHO_COLUMNS, importance_table, model_labels, rho_table, spearman,
-                              spearman_rho)
+from zones.analysis.importance import RHO_COLUMNS, importance_table, model_labels, rho_table, spearman, spearman_rho
+from zones.figures.layer_ablation import ablation_bars, importance_scatter, log_floor
 
 
 def test_rho_equals_scipy_with_ties_and_nans():

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from zones import lifecycle
+from zones.analysis import lifecycle
 
 ROLES = ("q", "k", "v", "o", "mlp_in", "mlp_out")
 
@@ -124,7 +124,8 @@ def test_delta_alpha_fits_across_a_stacked_series():
 def test_the_readings_accept_a_snapshot_table_computed_from_checkpoints(tmp_path):
     """A checkpoint series of one model (Llama roles, unevenly spaced steps, no depth column)."""
     from conftest import tiny_model
-    from zones.checkpoints import lifecycle_snapshots
+
+    from zones.series.checkpoints import lifecycle_snapshots
 
     for k, step in enumerate((0, 1, 4, 64)):
         tiny_model("llama", n_layers=4, seed=k).save_pretrained(tmp_path / f"step{step}")

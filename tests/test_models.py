@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from zones.adapters import UnsupportedArchitectureError, get_adapter
-from zones.models import ModelLoadError, load_model, model_fingerprint
+from zones.core.adapters import UnsupportedArchitectureError, get_adapter
+from zones.core.models import ModelLoadError, load_model, model_fingerprint
 
 
 def test_local_directory_loads_in_eval_mode(tiny_model_dir):
@@ -182,7 +182,8 @@ def test_config_from_a_newer_transformers_is_refused(tmp_path):
 
 def test_windows_longer_than_the_positions_or_beyond_the_vocabulary_are_refused(family):
     from conftest import tiny_model
-    from zones.models import check_windows_fit
+
+    from zones.core.models import check_windows_fit
 
     model = tiny_model(family, n_layers=1)  # 256 positions (RoPE for llama and gpt_neox), 256 ids
     check_windows_fit(model, torch.zeros(2, 256, dtype=torch.long))
@@ -219,7 +220,7 @@ def test_unreachable_hub_fails_fast_with_one_line(unreachable_hub):
 def test_unreachable_wikitext_fails_fast_with_one_line(unreachable_hub):
     import time
 
-    from zones.data import CorpusError, load_corpus
+    from zones.core.data import CorpusError, load_corpus
 
     start = time.perf_counter()
     with pytest.raises(CorpusError, match=r"wikitext2 \(test\): the hub is unreachable .*--corpus"):
@@ -233,7 +234,7 @@ def test_unreachable_wikitext_fails_fast_with_one_line(unreachable_hub):
 def test_gguf_converts_to_plain_safetensors(tiny_gguf):
     from safetensors import safe_open
 
-    from zones.models import converted_gguf_dir
+    from zones.core.models import converted_gguf_dir
 
     loaded = load_model(str(tiny_gguf), device="cpu")
     assert get_adapter(loaded.model).n_blocks == 2 and len(loaded.tokenizer) == 400
@@ -249,7 +250,7 @@ def test_concurrent_first_conversions_both_succeed(tiny_gguf, tmp_path):
     import subprocess
     import sys
 
-    convert = ("import sys; from pathlib import Path; from zones.models import converted_gguf_dir; "
+    convert = ("import sys; from pathlib import Path; from zones.core.models import converted_gguf_dir; "
                "print(converted_gguf_dir(Path(sys.argv[1])))")
     env = dict(os.environ, ZONES_CACHE=str(tmp_path), OMP_NUM_THREADS="1")
     runs = [subprocess.Popen([sys.executable, "-c", convert, str(tiny_gguf)], env=env, text=True,
@@ -264,7 +265,7 @@ def test_concurrent_first_conversions_both_succeed(tiny_gguf, tmp_path):
 
 
 def test_deleted_weights_and_killed_conversions_are_repaired(tiny_gguf, tmp_path, monkeypatch):
-    from zones.models import converted_gguf_dir
+    from zones.core.models import converted_gguf_dir
 
     monkeypatch.setenv("ZONES_CACHE", str(tmp_path))
     target = converted_gguf_dir(tiny_gguf)
@@ -297,7 +298,7 @@ def test_an_edited_converted_copy_is_converted_again_not_used(tiny_gguf, tmp_pat
     """Values edited in place (a whole, readable safetensors file) were used as they were."""
     from safetensors.torch import load_file, save_file
 
-    from zones.models import converted_gguf_dir
+    from zones.core.models import converted_gguf_dir
 
     monkeypatch.setenv("ZONES_CACHE", str(tmp_path))
     target = converted_gguf_dir(tiny_gguf)

@@ -5,11 +5,17 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from conftest import tiny_model
 from scipy.stats import spearmanr
 
-from conftest import tiny_model
-from zones.predictors import (alpha_vs_best, best_simple, block_frobenius, predictor_rho, predictor_table,
-                              rho_difference)
+from zones.analysis.predictors import (
+    alpha_vs_best,
+    best_simple,
+    block_frobenius,
+    predictor_rho,
+    predictor_table,
+    rho_difference,
+)
 from zones.spectra import alpha_table
 
 

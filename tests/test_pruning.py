@@ -7,19 +7,36 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
-from zones.blocks import skip_blocks
-from zones.data import corpus_windows
-from zones.evaluate import evaluate_loss, evaluate_removals, prefix_tree_work
-from zones import evaluate, hardware
-from zones.pruning import (STRATEGIES, PruningContext, StrategyError, alpha_zones, best_sets, bic_segment_count,
-                           compare, compare_strategies, crossover_k, pairwise_differences, parse_removed, pruning_sweep,
-                           pruning_table, register_strategy, segment_profile, segmentation_cost, strategies,
-                           summarize_pruning, zone_aware_order)
-from zones.pruning import sweep as sweep_module
-from zones.stats import NonFiniteLossError
-
 from conftest import tiny_model
+
+from zones.core import hardware
+from zones.core.data import corpus_windows
+from zones.measure import evaluate
+from zones.measure.blocks import skip_blocks
+from zones.measure.evaluate import evaluate_loss, evaluate_removals, prefix_tree_work
+from zones.measure.stats import NonFiniteLossError
+from zones.pruning import (
+    STRATEGIES,
+    PruningContext,
+    StrategyError,
+    alpha_zones,
+    best_sets,
+    bic_segment_count,
+    compare,
+    compare_strategies,
+    crossover_k,
+    pairwise_differences,
+    parse_removed,
+    pruning_sweep,
+    pruning_table,
+    register_strategy,
+    segment_profile,
+    segmentation_cost,
+    strategies,
+    summarize_pruning,
+    zone_aware_order,
+)
+from zones.pruning import sweep as sweep_module
 
 ROOT = Path(__file__).resolve().parents[1]
 N_LAYERS = 8
@@ -593,7 +610,7 @@ def test_notebook_runs_on_a_tiny_model(tiny_model_dir, tmp_path):
 
 @pytest.mark.slow
 def test_default_model_table_matches_direct_evaluation(user_cache):
-    from zones.models import load_model
+    from zones.core.models import load_model
 
     loaded = load_model("smollm2-135m", device="cpu")
     ev = corpus_windows("stdlib", loaded.tokenizer, 64, "eval", 63)

@@ -18,8 +18,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-
 from conftest import tiny_model
+
 from zones.cli import main
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -36,7 +36,7 @@ def _isolated_cache(monkeypatch, tmp_path):
 @pytest.fixture(scope="module")
 def corpus_file(tmp_path_factory) -> str:
     """About 40 kB of UTF-8 English prose (standard-library docstrings)."""
-    from zones.data import stdlib_docstrings, stdlib_files
+    from zones.core.data import stdlib_docstrings, stdlib_files
 
     path = tmp_path_factory.mktemp("corpus") / "prose.txt"
     path.write_text(stdlib_docstrings(stdlib_files()[:60])[:40_000], encoding="utf-8")
@@ -111,10 +111,10 @@ def test_a_nan_weight_is_an_error_not_loss_zero(tmp_path, capfd, tiny_tokenizer,
 
 
 def test_editing_weights_in_place_gives_the_new_table_not_the_cached_one(tmp_path, capfd, tiny_tokenizer):
-    from transformers import LlamaConfig, AutoModelForCausalLM
     from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from zones.models import load_model
+    from zones.core.models import load_model
     from zones.spectra import alpha_table
 
     torch.manual_seed(0)
@@ -163,7 +163,7 @@ class _Planted:
 
 
 def test_a_planted_checkpoint_pickle_in_the_training_cache_never_runs(tmp_path, capfd, corpus_file):
-    from zones import training as train
+    from zones import series as train
 
     marker = tmp_path / "the-pickle-ran"
     sizes = dict(width=32, head_dim=16, vocab_size=300, seq_len=32, batch_size=8, steps=4, snapshot_every=2,
@@ -246,7 +246,7 @@ def test_seq_len_beyond_the_model_positions_is_an_error(tmp_path, capfd, tiny_to
 # --- damaged cache entries -----------------------------------------------------------------------------
 
 def test_a_truncated_cached_table_is_named_not_used(tmp_path, capfd, tiny_model_dir):
-    from zones.cache import cache_dir
+    from zones.core.cache import cache_dir
 
     assert main(alpha(tiny_model_dir, "--out", str(tmp_path / "first"))) == 0
     capfd.readouterr()
@@ -256,8 +256,8 @@ def test_a_truncated_cached_table_is_named_not_used(tmp_path, capfd, tiny_model_
 
 
 def test_a_truncated_cached_corpus_is_named_not_used(tmp_path, capfd, tiny_model_dir):
-    from zones.cache import cache_dir
-    from zones.data import load_corpus
+    from zones.core.cache import cache_dir
+    from zones.core.data import load_corpus
 
     load_corpus("stdlib")
     (cached,) = (cache_dir() / "corpora").glob("stdlib-docstrings-*.txt")
@@ -266,7 +266,7 @@ def test_a_truncated_cached_corpus_is_named_not_used(tmp_path, capfd, tiny_model
 
 
 def test_a_journal_row_missing_its_loss_is_named_not_used(tmp_path, capfd, tiny_model_dir, corpus_file):
-    from zones.cache import cache_dir
+    from zones.core.cache import cache_dir
 
     assert main(prune(tiny_model_dir, corpus_file, "--out", str(tmp_path / "first"))) == 0
     capfd.readouterr()

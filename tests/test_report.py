@@ -9,8 +9,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from zones.format import rounded, rounded_to
-from zones.report import alpha_profile, claims, common, importance, layer_ablation, lifecycle, verdicts
+from zones.report import (
+    alpha_profile,
+    claims,
+    common,
+    importance_vs_alpha,
+    layer_ablation,
+    spectral_lifecycle,
+    verdicts,
+)
+from zones.report.format import rounded, rounded_to
 
 NAN = float("nan")
 
@@ -135,17 +143,17 @@ def test_ablation_numbers_count_blocks_without_a_detectable_cost():
 @pytest.mark.parametrize("low, high, phrase", [(0.2, 0.8, "larger"), (-0.8, -0.2, "smaller"),
                                                (-0.2, 0.5, "does not detectably"), (NAN, NAN, "cannot be computed")])
 def test_rho_verdict_branches(low, high, phrase):
-    assert phrase in importance.rho_verdict(dict(rho=0.3, ci_low=low, ci_high=high), "m", "α")
+    assert phrase in importance_vs_alpha.rho_verdict(dict(rho=0.3, ci_low=low, ci_high=high), "m", "α")
 
 
 def test_strongest_counts_the_estimators_not_separable_from_it():
     rhos = pd.DataFrame(dict(estimator=["a", "b", "c", "d"], role="weighted", rho=[0.6, -0.7, 0.1, NAN],
                              ci_low=[0.3, -0.9, -0.2, NAN], ci_high=[0.8, -0.4, 0.3, NAN]))
-    best = importance.strongest(rhos)
+    best = importance_vs_alpha.strongest(rhos)
     assert best["estimator"] == "b" and best["n_close"] == 0  # 0.6's interval does not reach −0.7
     rhos.loc[0, ["rho", "ci_low", "ci_high"]] = [-0.6, -0.8, -0.3]
-    assert importance.strongest(rhos)["close"] == ["a (weighted)"]
-    assert importance.strongest(rhos.assign(rho=NAN)) is None
+    assert importance_vs_alpha.strongest(rhos)["close"] == ["a (weighted)"]
+    assert importance_vs_alpha.strongest(rhos.assign(rho=NAN)) is None
 
 
 # --- lifecycle -------------------------------------------------------------------------------------
@@ -164,18 +172,18 @@ def _compression(early, late, steps=10):
 def test_wave_reversal_branches():
     fast = lambda t: min(0.5, 0.2 * t)
     slow = lambda t: 0.09 * t
-    holds = lifecycle.wave_reversal(_compression(fast, slow), 4)
+    holds = spectral_lifecycle.wave_reversal(_compression(fast, slow), 4)
     assert holds["verdict"] == "holds" and holds["leader"] == "early"
     assert holds["peak_low"] > 0 and holds["after_high"] < 0
-    never_overtaken = lifecycle.wave_reversal(_compression(fast, lambda t: 0.02 * t), 4)
+    never_overtaken = spectral_lifecycle.wave_reversal(_compression(fast, lambda t: 0.02 * t), 4)
     assert never_overtaken["verdict"] == "does not hold" and never_overtaken["after_low"] > 0
     # the late half compresses first: the rule names it, and the claim does not hold
-    late_first = lifecycle.wave_reversal(_compression(lambda t: 0.0, slow), 4)
+    late_first = spectral_lifecycle.wave_reversal(_compression(lambda t: 0.0, slow), 4)
     assert late_first["verdict"] == "does not hold" and late_first["leader"] == "late"
     assert late_first["trough_high"] < 0
     # step 0 (g = 0 for every resample) is excluded: the peak's interval is not pinned at 0
     assert late_first["peak_high"] < 0 and late_first["peak_step"] > 0
-    mixed = lifecycle.wave_reversal(_compression((lambda t: min(0.9, 0.3 * t), lambda t: 0.0), lambda t: 0.3), 4)
+    mixed = spectral_lifecycle.wave_reversal(_compression((lambda t: min(0.9, 0.3 * t), lambda t: 0.0), lambda t: 0.3), 4)
     assert mixed["verdict"] == "inconclusive" and mixed["reason"] == verdicts.BLOCKS
 
 
@@ -195,52 +203,52 @@ def _snapshots(exponent: float, depths=(4, 8, 16), noise=0.02, seed=0):
 
 
 def test_delta_alpha_exponent_branches():
-    holds = lifecycle.delta_alpha_exponent(_snapshots(0.26))
+    holds = spectral_lifecycle.delta_alpha_exponent(_snapshots(0.26))
     assert holds["verdict"] == "holds" and holds["low"] < 0.26 < holds["high"] and holds["n_late"] == [3, 3, 3]
-    steep = lifecycle.delta_alpha_exponent(_snapshots(1.0))
+    steep = spectral_lifecycle.delta_alpha_exponent(_snapshots(1.0))
     assert steep["verdict"] == "does not hold" and steep["exponent"] == pytest.approx(1.0, abs=0.05)
-    noisy = lifecycle.delta_alpha_exponent(_snapshots(0.26, noise=0.3, depths=(4, 5), seed=2))
+    noisy = spectral_lifecycle.delta_alpha_exponent(_snapshots(0.26, noise=0.3, depths=(4, 5), seed=2))
     assert noisy["verdict"] == "inconclusive" and noisy["low"] < 0 < 0.26 < noisy["high"]
-    one = lifecycle.delta_alpha_exponent(_snapshots(0.26, depths=(4,)))
+    one = spectral_lifecycle.delta_alpha_exponent(_snapshots(0.26, depths=(4,)))
     assert one["verdict"] == "inconclusive" and math.isnan(one["exponent"])
 
 
 def test_lifecycle_sentences():
-    assert lifecycle.peak_shape(0.5).startswith("an interior") and "not an inverted U" in lifecycle.peak_shape(1.0)
+    assert spectral_lifecycle.peak_shape(0.5).startswith("an interior") and "not an inverted U" in spectral_lifecycle.peak_shape(1.0)
     asym = lambda words: pd.DataFrame([dict(depth=d, ratio=1.0, ratio_low=lo, ratio_high=hi, asymmetry=w)
                                        for d, (w, lo, hi) in zip((4, 6, 8), words)])
     qk = ("Q/K larger", 1.2, 2.0)
-    assert "as the paper reports" in lifecycle.asymmetry_sentence(asym([qk, qk, qk]))
+    assert "as the paper reports" in spectral_lifecycle.asymmetry_sentence(asym([qk, qk, qk]))
     vo = ("V/O larger", 0.3, 0.8)
-    assert "the opposite" in lifecycle.asymmetry_sentence(asym([vo, vo, vo]))
+    assert "the opposite" in spectral_lifecycle.asymmetry_sentence(asym([vo, vo, vo]))
     # two of three intervals include 1: never "V/O varies at least as much as Q/K"
-    mixed = lifecycle.asymmetry_sentence(asym([vo, ("not separable", 0.5, 1.5), ("not separable", 0.7, 1.9)]))
+    mixed = spectral_lifecycle.asymmetry_sentence(asym([vo, ("not separable", 0.5, 1.5), ("not separable", 0.7, 1.9)]))
     assert "not separable at depth 6" in mixed and "neither confirms nor contradicts" in mixed
     assert "at least as much" not in mixed
     gradient = pd.DataFrame(dict(depth=6, group="Q/K", step=[0, 10, 20, 30, 40],
                                  gradient=[0.0, -0.05, -0.01, 0.01, 0.005]))
-    assert lifecycle.zero_crossings(gradient, 6) == [30]
+    assert spectral_lifecycle.zero_crossings(gradient, 6) == [30]
     waves = pd.DataFrame([dict(depth=4, group="Q/K", leader="none", peak_step=0, trough_step=0, reversed=False),
                           dict(depth=6, group="Q/K", leader="late", peak_step=30, trough_step=10, reversed=False),
                           dict(depth=8, group="Q/K", leader="early", peak_step=10, trough_step=40, reversed=True)])
-    assert "neither half" in lifecycle.wave_sentence(waves, gradient, 4)
+    assert "neither half" in spectral_lifecycle.wave_sentence(waves, gradient, 4)
     # the gradient crosses zero within the tolerance: say so, never "did not reverse"
-    within = lifecycle.wave_sentence(waves, gradient, 6)
+    within = spectral_lifecycle.wave_sentence(waves, gradient, 6)
     assert "late layers' Q/K matrices compressed first" in within and "crossed zero at step 30" in within
     assert "within the tolerance" in within and "did not reverse" not in within
     flipped = gradient.assign(depth=8, gradient=[0.0, 0.05, 0.01, -0.03, -0.04])
-    assert "the gradient reversed" in lifecycle.wave_sentence(waves, flipped, 8)
+    assert "the gradient reversed" in spectral_lifecycle.wave_sentence(waves, flipped, 8)
     flat = gradient.assign(depth=8, gradient=[0.0, 0.05, 0.04, 0.03, 0.01])
-    assert "never crossed zero: no reversal" in lifecycle.wave_sentence(waves.assign(reversed=False), flat, 8)
+    assert "never crossed zero: no reversal" in spectral_lifecycle.wave_sentence(waves.assign(reversed=False), flat, 8)
 
 
 def test_dissociation_rule():
     snaps = _snapshots(0.26, depths=(4,))
     gradient = pd.DataFrame(dict(depth=4, group="Q/K", step=[0, 50, 100], gradient=[0.0, 0.4, 0.05]))
-    shown = lifecycle.dissociation(gradient, snaps, 4, "alpha_shape")
+    shown = spectral_lifecycle.dissociation(gradient, snaps, 4, "alpha_shape")
     assert shown["wave_share"] == pytest.approx(12.5) and "the dissociation the paper reports" in shown["dissociation_text"]
     lasting = gradient.assign(gradient=[0.0, 0.4, 0.4])
-    assert "did not separate" in lifecycle.dissociation(lasting, snaps, 4, "alpha_shape")["dissociation_text"]
+    assert "did not separate" in spectral_lifecycle.dissociation(lasting, snaps, 4, "alpha_shape")["dissociation_text"]
 
 
 # --- claims ----------------------------------------------------------------------------------------
@@ -354,14 +362,14 @@ def test_first_blocks_sentence_ranks_every_first_block():
 
 
 def test_holm_and_the_strongest_of_many_is_adjusted():
-    assert importance.holm([0.01, 0.04, 0.03, NAN, 0.005]) == pytest.approx([0.03, 0.06, 0.06, NAN, 0.02],
+    assert importance_vs_alpha.holm([0.01, 0.04, 0.03, NAN, 0.005]) == pytest.approx([0.03, 0.06, 0.06, NAN, 0.02],
                                                                             nan_ok=True)
     rhos = pd.DataFrame(dict(estimator=[f"e{i}" for i in range(56)], role="weighted",
                              rho=np.linspace(-0.5, 0.6, 56), ci_low=np.linspace(-0.7, 0.3, 56),
                              ci_high=np.linspace(-0.2, 0.8, 56), p_value=np.r_[np.full(55, 0.5), 0.004]))
-    best = importance.strongest(rhos)
+    best = importance_vs_alpha.strongest(rhos)
     assert best["n_tested"] == 56 and best["p_holm"] == pytest.approx(56 * 0.004) and best["n_significant"] == 0
-    text = importance.strongest_text([dict(model="m", strongest=best)])
+    text = importance_vs_alpha.strongest_text([dict(model="m", strongest=best)])
     assert "largest of 56" in text and "p = 0.22" in text
 
 
@@ -369,7 +377,7 @@ def test_a_rounded_column_is_not_padded():
     assert rounded_to([0.02, 0.15, -0.33]) == 2 and rounded_to([0.023812, 0.1]) is None
     shown = rounded(pd.DataFrame(dict(rho=[0.02, 0.15], raw=[0.0238, 1.5])))
     assert shown["rho"].tolist() == ["0.02", "0.15"] and shown["raw"].tolist() == ["0.0238", "1.50"]
-    assert importance.rho_matrix(pd.DataFrame(dict(model="m", estimator="e", role=["q", "k"], rho=[0.0238, 0.5])))[
+    assert importance_vs_alpha.rho_matrix(pd.DataFrame(dict(model="m", estimator="e", role=["q", "k"], rho=[0.0238, 0.5])))[
         "q"].iloc[0] == 0.0238   # not rounded before display
 
 
@@ -618,7 +626,7 @@ def test_log_axes_label_large_numbers_in_si_form():
     import json
 
     from zones.figures import SI_LABELS
-    from zones.figures.ablation import ablation_bars
+    from zones.figures.layer_ablation import ablation_bars
     from zones.figures.pruning import delta_ppl_lines
 
     by_strategy = pd.DataFrame([dict(strategy=s, k=k, delta_ppl=v * k, delta_ppl_low=v * k / 2, delta_ppl_high=v * k * 2,

@@ -9,14 +9,22 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
 from conftest import tiny_model
+
 from zones import spectra
-from zones.adapters import get_adapter
-from zones.spectra import gram
+from zones.core.adapters import get_adapter
+from zones.spectra import (
+    COLUMNS,
+    alpha_shape,
+    alpha_table,
+    depth_spread,
+    fit_esd,
+    gram,
+    layer_alpha,
+    matrix_module_names,
+    spectral_table,
+)
 from zones.spectra import table as table_module
-from zones.spectra import (COLUMNS, alpha_shape, alpha_table, depth_spread, fit_esd, layer_alpha,
-                           matrix_module_names, spectral_table)
 
 
 def _with_singular_values(sv: np.ndarray, rows: int, cols: int, seed: int = 0) -> np.ndarray:
@@ -295,7 +303,7 @@ def test_chapter_runs_on_a_tiny_model(tiny_model_dir, tmp_path):
 def test_default_model_matches_weightwatcher_fits(user_cache):
     from weightwatcher.WW_powerlaw import pl_fit
 
-    from zones.models import load_model
+    from zones.core.models import load_model
 
     model = load_model("smollm2-135m", device="cpu").model
     table = alpha_table(model)

@@ -1,10 +1,16 @@
 """The paired bootstrap on synthetic per-window losses with a known answer."""
 import numpy as np
 import pytest
-
 import scipy.stats
 
-from zones.stats import NonFiniteLossError, check_finite, delta_loss_interval, paired_bootstrap, seeded, token_loss
+from zones.measure.stats import (
+    NonFiniteLossError,
+    check_finite,
+    delta_loss_interval,
+    paired_bootstrap,
+    seeded,
+    token_loss,
+)
 
 TOKENS = 255
 

@@ -5,19 +5,32 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
 from conftest import tiny_model
-from zones.ablation import ablation_table, ablation_window_losses
-from zones.adapters import get_adapter
-from zones.agreement import agreement_window_losses
-from zones.blocks import skip_blocks
-from zones.data import Windows
-from zones.evaluate import evaluate_loss, forward_nll_windows
+
+from zones.analysis.sublayers import sublayer_alpha, sublayer_importance, sublayer_rho_table
+from zones.core.adapters import get_adapter
+from zones.core.data import Windows
+from zones.measure.ablation import ablation_table, ablation_window_losses
+from zones.measure.agreement import agreement_window_losses
+from zones.measure.blocks import skip_blocks
+from zones.measure.evaluate import evaluate_loss, forward_nll_windows
+from zones.measure.sublayers import (
+    format_removal,
+    normalize_removal,
+    parse_removal,
+    removed_sublayers,
+    sublayer_params,
+)
+from zones.pruning.sublayers import (
+    compare_at_budget,
+    plan_at_budget,
+    plan_table,
+    score_plans,
+    sublayer_greedy_order,
+    sublayer_similarity,
+    tokens_per_second,
+)
 from zones.spectra import alpha_table
-from zones.sublayer_pruning import (compare_at_budget, plan_at_budget, plan_table, score_plans, sublayer_greedy_order,
-                                    sublayer_similarity, tokens_per_second)
-from zones.sublayers import (format_removal, normalize_removal, parse_removal, removed_sublayers, sublayer_alpha,
-                             sublayer_importance, sublayer_params, sublayer_rho_table)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -255,7 +268,7 @@ def test_series_sublayer_rho_matches_scipy_on_each_trained_model(micro_corpus, o
     from scipy.stats import spearmanr
 
     from zones.report.sublayers import series_sublayer_rho, series_text
-    from zones.training import heldout_windows, train_series
+    from zones.series import heldout_windows, train_series
 
     overrides = dict(width=32, head_dim=16, vocab_size=300, seq_len=32, batch_size=8, steps=20, lr=3e-3,
                      eval_every=10, snapshot_every=10, checkpoint_every=15, eval_windows=8, corpus=micro_corpus)

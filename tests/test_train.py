@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from zones import training as train
-from zones.training import TrainingInterrupted, profile_config, train_model
+from zones import series as train
+from zones.series import TrainingInterrupted, profile_config, train_model
 
 ROLES = {"q", "k", "v", "o", "mlp_in", "mlp_out"}
 
@@ -82,9 +82,9 @@ def test_interrupted_run_resumes_from_its_checkpoint_and_matches_an_uninterrupte
 
 
 def test_saved_model_loads_through_zones_models_and_runs_the_analyses(micro_runs, micro_corpus):
-    from zones.ablation import ablation_table
-    from zones.data import corpus_windows
-    from zones.models import load_model
+    from zones.core.data import corpus_windows
+    from zones.core.models import load_model
+    from zones.measure.ablation import ablation_table
     from zones.spectra import alpha_table
 
     run = micro_runs[1]
@@ -224,7 +224,7 @@ def test_spectral_lifecycle_chapter_fits_delta_alpha_on_the_cached_micro_series(
     summary = json.loads((out / "summary.json").read_text())
     assert summary["depths"] == [2, 3] and summary["paper_exponent"] == 0.26
     snapshots = pd.concat([r.snapshots.assign(depth=r.config.depth) for r in micro_runs])
-    from zones import lifecycle
+    from zones.analysis import lifecycle
 
     expected = lifecycle.delta_alpha(snapshots).set_index(["group", "depth"]).loc["all", "delta_alpha"]
     assert summary["delta_alpha"] == {str(d): pytest.approx(v) for d, v in expected.items()}
@@ -304,8 +304,8 @@ def test_cli_train_refuses_bad_betas_in_one_line(capsys, micro_corpus, tmp_path)
 def test_snapshots_from_kept_checkpoints_equal_those_recorded_during_training(micro_runs, micro_corpus):
     """The cached depth-2 run kept no checkpoints: asking for them trains it again, bit for bit,
     and the snapshots computed afterwards from those directories equal the recorded ones."""
-    from zones.checkpoints import lifecycle_snapshots
-    from zones.models import load_model
+    from zones.core.models import load_model
+    from zones.series.checkpoints import lifecycle_snapshots
 
     run = train_model(micro_config(micro_corpus, 2), progress=False, keep_checkpoints=True)
     assert run.path == micro_runs[0].path
@@ -319,7 +319,7 @@ def test_snapshots_from_kept_checkpoints_equal_those_recorded_during_training(mi
 
 
 def test_cli_lifecycle_on_a_kept_series_writes_the_table_the_chapter_draws(micro_corpus, tmp_path):
-    from zones import lifecycle
+    from zones.analysis import lifecycle
     from zones.cli import main
 
     out = tmp_path / "train"
@@ -355,16 +355,16 @@ def test_spectral_lifecycle_chapter_reads_a_checkpoint_series(micro_corpus, tmp_
 # --- issue 22: every training cache is verified --------------------------------------------------------
 
 def _tokens_entry(config):
-    from zones.data import load_corpus
-    from zones.training.tokenizer import TOKENIZER_FILE, tokenizer_folder
+    from zones.core.data import load_corpus
+    from zones.series.tokenizer import TOKENIZER_FILE, tokenizer_folder
 
     corpus = load_corpus(config.corpus)
     folder = tokenizer_folder(corpus, config.vocab_size)
-    from zones.cache import file_sha256
+    from zones.core.cache import file_sha256
 
     parts = dict(kind="tokens", version=train.VERSION, corpus=corpus.fingerprint,
                  tokenizer=file_sha256(folder / TOKENIZER_FILE))
-    from zones.cache import entry_path
+    from zones.core.cache import entry_path
 
     return entry_path("tokens", parts, ext="npy"), folder / TOKENIZER_FILE
 
@@ -378,7 +378,7 @@ def own_cache(tmp_path, monkeypatch, micro_corpus):
 
 
 def test_a_token_cache_replaced_by_a_valid_all_zeros_array_is_refused(own_cache):
-    from zones.cache import CacheError
+    from zones.core.cache import CacheError
 
     config, _ = own_cache
     tokens, _ = _tokens_entry(config)
@@ -390,7 +390,7 @@ def test_a_token_cache_replaced_by_a_valid_all_zeros_array_is_refused(own_cache)
 
 
 def test_a_truncated_token_cache_names_the_file(own_cache):
-    from zones.cache import CacheError
+    from zones.core.cache import CacheError
 
     config, _ = own_cache
     tokens, _ = _tokens_entry(config)
@@ -400,7 +400,7 @@ def test_a_truncated_token_cache_names_the_file(own_cache):
 
 
 def test_a_different_or_broken_tokenizer_in_the_cache_is_refused(own_cache):
-    from zones.cache import CacheError
+    from zones.core.cache import CacheError
 
     config, _ = own_cache
     _, tokenizer_file = _tokens_entry(config)
@@ -417,7 +417,7 @@ def test_a_different_or_broken_tokenizer_in_the_cache_is_refused(own_cache):
 
 
 def test_an_edited_history_of_a_finished_run_is_an_error_not_a_result(own_cache):
-    from zones.cache import CacheError
+    from zones.core.cache import CacheError
 
     config, run = own_cache
     history = run.path / "history.csv"
@@ -431,7 +431,7 @@ def test_an_edited_history_of_a_finished_run_is_an_error_not_a_result(own_cache)
 
 
 def test_held_out_loss_is_the_one_loss_routine_of_zones_evaluate(micro_runs):
-    from zones.evaluate import evaluate_loss
+    from zones.measure.evaluate import evaluate_loss
 
     run = micro_runs[0]
     loaded = run.load()
@@ -440,7 +440,7 @@ def test_held_out_loss_is_the_one_loss_routine_of_zones_evaluate(micro_runs):
 
 
 def test_bf16_training_on_a_cpu_without_native_bf16_is_refused_in_one_line(micro_corpus, monkeypatch):
-    from zones import hardware
+    from zones.core import hardware
 
     monkeypatch.setattr(hardware, "cpu_capability", lambda: "AVX2")
     with pytest.raises(ValueError, match=r"training precision 'bf16'.*AVX2, no native bf16.*fp32"):

@@ -1,5 +1,6 @@
 """zones: spectral shape of transformer weights, layer importance and zone-aware depth pruning."""
-from importlib.metadata import PackageNotFoundError, version as _version
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
 
 try:
     __version__ = _version("zones")  # the installed package's metadata (pyproject.toml's version)

@@ -1,6 +1,6 @@
 """``python -m zones``: the same command line as ``zones``."""
 import sys
 
-from .cli import main
+from zones.cli import main
 
 sys.exit(main())

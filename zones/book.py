@@ -41,9 +41,8 @@ import papermill
 import yaml
 from tqdm.auto import tqdm
 
-from .cache import CacheError, atomic_write_bytes, atomic_write_text, entry_path, read_entry, write_entry
-from .figures import BOOK_MODE_ENV, write_vega_bundle
-
+from zones.core.cache import CacheError, atomic_write_bytes, atomic_write_text, entry_path, read_entry, write_entry
+from zones.figures import BOOK_MODE_ENV, write_vega_bundle
 
 RUN_LAST = ("claims",)  # chapters that read the tables the other chapters wrote
 MATHJAX_PACKAGE = "django-static-mathjax"

@@ -27,23 +27,31 @@ from pathlib import Path
 import yaml
 from tqdm import tqdm
 
-from . import __version__
-from .ablation import DEFAULT_EVAL_TOKENS as ABLATION_EVAL_TOKENS
-from .ablation import ablation_table
-from .book import build_book, project_root
-from .cache import write_table
-from .checkpoints import lifecycle_snapshots
-from .data import CorpusError, corpus_windows, load_corpus
-from .evaluate import DEFAULT_DTYPE, DTYPES
-from .executors import alpha_sweep, check_executor
-from .export import ExportError, choose_removed, export_model
-from .heal import DEFAULT_LR, DEFAULT_RANK, DEFAULT_TOKENS, METHODS, export_healed, heal
-from .models import DEFAULT_MODEL, load_model
-from .pruning import DEFAULT_EVAL_TOKENS as PRUNING_EVAL_TOKENS
-from .pruning import (DEFAULT_CALIBRATION_TOKENS, DEFAULT_SEEDS, DEFAULT_STRATEGIES, available_strategies,
-                       check_strategy_names, parse_removed, pruning_table)
-from .spectra import alpha_table, check_estimators, check_window
-from .training import run_label, series_configs, series_history, series_snapshots, series_summary, train_model
+from zones import __version__
+from zones.book import build_book, project_root
+from zones.core.cache import write_table
+from zones.core.data import CorpusError, corpus_windows, load_corpus
+from zones.core.executors import check_executor
+from zones.core.models import DEFAULT_MODEL, load_model
+from zones.measure.ablation import DEFAULT_EVAL_TOKENS as ABLATION_EVAL_TOKENS
+from zones.measure.ablation import ablation_table
+from zones.measure.evaluate import DEFAULT_DTYPE, DTYPES
+from zones.pruning import (
+    DEFAULT_CALIBRATION_TOKENS,
+    DEFAULT_SEEDS,
+    DEFAULT_STRATEGIES,
+    available_strategies,
+    check_strategy_names,
+    parse_removed,
+    pruning_table,
+)
+from zones.pruning import DEFAULT_EVAL_TOKENS as PRUNING_EVAL_TOKENS
+from zones.pruning.export import ExportError, choose_removed, export_model
+from zones.pruning.heal import DEFAULT_LR, DEFAULT_RANK, DEFAULT_TOKENS, METHODS, export_healed, heal
+from zones.series import run_label, series_configs, series_history, series_snapshots, series_summary, train_model
+from zones.series.checkpoints import lifecycle_snapshots
+from zones.spectra import alpha_table, check_estimators, check_window
+from zones.spectra.sweep import alpha_sweep
 
 
 def _model_args(parser: argparse.ArgumentParser, tokenizer: bool = False) -> None:
@@ -453,7 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--corpus", default=None, help="training corpus (default: stdlib-code)")
     p.add_argument("--snapshot-every", type=int, default=None, help="steps between spectral snapshots (default: 25)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                   help="any other training parameter of zones.training.TrainConfig")
+                   help="any other training parameter of zones.series.TrainConfig")
     _device_arg(p)
     p.add_argument("--refresh", action="store_true", help="retrain even if the run is cached")
     p.add_argument("--copy-models", action="store_true", help="copy the trained models to OUT/models/depth-N-seed-S")

@@ -22,7 +22,7 @@ import altair as alt
 import vl_convert
 from IPython.display import HTML, display
 
-from zones.cache import atomic_write_text
+from zones.core.cache import atomic_write_text
 
 COLUMN_WIDTH = 660  # px: the book's article column at a desktop width, less the y axis and legend
 BOOK_MODE_ENV = "ZONES_BOOK_BUILD"  # set by `zones book`: the page loads the bundle itself

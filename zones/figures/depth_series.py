@@ -11,7 +11,7 @@ import altair as alt
 import pandas as pd
 
 from zones.figures import fit, panel_width, wrap
-from zones.figures.ablation import log_floor
+from zones.figures.layer_ablation import log_floor
 
 SEED_TITLE = "training seed"
 

@@ -12,7 +12,7 @@ KIND_COLORS = {"spectral": "#1f77b4", "simple": "#ff7f0e"}
 def rho_intervals(rhos: pd.DataFrame) -> alt.LayerChart:
     """One row per predictor: ρ (point) and its bootstrap 95% interval (rule), spectral
     predictors blue, simple ones orange, sorted by |ρ|; a zero line. ``rhos``:
-    ``zones.predictors.predictor_rho`` (one model)."""
+    ``zones.analysis.predictors.predictor_rho`` (one model)."""
     df = rhos.sort_values("abs_rho", ascending=False)
     order = list(df["predictor"])
     y = alt.Y("predictor:N", sort=order, title=None)

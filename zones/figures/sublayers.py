@@ -2,7 +2,7 @@
 parameters removed for block and sublayer strategies.
 
 ΔLoss is drawn on a log axis; a sublayer whose removal does not raise the loss is drawn at the
-axis floor in grey (its true value in the tooltip), as in ``zones.figures.ablation``.
+axis floor in grey (its true value in the tooltip), as in ``zones.figures.layer_ablation``.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import altair as alt
 import pandas as pd
 
 from zones.figures import SI_AXIS, fit, panel_width, wrap
-from zones.figures.ablation import log_floor
+from zones.figures.layer_ablation import log_floor
 
 PART_TITLES = {"attn": "attention", "mlp": "MLP"}
 KIND_DASH = {"block": [1, 0], "sublayer": [5, 3]}
@@ -18,7 +18,7 @@ KIND_DASH = {"block": [1, 0], "sublayer": [5, 3]}
 
 def sublayer_scatter(importance: pd.DataFrame, *, alpha_title: str = "α") -> alt.ConcatChart:
     """One panel per part (attention, MLP): each block's sublayer ΔLoss (log y) against the
-    part's α (x). ``importance``: ``zones.sublayers.sublayer_importance`` (plus ``model``)."""
+    part's α (x). ``importance``: ``zones.analysis.sublayers.sublayer_importance`` (plus ``model``)."""
     panels = []
     for part, df in importance.groupby("part", sort=False):
         df = df.copy()
@@ -42,7 +42,7 @@ def sublayer_scatter(importance: pd.DataFrame, *, alpha_title: str = "α") -> al
 def params_tradeoff(plans: pd.DataFrame) -> alt.LayerChart:
     """Δloss (nats, log y) against parameters removed (millions), one line per strategy (solid:
     block strategies, dashed: sublayer strategies), with the paired 95% interval as error bars.
-    ``plans``: ``zones.sublayer_pruning.score_plans``' first table."""
+    ``plans``: ``zones.pruning.sublayers.score_plans``' first table."""
     df = plans.copy()
     df["params_m"] = df["n_params"] / 1e6
     floor = log_floor(df["delta_loss"])

@@ -11,15 +11,51 @@ The public names of the three are importable from ``zones.pruning``.
 """
 from __future__ import annotations
 
-from .compare import (COLLAPSE_RATIO, best_by_k, best_sets, compare_strategies, crossover_k, pairwise_differences,
-                      summarize_pruning)
-from .strategies import (MIN_REMAINING, STRATEGIES, PruningContext, Strategy, StrategyError, alpha_zones,
-                         available_strategies, bic_segment_count, check_plans, get_strategy, greedy_order, prefixes,
-                         register_strategy, segment_profile, segmentation_cost, zone_aware_order)
-from .sweep import (COLUMNS, DEFAULT_CALIBRATION_TOKENS, DEFAULT_EVAL_TOKENS, DEFAULT_SEEDS, DEFAULT_STRATEGIES,
-                    RECIPE_ABLATIONS, SETS_PER_PASS, WINDOW_COLUMNS, PruningResult, canonical_removed,
-                    check_strategy_names, format_removed, parse_removed, plan_strategies, pruning_sweep,
-                    pruning_table)
+from zones.pruning.compare import (
+                      COLLAPSE_RATIO,
+                      best_by_k,
+                      best_sets,
+                      compare_strategies,
+                      crossover_k,
+                      pairwise_differences,
+                      summarize_pruning,
+)
+from zones.pruning.strategies import (
+                      MIN_REMAINING,
+                      STRATEGIES,
+                      PruningContext,
+                      Strategy,
+                      StrategyError,
+                      alpha_zones,
+                      available_strategies,
+                      bic_segment_count,
+                      check_plans,
+                      get_strategy,
+                      greedy_order,
+                      prefixes,
+                      register_strategy,
+                      segment_profile,
+                      segmentation_cost,
+                      zone_aware_order,
+)
+from zones.pruning.sweep import (
+                      COLUMNS,
+                      DEFAULT_CALIBRATION_TOKENS,
+                      DEFAULT_EVAL_TOKENS,
+                      DEFAULT_SEEDS,
+                      DEFAULT_STRATEGIES,
+                      RECIPE_ABLATIONS,
+                      SETS_PER_PASS,
+                      WINDOW_COLUMNS,
+                      PruningResult,
+                      canonical_removed,
+                      check_strategy_names,
+                      format_removed,
+                      parse_removed,
+                      plan_strategies,
+                      pruning_sweep,
+                      pruning_table,
+)
 
 __all__ = [
     "COLLAPSE_RATIO", "best_by_k", "best_sets", "compare_strategies", "crossover_k", "pairwise_differences",

@@ -14,8 +14,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from ..stats import LEVEL, N_RESAMPLES, SEED, paired_bootstrap
-from .sweep import WINDOW_COLUMNS, canonical_removed
+from zones.measure.stats import LEVEL, N_RESAMPLES, SEED, paired_bootstrap
+from zones.pruning.sweep import WINDOW_COLUMNS, canonical_removed
 
 COLLAPSE_RATIO = 1e3  # a ΔPPL ratio above this says one arm collapsed, not how much better the other is
 

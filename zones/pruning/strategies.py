@@ -51,16 +51,16 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..ablation import ablation_table
-from ..adapters import get_adapter
-from ..blocks import BlockTrace
-from ..cache import Journal, cached_table, entry_path
-from ..checks import check_int
-from ..data import Windows
-from ..evaluate import check_dtype, check_fit, evaluate_removals, scoring_precision
-from ..models import model_fingerprint
-from ..spectra import alpha_table, layer_alpha
-from ..stats import NonFiniteLossError
+from zones.core.adapters import get_adapter
+from zones.core.cache import Journal, cached_table, entry_path
+from zones.core.checks import check_int
+from zones.core.data import Windows
+from zones.core.models import model_fingerprint
+from zones.measure.ablation import ablation_table
+from zones.measure.blocks import BlockTrace
+from zones.measure.evaluate import check_dtype, check_fit, evaluate_removals, scoring_precision
+from zones.measure.stats import NonFiniteLossError
+from zones.spectra import alpha_table, layer_alpha
 
 VERSION = "2"
 MIN_REMAINING = 2  # a pruned model keeps at least this many blocks
@@ -321,7 +321,7 @@ class PruningContext:
         return self._hidden_stats
 
     def ablation(self) -> pd.DataFrame:
-        """Single-block ablation on the calibration windows (``zones.ablation.ablation_table``)."""
+        """Single-block ablation on the calibration windows (``zones.measure.ablation.ablation_table``)."""
         if self._ablation is None:
             self._ablation = ablation_table(self.model, self._need_calibration("ablation_rank"),
                                             batch_size=self.batch_size, cache=self.cache,

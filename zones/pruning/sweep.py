@@ -4,16 +4,16 @@ each strategy (``zones.pruning.strategies``), for k = 1..k_max.
 Protocol. Every strategy plans its removals first (the baselines look only at the
 calibration windows); then every distinct removal set is scored on the same eval windows
 as the full model: ΔPPL = PPL(pruned) − PPL(full), PPL = exp(mean token cross-entropy)
-(``zones.evaluate`` protocol). A removed block's output is its input.
+(``zones.measure.evaluate`` protocol). A removed block's output is its input.
 
-Speed. Removal sets are scored along a prefix tree (``zones.evaluate.evaluate_removals``):
+Speed. Removal sets are scored along a prefix tree (``zones.measure.evaluate.evaluate_removals``):
 consecutive sets share the hidden states up to the first block where they differ, and the
 nested sets of one strategy (k and k + 1 differ by one block) mostly share their path. Each
 eval batch is traced through the full model once for the whole sweep (not once per chunk of
 sets), so every set starts from the full model's hidden state at its first removed block.
 
 Evidence. Every scored set keeps its NLL on every eval window (``PruningResult.window_losses``),
-so each (strategy, k) gets paired bootstrap intervals over windows (``zones.stats``): Δloss =
+so each (strategy, k) gets paired bootstrap intervals over windows (``zones.measure.stats``): Δloss =
 ln(PPL_pruned / PPL_base) in nats and ΔPPL; every pair of strategies gets an interval on the
 difference of their Δloss, from the same resamples; "best at k" is the set of strategies not
 separable from the best. Seeded strategies (``random``, ``random_protected``) run
@@ -42,13 +42,13 @@ import pandas as pd
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..adapters import get_adapter
-from ..cache import Journal, entry_path
-from ..checks import check_int
-from ..data import Windows
-from ..evaluate import DEFAULT_DTYPE, check_dtype, check_fit, evaluate_removals, model_device, tree_order
-from ..models import model_fingerprint
-from .strategies import STRATEGIES, PruningContext, Strategy, StrategyError, get_strategy
+from zones.core.adapters import get_adapter
+from zones.core.cache import Journal, entry_path
+from zones.core.checks import check_int
+from zones.core.data import Windows
+from zones.core.models import model_fingerprint
+from zones.measure.evaluate import DEFAULT_DTYPE, check_dtype, check_fit, evaluate_removals, model_device, tree_order
+from zones.pruning.strategies import STRATEGIES, PruningContext, Strategy, StrategyError, get_strategy
 
 VERSION = "2"
 COLUMNS = ["model", "strategy", "k", "seed", "removed", "ppl", "base_ppl", "delta_ppl", "delta_loss", "n_tokens"]
@@ -195,7 +195,7 @@ def pruning_sweep(model: nn.Module, eval_windows: Windows, calibration_windows: 
 
     The baselines that measure activations use ``calibration_windows`` only. ``alpha`` is
     the α table of ``zones.spectra.alpha_table`` (computed when ``None``). ``dtype`` is the
-    scoring precision (``zones.evaluate``). Arguments are checked (strategy names, ``k_max``
+    scoring precision (``zones.measure.evaluate``). Arguments are checked (strategy names, ``k_max``
     against every strategy's removable blocks, windows against the model) before any
     forward pass. With ``cache=True`` every scored removal set is journaled, so an
     interrupted run resumes and overlapping runs share work. A non-finite loss is an error.
@@ -213,7 +213,7 @@ def pruning_sweep(model: nn.Module, eval_windows: Windows, calibration_windows: 
                 raise ValueError(f"strategies {needing} need calibration_windows")
             continue
         if not isinstance(windows, Windows):
-            raise TypeError(f"{label} must be zones.data.Windows (from corpus_windows), not {type(windows).__name__}")
+            raise TypeError(f"{label} must be zones.core.data.Windows (from corpus_windows), not {type(windows).__name__}")
         if windows.n_windows == 0 or windows.seq_len < 2:
             raise ValueError(f"{label} score no tokens")
         check_fit(model, windows)

@@ -8,8 +8,15 @@ the chapters share with the scorecard (``claims``), so no chapter module imports
 scorecard. Every verdict a page states is made here, by a tested function with its
 rule in the docstring; the notebooks only call ``run``, glue, draw and tell.
 """
-from . import (alpha_profile, claims, common, depth_series, healing, importance, layer_ablation, lifecycle, predictors,
-               pruning, sublayers, verdicts)
+import importlib
 
-__all__ = ["alpha_profile", "claims", "common", "depth_series", "healing", "importance", "layer_ablation", "lifecycle",
-           "predictors", "pruning", "sublayers", "verdicts"]
+CHAPTERS = ("alpha_profile", "layer_ablation", "importance_vs_alpha", "pruning", "healing", "sublayers", "predictors",
+            "depth_series", "spectral_lifecycle", "claims")
+__all__ = [*CHAPTERS, "common", "format", "verdicts"]
+
+
+def __getattr__(name: str):
+    """``report.pruning`` imports the chapter module on first use (``zones.report.format`` alone stays light)."""
+    if name in __all__:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..format import fmt_interval, fmt_num
-from ..models import load_model
-from ..spectra import alpha_table, depth_spread, estimator_correlation, role_group
-from .common import NAN, ChapterResult, interval_side, save, unit_bootstrap
+from zones.core.models import load_model
+from zones.report.common import NAN, ChapterResult, interval_side, save, unit_bootstrap
+from zones.report.format import fmt_interval, fmt_num
+from zones.spectra import alpha_table, depth_spread, estimator_correlation, role_group
 
 TREND_COLUMNS = ["role", "group", "first_fit", "last_fit", "rise", "rise_low", "rise_high", "trend", "n_blocks"]
 
@@ -155,7 +155,7 @@ def _std_ratio(qk: np.ndarray, vo: np.ndarray, axis: int = -1) -> np.ndarray:
 
 def qk_vo_asymmetry(profile: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0) -> dict:
     """Does Q/K vary with depth more than V/O? ``profile``: ``layer, group, value`` (one
-    value per layer and group, e.g. :func:`group_profile` or ``zones.lifecycle.final_profile``).
+    value per layer and group, e.g. :func:`group_profile` or ``zones.analysis.lifecycle.final_profile``).
 
     The statistic is the ratio of standard deviations over layers, std(Q/K) / std(V/O), with a
     bootstrap interval that resamples layers (the same layers for both groups). Returns

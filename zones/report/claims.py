@@ -27,16 +27,42 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-from ..cache import atomic_write_text
-from ..format import fmt_interval, fmt_num, fmt_p, fmt_ratio
-from ..pruning import COLLAPSE_RATIO
-from . import healing
-from .common import ChapterResult, interval_side, read_summary, save
-from .layer_ablation import first_blocks_matter_most
-from .verdicts import (OURS, BLOCKS, BUDGET, FAILS, HOLDS, MISSING, OPEN, PAPER_CROSSOVER_K, PAPER_EXPONENT, PAPER_GAP,
-                       PAPER_Q_PROFILE, PAPER_RATIO, PAPER_RHO, PAPER_RHO_P, SEEDS, UNDEFINED, VERDICTS, Verdict,
-                       finite, from_word, interval_text, min_permutation_p, ratio_interval_text, score_crossover,
-                       score_ratio_direction, score_ratio_magnitude, side_verdict, verdict_phrase)
+from zones.core.cache import atomic_write_text
+from zones.pruning import COLLAPSE_RATIO
+from zones.report import healing
+from zones.report.common import ChapterResult, interval_side, read_summary, save
+from zones.report.format import fmt_interval, fmt_num, fmt_p, fmt_ratio
+from zones.report.layer_ablation import first_blocks_matter_most
+from zones.report.verdicts import (
+    BLOCKS,
+    BUDGET,
+    FAILS,
+    HOLDS,
+    MISSING,
+    OPEN,
+    OURS,
+    PAPER_CROSSOVER_K,
+    PAPER_EXPONENT,
+    PAPER_GAP,
+    PAPER_Q_PROFILE,
+    PAPER_RATIO,
+    PAPER_RHO,
+    PAPER_RHO_P,
+    SEEDS,
+    UNDEFINED,
+    VERDICTS,
+    Verdict,
+    finite,
+    from_word,
+    interval_text,
+    min_permutation_p,
+    ratio_interval_text,
+    score_crossover,
+    score_ratio_direction,
+    score_ratio_magnitude,
+    side_verdict,
+    verdict_phrase,
+)
 
 COLUMNS = ["claim", "paper", "ours", "interval", "model", "corpus", "chapter", "rule", "verdict", "reason"]
 CHAPTERS = ("alpha_profile", "layer_ablation", "importance_vs_alpha", "pruning", "healing", "depth_series",

@@ -5,7 +5,7 @@
 * :func:`save`: tables as CSV and the summary as strict JSON (NaN becomes ``null``), atomically.
 * :func:`plain`: numpy scalars and containers as plain Python (what ``glue`` and JSON want).
 * :func:`unit_bootstrap`: a percentile-bootstrap interval of a statistic, resampling *units*
-  (blocks, layers, snapshot steps): paired columns through ``zones.stats.paired_bootstrap``
+  (blocks, layers, snapshot steps): paired columns through ``zones.measure.stats.paired_bootstrap``
   (the same procedure as the eval-window intervals), independent strata through
   ``scipy.stats.bootstrap(paired=False)``.
 """
@@ -23,9 +23,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ..cache import atomic_write_text, write_table
-from ..format import for_glue
-from ..stats import paired_bootstrap
+from zones.core.cache import atomic_write_text, write_table
+from zones.measure.stats import paired_bootstrap
+from zones.report.format import for_glue
 
 LEVEL = 0.95        # every interval in the book is a 95% interval
 N_BOOT = 2000       # bootstrap resamples of the unit bootstraps
@@ -54,7 +54,7 @@ class ChapterResult:
 
 def glue_all(result: ChapterResult | None = None, **extra: Any) -> None:
     """Glue every number and sentence of ``result`` and each ``extra`` value for the page's
-    ``{glue:text}`` roles, written as ``zones.format.for_glue`` writes them (the one glue loop
+    ``{glue:text}`` roles, written as ``zones.report.format.for_glue`` writes them (the one glue loop
     of the book: every chapter calls this)."""
     from myst_nb import glue  # loads Sphinx (about a second); only the notebooks need it
 

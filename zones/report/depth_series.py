@@ -3,11 +3,11 @@ every run with paired intervals, and ρ(ΔLoss, α) per run and pooled per depth
 
 ``run(...)`` returns a ``ChapterResult`` whose tables are written as CSV:
 
-* ``series``: one row per run (``zones.training.series_summary``, with the flattening rule);
+* ``series``: one row per run (``zones.series.series_summary``, with the flattening rule);
 * ``history``: the loss curves (``depth, seed, step, ...``);
 * ``importance``: every run's single-block ablation with α (``model`` = ``"depth D, seed S"``,
-  ``depth``, ``seed``, the ``zones.ablation.ablation_table`` columns, ``alpha``);
-* ``rho``: ρ for a few estimators and roles per run (``zones.importance.RHO_COLUMNS`` plus
+  ``depth``, ``seed``, the ``zones.measure.ablation.ablation_table`` columns, ``alpha``);
+* ``rho``: ρ for a few estimators and roles per run (``zones.analysis.importance.RHO_COLUMNS`` plus
   ``depth, seed, model``: what the claims page scores, one row per run);
 * ``rho_runs``: the tidy per-(depth, seed) ρ of the chosen α (``rho_by_run``);
 * ``rho_pooled``: ρ pooled over the seeds of each depth and over every run (``rho_pooled``);
@@ -21,10 +21,17 @@ import numpy as np
 import pandas as pd
 from scipy.stats import rankdata
 
-from ..importance import importance_frame, rho_table, spearman
-from ..training import FLAT_IMPROVEMENT, LATE_FRACTION, series_history, series_importance, series_summary, train_series
-from .common import ChapterResult, save
-from .importance import rho_verdict
+from zones.analysis.importance import importance_frame, rho_table, spearman
+from zones.report.common import ChapterResult, save
+from zones.report.importance_vs_alpha import rho_verdict
+from zones.series import (
+    FLAT_IMPROVEMENT,
+    LATE_FRACTION,
+    series_history,
+    series_importance,
+    series_summary,
+    train_series,
+)
 
 SERIES_ESTIMATORS = ("alpha_shape", "alpha_esd", "stable_rank")
 SERIES_ROLES = ("weighted", "q", "k", "v", "o")

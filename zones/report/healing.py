@@ -2,11 +2,11 @@
 
 Protocol. Each strategy plans its removals at every k of ``k_values`` on the calibration
 windows (as in the pruning chapter; ``random_protected`` once per seed). Every removal set is
-then healed by each method of ``methods`` (``zones.heal``: the closed-form linear ``bridge``,
+then healed by each method of ``methods`` (``zones.pruning.heal``: the closed-form linear ``bridge``,
 or ``lora``) with the same budget of ``heal_tokens`` calibration tokens, and scored on the
 same eval windows, which neither planning nor healing ever sees, before and after healing.
 
-Evidence. One paired bootstrap over eval windows (``zones.stats.paired_bootstrap``) gives, from
+Evidence. One paired bootstrap over eval windows (``zones.measure.stats.paired_bootstrap``) gives, from
 the same resamples, every interval of the chapter: Δloss against the full model of each
 strategy at each k before and after healing (the median over seeds for ``random_protected``),
 the gain of healing (Δloss after − Δloss before), and the difference that the verdict reads.
@@ -26,19 +26,18 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..adapters import get_adapter
-from ..data import corpus_windows, load_corpus
-from ..evaluate import evaluate_loss, evaluate_removals
-from ..figures import BOOK_MODE_ENV
-from ..format import fmt_interval, fmt_num
-from ..heal import DEFAULT_LR, DEFAULT_RANK, METHODS, heal
-from ..models import load_model
-from ..pruning import (DEFAULT_CALIBRATION_TOKENS, PruningContext, check_strategy_names, format_removed,
-                       get_strategy)
-from ..spectra import alpha_table
-from ..stats import paired_bootstrap
-from .common import ChapterResult, interval_side, save
-from .verdicts import BUDGET, OURS, Verdict, interval_text, side_verdict
+from zones.core.adapters import get_adapter
+from zones.core.data import corpus_windows, load_corpus
+from zones.core.models import load_model
+from zones.figures import BOOK_MODE_ENV
+from zones.measure.evaluate import evaluate_loss, evaluate_removals
+from zones.measure.stats import paired_bootstrap
+from zones.pruning import DEFAULT_CALIBRATION_TOKENS, PruningContext, check_strategy_names, format_removed, get_strategy
+from zones.pruning.heal import DEFAULT_LR, DEFAULT_RANK, METHODS, heal
+from zones.report.common import ChapterResult, interval_side, save
+from zones.report.format import fmt_interval, fmt_num
+from zones.report.verdicts import BUDGET, OURS, Verdict, interval_text, side_verdict
+from zones.spectra import alpha_table
 
 REFERENCE = "last_n_keep_last"   # Last-N as practitioners (and Lu et al.) use it: the final block stays
 DEFAULT_STRATEGIES = (OURS, REFERENCE, "greedy", "random_protected")

@@ -1,6 +1,6 @@
 """The layer-ablation chapter: which blocks the model cannot do without, with intervals.
 
-ΔLoss intervals are the paired eval-window bootstrap of ``zones.ablation`` (columns
+ΔLoss intervals are the paired eval-window bootstrap of ``zones.measure.ablation`` (columns
 ``delta_loss_low, delta_loss_high``). Where a table has no interval columns, the interval
 is NaN and no verdict is drawn from it.
 """
@@ -11,11 +11,11 @@ import os
 
 import pandas as pd
 
-from ..ablation import DEFAULT_EVAL_TOKENS
-from ..figures import BOOK_MODE_ENV
-from ..format import fmt_interval
-from ..importance import importance_frame, measure_models
-from .common import NAN, ChapterResult, save
+from zones.analysis.importance import importance_frame, measure_models
+from zones.figures import BOOK_MODE_ENV
+from zones.measure.ablation import DEFAULT_EVAL_TOKENS
+from zones.report.common import NAN, ChapterResult, save
+from zones.report.format import fmt_interval
 
 FIRST_FRACTION = 0.1   # "the first blocks": the first ⌈0.1 · L⌉ blocks (at least one)
 
@@ -28,7 +28,7 @@ def _bounds(table: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
 
 
 def interval_text(value: float, low: float, high: float, unit: str = "nats") -> str:
-    """``"0.41 [0.37, 0.46] nats"`` (``zones.format.fmt_interval``; ``[n/a]`` without one)."""
+    """``"0.41 [0.37, 0.46] nats"`` (``zones.report.format.fmt_interval``; ``[n/a]`` without one)."""
     return fmt_interval(value, low, high, unit=unit)
 
 
@@ -170,7 +170,7 @@ def first_blocks_sentence(result: dict) -> str:
 def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256, eval_tokens: int | None = DEFAULT_EVAL_TOKENS,
         batch_size: int = 8, alpha_estimator: str = "alpha_shape", alpha_role: str = "weighted",
         out_dir: str = "results/layer_ablation", *, progress: bool | None = None) -> ChapterResult:
-    """The chapter: the ablation of every model (``zones.importance.measure_models``, cached)
+    """The chapter: the ablation of every model (``zones.analysis.importance.measure_models``, cached)
     → ``ablation.csv`` (all models, with α), ``summary.json``; numbers and sentences."""
     if progress is None:
         progress = os.environ.get(BOOK_MODE_ENV) != "1"

@@ -2,7 +2,7 @@
 simple predictors, and the paired interval of |ρ_α| − |ρ_best simple|.
 
 Rules (each a tested function): the verdict on α against the best simple predictor is
-``zones.predictors.alpha_vs_best`` (the paired interval of the difference of |ρ| on the same
+``zones.analysis.predictors.alpha_vs_best`` (the paired interval of the difference of |ρ| on the same
 bootstrap resamples of blocks excludes 0, or not); a single predictor "detectably orders the
 blocks" only where its own ρ interval excludes 0 (:func:`n_detectable`).
 """
@@ -13,16 +13,16 @@ import os
 
 import pandas as pd
 
-from ..ablation import DEFAULT_EVAL_TOKENS, ablation_table
-from ..data import corpus_windows, load_corpus
-from ..figures import BOOK_MODE_ENV
-from ..format import fmt_interval
-from ..importance import model_labels
-from ..models import load_model
-from ..predictors import alpha_vs_best, block_frobenius, predictor_rho, predictor_table
-from ..pruning import DEFAULT_CALIBRATION_TOKENS, PruningContext
-from ..spectra import alpha_table
-from .common import ChapterResult, save
+from zones.analysis.importance import model_labels
+from zones.analysis.predictors import alpha_vs_best, block_frobenius, predictor_rho, predictor_table
+from zones.core.data import corpus_windows, load_corpus
+from zones.core.models import load_model
+from zones.figures import BOOK_MODE_ENV
+from zones.measure.ablation import DEFAULT_EVAL_TOKENS, ablation_table
+from zones.pruning import DEFAULT_CALIBRATION_TOKENS, PruningContext
+from zones.report.common import ChapterResult, save
+from zones.report.format import fmt_interval
+from zones.spectra import alpha_table
 
 
 def n_detectable(rhos: pd.DataFrame) -> int:

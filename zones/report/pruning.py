@@ -27,17 +27,31 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from ..data import corpus_windows, load_corpus
-from ..evaluate import DEFAULT_DTYPE
-from ..figures import BOOK_MODE_ENV
-from ..format import fmt_interval, fmt_num, fmt_ratio
-from ..models import load_model
-from ..pruning import (COLLAPSE_RATIO, DEFAULT_CALIBRATION_TOKENS, DEFAULT_EVAL_TOKENS, DEFAULT_SEEDS,
-                       DEFAULT_STRATEGIES, RECIPE_ABLATIONS, STRATEGIES, PruningContext, alpha_zones, best_sets,
-                       compare_strategies, crossover_k, pairwise_differences, pruning_sweep, summarize_pruning)
-from ..spectra import alpha_table
-from .common import NAN, ChapterResult, save
-from .verdicts import PAPER_RATIO, score_ratio_direction, score_ratio_magnitude, verdict_phrase
+from zones.core.data import corpus_windows, load_corpus
+from zones.core.models import load_model
+from zones.figures import BOOK_MODE_ENV
+from zones.measure.evaluate import DEFAULT_DTYPE
+from zones.pruning import (
+    COLLAPSE_RATIO,
+    DEFAULT_CALIBRATION_TOKENS,
+    DEFAULT_EVAL_TOKENS,
+    DEFAULT_SEEDS,
+    DEFAULT_STRATEGIES,
+    RECIPE_ABLATIONS,
+    STRATEGIES,
+    PruningContext,
+    alpha_zones,
+    best_sets,
+    compare_strategies,
+    crossover_k,
+    pairwise_differences,
+    pruning_sweep,
+    summarize_pruning,
+)
+from zones.report.common import NAN, ChapterResult, save
+from zones.report.format import fmt_interval, fmt_num, fmt_ratio
+from zones.report.verdicts import PAPER_RATIO, score_ratio_direction, score_ratio_magnitude, verdict_phrase
+from zones.spectra import alpha_table
 
 OURS = "zone_aware"
 REFERENCES = ("last_n", "last_n_keep_last", "random", "random_protected")   # compared with ours, in this order

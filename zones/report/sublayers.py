@@ -4,7 +4,7 @@ compared with block pruning at equal parameters removed, with loss, KL and top-1
 Rules the page states, each applied by the function named:
 
 * a sublayer ρ is "detectable" only where its bootstrap interval excludes 0
-  (``zones.report.importance.rho_verdict``);
+  (``zones.report.importance_vs_alpha.rho_verdict``);
 * a strategy is *cheaper* than the reference at a budget only where the paired interval of
   their Δloss difference lies below 0, *costlier* where it lies above, else *not separable*
   (:func:`standing`);
@@ -12,7 +12,7 @@ Rules the page states, each applied by the function named:
   "mean attention ΔLoss − mean MLP ΔLoss" over blocks (:func:`asymmetry`);
 * with ``block_agreement=True``, every single-block ablation also gets KL and top-1 with
   intervals, and the page says whether KL orders the blocks as ΔLoss does by Spearman ρ over
-  blocks (``zones.importance.spearman``).
+  blocks (``zones.analysis.importance.spearman``).
 """
 from __future__ import annotations
 
@@ -23,21 +23,28 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from ..ablation import ablation_window_losses
-from ..agreement import agreement_window_losses, summarize_agreement
-from ..data import corpus_windows, load_corpus
-from ..figures import BOOK_MODE_ENV
-from ..format import fmt_interval
-from ..importance import model_labels, spearman
-from ..models import load_model
-from ..spectra import alpha_table
-from ..stats import paired_bootstrap
-from ..sublayer_pruning import (DEFAULT_BLOCK_STRATEGIES, DEFAULT_SUBLAYER_STRATEGIES, compare_at_budget, plan_table,
-                                score_plans, tokens_per_second)
-from ..sublayers import sublayer_importance, sublayer_params, sublayer_rho_table
-from ..training import heldout_windows, run_label, train_series
-from .common import ChapterResult, interval_side, save
-from .importance import rho_verdict
+from zones.analysis.importance import model_labels, spearman
+from zones.analysis.sublayers import sublayer_importance, sublayer_rho_table
+from zones.core.data import corpus_windows, load_corpus
+from zones.core.models import load_model
+from zones.figures import BOOK_MODE_ENV
+from zones.measure.ablation import ablation_window_losses
+from zones.measure.agreement import agreement_window_losses, summarize_agreement
+from zones.measure.stats import paired_bootstrap
+from zones.measure.sublayers import sublayer_params
+from zones.pruning.sublayers import (
+    DEFAULT_BLOCK_STRATEGIES,
+    DEFAULT_SUBLAYER_STRATEGIES,
+    compare_at_budget,
+    plan_table,
+    score_plans,
+    tokens_per_second,
+)
+from zones.report.common import ChapterResult, interval_side, save
+from zones.report.format import fmt_interval
+from zones.report.importance_vs_alpha import rho_verdict
+from zones.series import heldout_windows, run_label, train_series
+from zones.spectra import alpha_table
 
 # CPU budgets of the chapter on SmolLM2-135M (2 cores, <= 120 s cold): windows of 128 tokens,
 # 6 eval windows (the attention-only and MLP-only ablation costs ~3 single-block sweeps), one
@@ -54,7 +61,7 @@ def series_sublayer_rho(profile: str | None = "cpu", depths=None, train_override
                         estimator: str = "alpha_shape", batch_size: int = 16, n_boot: int = 2000,
                         n_perm: int = 10000, seed: int = 0, progress: bool = False) -> pd.DataFrame:
     """ρ(sublayer ΔLoss, the sublayer's weighted α) of every model of a trained depth series
-    (``zones.training.train_series(depths, profile, **train_overrides)``: with the same
+    (``zones.series.train_series(depths, profile, **train_overrides)``: with the same
     arguments, the depth-series chapter's runs, read from the cache), each on its own held-out windows. Columns: ``model, depth, seed, part, n_blocks, rho,
     ci_low, ci_high, p_value, verdict``; empty for ``profile=None``."""
     if profile is None:
@@ -100,7 +107,7 @@ def standing(low: float, high: float) -> str:
 
 def asymmetry(long: pd.DataFrame, *, n_resamples: int = 2000, seed: int = 0) -> dict:
     """Mean attention-only ΔLoss minus mean MLP-only ΔLoss over blocks (nats), with a paired
-    95% interval over eval windows (``zones.stats.paired_bootstrap``). ``verdict``:
+    95% interval over eval windows (``zones.measure.stats.paired_bootstrap``). ``verdict``:
     ``"attention costs less"`` (interval below 0), ``"attention costs more"`` (above),
     ``"not separable"``."""
     layers = sorted(long["layer"].unique())

@@ -15,10 +15,10 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
-from ..format import fmt_num, fmt_ratio, power_of_ten
-from ..lifecycle import PAPER_DELTA_ALPHA_EXPONENT
-from ..pruning import COLLAPSE_RATIO
-from .common import interval_side
+from zones.analysis.lifecycle import PAPER_DELTA_ALPHA_EXPONENT
+from zones.pruning import COLLAPSE_RATIO
+from zones.report.common import interval_side
+from zones.report.format import fmt_num, fmt_ratio, power_of_ten
 
 HOLDS, FAILS, OPEN, MISSING = "holds", "does not hold", "inconclusive", "not measured"
 VERDICTS = (HOLDS, FAILS, OPEN, MISSING)
@@ -151,7 +151,7 @@ def finite(*values) -> bool:
 
 
 def interval_text(low: float, high: float, digits: int = 3) -> str:
-    """``"[0.12, 0.34]"`` (``zones.format.fmt_num``), or ``"undefined"``."""
+    """``"[0.12, 0.34]"`` (``zones.report.format.fmt_num``), or ``"undefined"``."""
     if not finite(low, high):
         return "undefined"
     return f"[{fmt_num(low, digits)}, {fmt_num(high, digits)}]"

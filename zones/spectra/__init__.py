@@ -22,12 +22,30 @@ raise in the middle of a sweep.
 """
 from __future__ import annotations
 
-from .esd import EVALS_THRESHOLD, MIN_SINGULAR_VALUES, SMALL_N, SMALL_N_MIN_TAIL, EsdFit, alpha_hill, fit_esd
-from .gram import gram_eigenvalues, unit_roundoff
-from .shape import DEFAULT_WINDOW, alpha_shape, check_window, fit_alpha_shape
-from .summary import ROLE_GROUPS, depth_spread, estimator_correlation, layer_alpha, role_group
-from .table import (ALPHA_COLUMNS, COLUMNS, ESTIMATOR_COLUMNS, ESTIMATORS, VALUE_COLUMNS, VERSION, alpha_table,
-                    check_estimators, matrix_module_names, spectral_table)
+from zones.spectra.esd import (
+                    EVALS_THRESHOLD,
+                    MIN_SINGULAR_VALUES,
+                    SMALL_N,
+                    SMALL_N_MIN_TAIL,
+                    EsdFit,
+                    alpha_hill,
+                    fit_esd,
+)
+from zones.spectra.gram import gram_eigenvalues, unit_roundoff
+from zones.spectra.shape import DEFAULT_WINDOW, alpha_shape, check_window, fit_alpha_shape
+from zones.spectra.summary import ROLE_GROUPS, depth_spread, estimator_correlation, layer_alpha, role_group
+from zones.spectra.table import (
+                    ALPHA_COLUMNS,
+                    COLUMNS,
+                    ESTIMATOR_COLUMNS,
+                    ESTIMATORS,
+                    VALUE_COLUMNS,
+                    VERSION,
+                    alpha_table,
+                    check_estimators,
+                    matrix_module_names,
+                    spectral_table,
+)
 
 __all__ = [
     "ALPHA_COLUMNS", "COLUMNS", "DEFAULT_WINDOW", "ESTIMATOR_COLUMNS", "ESTIMATORS", "EVALS_THRESHOLD",

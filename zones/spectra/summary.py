@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .table import VALUE_COLUMNS
+from zones.spectra.table import VALUE_COLUMNS
 
 ROLE_GROUPS = {"q": "Q/K", "k": "Q/K", "v": "V/O", "o": "V/O"}  # every other role: "MLP"
 

@@ -17,12 +17,12 @@ import pandas as pd
 import torch
 from torch import nn
 
-from ..adapters import get_adapter
-from ..cache import cached_table
-from ..models import model_fingerprint
-from .esd import EVALS_THRESHOLD, MIN_SINGULAR_VALUES, esd_fits, hill_alphas
-from .gram import gram_eigenvalues, numerical_rank, torch_threads, unit_roundoff
-from .shape import DEFAULT_WINDOW, check_window, companion_values, shape_alphas
+from zones.core.adapters import get_adapter
+from zones.core.cache import cached_table
+from zones.core.models import model_fingerprint
+from zones.spectra.esd import EVALS_THRESHOLD, MIN_SINGULAR_VALUES, esd_fits, hill_alphas
+from zones.spectra.gram import gram_eigenvalues, numerical_rank, torch_threads, unit_roundoff
+from zones.spectra.shape import DEFAULT_WINDOW, check_window, companion_values, shape_alphas
 
 VERSION = "spectra-3"  # bump when any estimator's arithmetic changes (invalidates cached tables)
 ESTIMATORS = ("shape", "esd", "hill", "companions")

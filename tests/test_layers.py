@@ -1,0 +1,80 @@
+"""The package's floors: a subpackage imports only from the floors below it (or its own).
+
+Read from the source, not by importing: every ``import zones...`` and ``from zones... import``
+(absolute, and relative ones resolved) in ``zones/``. The README's module table follows the same
+order; a new subpackage must be placed here first.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "zones"
+# bottom to top; the top-level modules (cli, book, study, __main__) are the application floor
+FLOORS = ["core", "spectra", "measure", "analysis", "series", "pruning", "figures", "report", "<app>"]
+
+
+def floor_of(module: str) -> str:
+    """``zones.measure.evaluate`` → ``measure``; a top-level module (``zones.cli``) → ``<app>``."""
+    parts = module.split(".")
+    if len(parts) >= 2 and parts[1] in FLOORS:
+        return parts[1]
+    return "<app>"
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, root: Path = ROOT) -> set[str]:
+    """Every ``zones`` module ``path`` imports (relative imports resolved)."""
+    name = module_name(path, root)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "zones"}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] == "zones":
+                found.add(target)
+                for alias in node.names:  # `from zones.report import verdicts` imports a module too
+                    sub = root.parent / f"{target}.{alias.name}".replace(".", "/")
+                    if sub.is_dir() or sub.with_suffix(".py").exists():
+                        found.add(f"{target}.{alias.name}")
+    return found
+
+
+SOURCES = sorted(ROOT.rglob("*.py"))
+
+
+def test_every_subpackage_has_a_floor():
+    packages = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert packages <= set(FLOORS), f"subpackages without a floor in FLOORS: {sorted(packages - set(FLOORS))}"
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT.parent)))
+def test_no_import_climbs_a_floor(path):
+    own = FLOORS.index(floor_of(module_name(path)))
+    upward = sorted(m for m in imported_modules(path) if m != "zones" and FLOORS.index(floor_of(m)) > own)
+    assert not upward, f"{path.relative_to(ROOT.parent)} ({floor_of(module_name(path))}) imports from above: {upward}"
+
+
+def test_the_check_sees_an_upward_import(tmp_path):
+    """Relative imports are resolved, so a climb written as ``from ..report import verdicts`` is caught."""
+    root = tmp_path / "zones"
+    for folder in ("measure", "report"):
+        (root / folder).mkdir(parents=True)
+        (root / folder / "__init__.py").write_text("")
+    (root / "report" / "verdicts.py").write_text("")
+    source = root / "measure" / "x.py"
+    source.write_text("from ..report import verdicts\nfrom zones.core import checks\n")
+    assert imported_modules(source, root) == {"zones.report", "zones.report.verdicts", "zones.core"}
+    assert floor_of("zones.report.verdicts") == "report" and floor_of(module_name(source, root)) == "measure"

@@ -1,0 +1,218 @@
+"""Does a block's α predict its importance? Spearman ρ, with its uncertainty.
+
+Importance is a block's single-block ablation ΔLoss (``zones.measure.ablation``); α is one value per
+block from ``zones.spectra.layer_alpha`` (a single role's, or the parameter-weighted mean over
+the block's matrices). With only tens of blocks per model, ρ comes with
+
+* a **bootstrap 95% interval**: blocks resampled with replacement (pairs kept together), ρ
+  recomputed, the 2.5th and 97.5th percentiles of the resampled ρ (``zones.measure.stats.paired_bootstrap``,
+  i.e. ``scipy.stats.bootstrap``);
+* a **permutation p-value** (two-sided): the α values shuffled against ΔLoss, p = (1 + #{|ρ_perm|
+  ≥ |ρ|}) / (1 + n_perm) (``scipy.stats.permutation_test``; all n! pairings when n! ≤ n_perm).
+
+Every draw comes from a seeded generator, so the numbers are reproducible.
+"""
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+import scipy.stats
+from scipy.stats import rankdata
+
+from zones.core.checks import check_int
+from zones.core.data import corpus_windows, load_corpus
+from zones.core.models import load_model
+from zones.measure.ablation import DEFAULT_EVAL_TOKENS, ablation_table
+from zones.measure.stats import check_level, paired_bootstrap, seeded
+from zones.spectra import alpha_table, layer_alpha
+
+# Per-matrix columns of ``zones.spectra.alpha_table`` worth correlating with importance, in
+# the order the ρ table lists them; those missing from a table are left out.
+ESTIMATORS = ("alpha_shape", "alpha_esd", "alpha_hill", "alpha_weighted", "stable_rank",
+              "log_lambda_max", "entropy")
+RHO_COLUMNS = ["estimator", "role", "rho", "ci_low", "ci_high", "p_value", "n_layers"]
+
+
+# --- Spearman ρ ----------------------------------------------------------------------------------
+
+def _corr_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Pearson correlation of each row of ``a`` with the same row of ``b`` (NaN if one is flat)."""
+    a = a - a.mean(axis=-1, keepdims=True)
+    b = b - b.mean(axis=-1, keepdims=True)
+    denominator = np.sqrt((a * a).sum(-1) * (b * b).sum(-1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(denominator > 1e-12, (a * b).sum(-1) / denominator, np.nan)
+
+
+def _paired(x, y) -> tuple[np.ndarray, np.ndarray]:
+    x = np.asarray(x, dtype=float).ravel()
+    y = np.asarray(y, dtype=float).ravel()
+    if x.shape != y.shape:
+        raise ValueError(f"x and y differ in length: {x.size} and {y.size}")
+    keep = np.isfinite(x) & np.isfinite(y)
+    return x[keep], y[keep]
+
+
+def spearman_rho(x, y) -> float:
+    """Spearman's rank correlation (ties get their average rank); pairs with a NaN are dropped."""
+    x, y = _paired(x, y)
+    if x.size < 3:
+        return float("nan")
+    return float(_corr_rows(rankdata(x), rankdata(y)))
+
+
+@dataclass(frozen=True)
+class Correlation:
+    """Spearman ρ of ``n`` pairs, its bootstrap interval and permutation p-value."""
+
+    rho: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    n: int
+
+    def as_dict(self) -> dict:
+        return dict(rho=self.rho, ci_low=self.ci_low, ci_high=self.ci_high, p_value=self.p_value, n=self.n)
+
+    def __str__(self) -> str:
+        return f"ρ = {self.rho:.2f} [{self.ci_low:.2f}, {self.ci_high:.2f}], p = {self.p_value:.2g}"
+
+
+def spearman(x, y, *, n_boot: int = 2000, n_perm: int = 10000, level: float = 0.95,
+             seed: int = 0) -> Correlation:
+    """Spearman ρ of (x, y) with a percentile-bootstrap interval and a permutation p-value.
+
+    Pairs with a NaN are dropped. Bootstrap resamples whose ranks are all tied are skipped.
+    With fewer than 3 pairs, or a constant x or y, every field but ``n`` is NaN.
+    """
+    n_boot = check_int(n_boot, "n_boot", min=1)
+    n_perm = check_int(n_perm, "n_perm", min=1)
+    level = check_level(level)
+    x, y = _paired(x, y)
+    n = int(x.size)
+    nan = float("nan")
+    rho = spearman_rho(x, y)
+    if np.isnan(rho):
+        return Correlation(nan, nan, nan, nan, n)
+    # Resampled blocks are ranked again (ties change); resamples with all ranks tied are NaN
+    # and left out of the percentiles.
+    ranked_rho = lambda a, b: _corr_rows(rankdata(a, axis=-1), rankdata(b, axis=-1))
+    interval = paired_bootstrap(ranked_rho, (x, y), n_resamples=n_boot, level=level, seed=seed)
+    # Under the null every pairing of the ranks is equally likely; |ρ| makes the test two-sided.
+    p_value = seeded(scipy.stats.permutation_test, (rankdata(x), rankdata(y)),
+                     lambda a, b, axis=-1: np.abs(_corr_rows(a, b)), permutation_type="pairings",
+                     vectorized=True, n_resamples=n_perm, alternative="greater", seed=seed).pvalue
+    return Correlation(rho, float(interval.low), float(interval.high), float(p_value), n)
+
+
+# --- importance against α ------------------------------------------------------------------------
+
+def importance_table(ablation: pd.DataFrame, alpha: pd.Series) -> pd.DataFrame:
+    """The ablation table with the block's α beside it: its columns plus ``alpha``.
+
+    ``alpha`` is indexed by layer (``zones.spectra.layer_alpha``); blocks missing from either
+    side are dropped.
+    """
+    missing = {"layer", "delta_loss"} - set(ablation.columns)
+    if missing:
+        raise ValueError(f"the ablation table lacks column(s) {sorted(missing)}")
+    values = pd.Series(alpha, dtype=float).rename("alpha")
+    values.index = values.index.astype(int)
+    table = ablation.merge(values.rename_axis("layer").reset_index(), on="layer", how="inner")
+    return table.sort_values("layer").reset_index(drop=True)
+
+
+def rho_table(ablation: pd.DataFrame, alphas: pd.DataFrame, *, estimators: Sequence[str] | None = None,
+              roles: Sequence[str] | None = None, value: str = "delta_loss", n_boot: int = 2000,
+              n_perm: int = 10000, seed: int = 0) -> pd.DataFrame:
+    """Spearman ρ between a block's ``value`` (ΔLoss) and its α, for each estimator × role.
+
+    ``alphas`` is ``zones.spectra.alpha_table(model)``; ``estimators`` default to the columns of
+    ``ESTIMATORS`` it has with any finite value, ``roles`` to ``"weighted"`` and then each role.
+    Columns: ``estimator, role, rho, ci_low, ci_high, p_value, n_layers``.
+    """
+    if value not in ablation.columns:
+        raise ValueError(f"the ablation table has no column {value!r}")
+    if estimators is None:
+        estimators = [e for e in ESTIMATORS if e in alphas.columns and alphas[e].notna().any()]
+    if roles is None:
+        roles = ["weighted", *alphas["role"].drop_duplicates()]
+    importance = ablation.set_index("layer")[value]
+    rows = []
+    for estimator in estimators:
+        for role in roles:
+            alpha = layer_alpha(alphas, estimator=estimator, role=role).reindex(importance.index)
+            result = spearman(alpha.to_numpy(), importance.to_numpy(), n_boot=n_boot, n_perm=n_perm, seed=seed)
+            rows.append(dict(estimator=estimator, role=role, rho=result.rho, ci_low=result.ci_low,
+                             ci_high=result.ci_high, p_value=result.p_value, n_layers=result.n))
+    return pd.DataFrame(rows, columns=RHO_COLUMNS)
+
+
+# --- several models ------------------------------------------------------------------------------
+
+@dataclass
+class ModelImportance:
+    """One model's ablation and α tables, as the chapters use them."""
+
+    name: str          # as given: alias, directory, .gguf file or hub id
+    label: str         # short and unique, for panels and legends
+    fingerprint: str
+    n_blocks: int
+    ablation: pd.DataFrame   # zones.measure.ablation.ablation_table
+    alphas: pd.DataFrame     # zones.spectra.alpha_table
+
+    def importance(self, estimator: str = "alpha_shape", role: str = "weighted") -> pd.DataFrame:
+        """``importance_table`` with this model's α, plus a ``model`` column (the label)."""
+        table = importance_table(self.ablation, layer_alpha(self.alphas, estimator=estimator, role=role))
+        table.insert(0, "model", self.label)
+        return table
+
+
+def model_labels(names: Sequence[str]) -> list[str]:
+    """Short unique labels: an alias or hub id as given, a path by its last part."""
+    labels = []
+    for name in names:
+        path = Path(str(name))
+        label = path.name if (path.exists() or str(name).startswith((".", "/", "~"))) else str(name)
+        base, i = label, 2
+        while label in labels:
+            label, i = f"{base} ({i})", i + 1
+        labels.append(label)
+    return labels
+
+
+def measure_models(models: Sequence[str] | str, *, corpus: str = "stdlib", seq_len: int = 256,
+                   eval_tokens: int | None = DEFAULT_EVAL_TOKENS, batch_size: int = 8,
+                   parts: bool = False, split: str = "eval", device: str | None = None,
+                   progress: bool = True, dtype: str = "float32") -> list[ModelImportance]:
+    """Ablation and α tables of each model in turn, on the same corpus and token budget.
+
+    Both tables are cached, so a second chapter with the same parameters only reads them.
+    ``eval_tokens=None`` scores the whole split; ``dtype`` is the ablation's scoring precision.
+    """
+    names = [models] if isinstance(models, str) else list(models)
+    if not names:
+        raise ValueError("models is empty: give at least one model name")
+    text = load_corpus(corpus)  # an unknown or empty corpus fails before any model loads
+    results = []
+    for name, label in zip(names, model_labels(names)):
+        loaded = load_model(name, device=device)
+        windows = corpus_windows(text, loaded.tokenizer, seq_len, split, eval_tokens)
+        table = ablation_table(loaded.model, windows, parts=parts, batch_size=batch_size, progress=progress,
+                               dtype=dtype)
+        alphas = alpha_table(loaded.model)
+        results.append(ModelImportance(name, label, loaded.fingerprint, len(table), table, alphas))
+        del loaded
+        gc.collect()
+    return results
+
+
+def importance_frame(results: Iterable[ModelImportance], estimator: str = "alpha_shape",
+                     role: str = "weighted") -> pd.DataFrame:
+    """One tidy table for every model: ``model`` (label), the ablation columns, ``alpha``."""
+    return pd.concat([r.importance(estimator, role) for r in results], ignore_index=True)

@@ -1,0 +1,160 @@
+"""Pruning for real: a pruned model as a plain Hugging Face directory.
+
+``pruned_copy(model, removed)`` returns a new model without the removed blocks: the blocks
+that remain are the same modules' weights, the config says the new depth
+(``num_hidden_layers`` / ``n_layer``) and every per-block list of the config (``layer_types``
+and the like) keeps only the remaining blocks' entries, and every block's ``layer_idx`` is
+renumbered 0..n-1, so that the KV cache of ``generate`` gives each remaining block its own slot
+(cached generation equals uncached generation).
+
+``export_model(model, removed, out, tokenizer=...)`` writes that model to ``out`` atomically
+(``zones.core.cache.atomic_directory``): ``config.json`` (``use_cache`` on again),
+``model.safetensors``, the generation config, the tokenizer, and ``zones-provenance.json``
+(:data:`PROVENANCE`): the source model's name and fingerprint, the removed blocks (source
+numbering), the strategy that chose them, any healing, and the zones and transformers
+versions. ``transformers.AutoModelForCausalLM.from_pretrained(out)`` loads it without zones.
+
+``choose_removed(model, strategy, k, ...)`` asks a pruning strategy (``zones.pruning``) for
+its k blocks, as ``zones prune`` would.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import transformers
+from torch import nn
+
+from zones import __version__
+from zones.core.adapters import get_adapter
+from zones.core.cache import atomic_directory, atomic_write_text
+from zones.core.checks import check_int
+from zones.core.data import Windows
+from zones.core.models import model_fingerprint
+from zones.measure.blocks import check_layers
+from zones.pruning import PruningContext, get_strategy
+
+PROVENANCE = "zones-provenance.json"
+DEPTH_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
+
+
+class ExportError(ValueError):
+    """The model cannot be exported as asked (one line: the cause and the remedy)."""
+
+
+def _spans(removed: Sequence[int]) -> list[tuple[int, int]]:
+    """Maximal runs of consecutive blocks: ``[3, 4, 9]`` -> ``[(3, 4), (9, 9)]``."""
+    spans: list[tuple[int, int]] = []
+    for block in sorted(removed):
+        if spans and block == spans[-1][1] + 1:
+            spans[-1] = (spans[-1][0], block)
+        else:
+            spans.append((block, block))
+    return spans
+
+
+def per_block_keys(config, n_blocks: int) -> list[str]:
+    """Config entries that hold one value per block: lists of length ``n_blocks`` whose name
+    mentions layers or blocks (``layer_types``, ...)."""
+    keys = []
+    for key, value in config.to_dict().items():
+        if isinstance(value, (list, tuple)) and len(value) == n_blocks and ("layer" in key or "block" in key):
+            keys.append(key)
+    return keys
+
+
+def check_removed(model: nn.Module, removed: Iterable[int]) -> list[int]:
+    """The removed blocks, checked against the model (sorted, unique; at least one block remains)."""
+    removed = check_layers(model, removed)
+    n = get_adapter(model).n_blocks
+    if len(removed) >= n:
+        raise ExportError(f"--remove names all {n} blocks; at least one block must remain")
+    config = model.config
+    if getattr(config, "scale_attn_by_inverse_layer_idx", False) and removed:
+        raise ExportError("this GPT-2 config scales attention by 1/(layer_idx + 1), which renumbering the "
+                          "remaining blocks would change; export is not supported for it")
+    return removed
+
+
+def pruned_copy(model: nn.Module, removed: Iterable[int]) -> nn.Module:
+    """A new model (deep copy) without the ``removed`` blocks: config depth and per-block lists
+    updated, ``layer_idx`` of every remaining block renumbered; ``model`` is untouched."""
+    removed = check_removed(model, removed)
+    n = get_adapter(model).n_blocks
+    out = copy.deepcopy(model)
+    adapter = get_adapter(out)
+    parent, name = adapter.block_container()
+    kept = [block for i, block in enumerate(getattr(parent, name)) if i not in set(removed)]
+    setattr(parent, name, nn.ModuleList(kept))
+    for new_index, block in enumerate(kept):
+        for module in block.modules():
+            if hasattr(module, "layer_idx"):
+                module.layer_idx = new_index
+    config = out.config
+    for key in per_block_keys(config, n):
+        value = getattr(config, key)
+        setattr(config, key, type(value)(v for i, v in enumerate(value) if i not in set(removed)))
+    depth_key = next((k for k in DEPTH_KEYS if k in config.to_dict()), "num_hidden_layers")
+    setattr(config, depth_key, len(kept))
+    return out
+
+
+def choose_removed(model: nn.Module, strategy: str, k: int, *, calibration: Windows | None = None,
+                   seed: int = 0, batch_size: int = 8, progress: bool = True) -> list[int]:
+    """The k blocks ``strategy`` removes (its plan at k, for ``seed``), in the strategy's order."""
+    chosen = get_strategy(strategy)
+    n = get_adapter(model).n_blocks
+    try:
+        k = check_int(k, "--k", min=1, max=chosen.max_k(n))
+    except ValueError as err:
+        raise ExportError(f"{err} (strategy {strategy!r} on this {n}-block model)") from None
+    if chosen.uses_calibration and calibration is None:
+        raise ExportError(f"strategy {strategy!r} measures activations: pass calibration windows (--corpus)")
+    ctx = PruningContext(model, calibration, batch_size=batch_size, progress=progress)
+    plans = chosen.plan(ctx, k, seed)
+    return [int(b) for b in plans[k - 1]]
+
+
+def provenance(model: nn.Module, removed: Sequence[int], *, source: str, strategy: str | None = None,
+               seed: int | None = None, healing: dict | None = None, fingerprint: str | None = None) -> dict:
+    """The provenance record written beside an exported model."""
+    n = get_adapter(model).n_blocks
+    return dict(
+        source_model=str(source), source_fingerprint=fingerprint or model_fingerprint(model),
+        source_blocks=n, removed=sorted(int(b) for b in removed),
+        kept=[i for i in range(n) if i not in set(removed)], strategy=strategy, seed=seed, healing=healing,
+        zones_version=__version__, transformers_version=transformers.__version__,
+    )
+
+
+def save_directory(pruned: nn.Module, out: str | Path, record: dict, tokenizer=None) -> Path:
+    """Write an already pruned model, its tokenizer and ``record`` to ``out`` atomically."""
+    out = Path(out).expanduser()
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"--out {out} is a file; pass a folder for the model")
+    pruned.config.use_cache = True  # zones.core.models turns it off for scoring; generation wants it
+    with atomic_directory(out) as tmp:
+        pruned.save_pretrained(tmp, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        atomic_write_text(Path(tmp) / PROVENANCE, json.dumps(record, indent=2, sort_keys=True))
+    return out
+
+
+def export_model(model: nn.Module, removed: Iterable[int], out: str | Path, *, tokenizer=None,
+                 source: str = "", strategy: str | None = None, seed: int | None = None,
+                 fingerprint: str | None = None) -> Path:
+    """Write ``model`` without the ``removed`` blocks as a plain Hugging Face directory ``out``
+    (config, safetensors, tokenizer, :data:`PROVENANCE`), atomically; return ``out``."""
+    removed = check_removed(model, removed)
+    record = provenance(model, removed, source=source or str(getattr(model.config, "name_or_path", "")),
+                        strategy=strategy, seed=seed, fingerprint=fingerprint)
+    return save_directory(pruned_copy(model, removed), out, record, tokenizer)
+
+
+def read_provenance(directory: str | Path) -> dict:
+    """The provenance record of an exported directory (``{}`` when there is none)."""
+    path = Path(directory) / PROVENANCE
+    return json.loads(path.read_text()) if path.exists() else {}

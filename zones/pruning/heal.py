@@ -1,0 +1,390 @@
+"""Healing a pruned model on calibration tokens, so that it can be exported as a plain model.
+
+Two methods, each budgeted in calibration tokens (``tokens``: scored tokens, ``seq_len − 1``
+per window) and each reading only the ``calibration`` split (``zones.core.data``), which is
+disjoint from the eval windows every chapter scores on:
+
+* ``lora``: LoRA adapters (``peft``) on every attention and MLP projection of the remaining
+  blocks, trained with AdamW on next-token loss, ``ceil(tokens / (batch_size·(seq_len−1)))``
+  steps over the calibration windows in order (cycling), then merged into the weights. The
+  adapter and optimizer state are checkpointed in the cache every ``save_every`` steps, so an
+  interrupted run resumes where it stopped.
+* ``bridge``: a closed-form linear map over each removed span, fitted by least squares on
+  hidden states (the idea of LLM-Streamline, Chen et al. 2024, which replaces a pruned span by
+  a light trained layer; ReplaceMe, Shopkhoev et al. 2025, fits it linearly and folds it in).
+  For a span of removed blocks a..b, let h be the hidden state leaving block a−1 of the pruned
+  model and m that block's MLP output (so h = r + m, r the rest of the residual stream), and y
+  the hidden state leaving block b of the full model. The bridge T minimises
+  ‖y − r − m·T‖² + λ‖T − I‖² over the calibration tokens (ridge towards "no bridge",
+  λ = ``ridge``·tr(mᵀm)/d), so the pruned model's residual stream after the span is pulled
+  towards the full model's. Because m·T is linear in the MLP's last projection, T folds into
+  that projection's weight and bias (Llama ``down_proj``, GPT-NeoX ``dense_4h_to_h``, GPT-2
+  ``mlp.c_proj``): the exported directory stays a plain model of the same architecture. λ is
+  chosen per span from ``ridge`` × :data:`RIDGE_PATH` by squared error on held-out calibration
+  tokens (:func:`choose_bridge`). A span
+  that starts at block 0 has no preceding block and gets no bridge (folding into the
+  embedding would change the tied LM head too); ``HealResult.notes`` says so. If the bridges
+  together raise the calibration loss they are all dropped (noted too), so the bridge never
+  makes the calibration loss worse.
+
+Every healed model is cached by its exact key (:func:`heal_key`: model fingerprint, removed
+blocks, method, budget, seed, hyper-parameters, calibration windows, version); a rerun
+rebuilds it from the small cached state (LoRA adapters or bridge matrices) in seconds.
+"""
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from zones.core.adapters import get_adapter
+from zones.core.cache import entry_path, read_entry, write_entry
+from zones.core.checks import check_int
+from zones.core.data import Windows
+from zones.core.models import model_fingerprint
+from zones.measure.evaluate import evaluate_loss, model_device
+from zones.pruning.export import _spans, check_removed, provenance, pruned_copy, save_directory
+
+VERSION = "1"
+METHODS = ("lora", "bridge")
+DEFAULT_TOKENS = 8192
+DEFAULT_LR = 2e-4
+DEFAULT_RANK = 8
+DEFAULT_RIDGE = 1e-2
+RIDGE_PATH = (1.0, 10.0, 100.0)  # multiples of ridge tried per span, scored on held-out tokens
+HISTORY_COLUMNS = ["step", "tokens", "loss"]
+
+# LoRA targets: every projection of a block, per family; GPT-2's Conv1D stores (in, out).
+LORA_TARGETS = {
+    "llama": (["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], False),
+    "gpt_neox": (["query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"], False),
+    "gpt2": (["c_attn", "c_proj", "c_fc"], True),
+}
+# The MLP's last projection of each family, and whether its weight is (in, out) (Conv1D).
+MLP_OUT = {"llama": ("down_proj", False), "gpt_neox": ("dense_4h_to_h", False), "gpt2": ("c_proj", True)}
+
+
+class HealError(ValueError):
+    """A healing request that cannot run (one line: the cause and the remedy)."""
+
+
+@dataclass
+class HealResult:
+    """A healed pruned model and how it got there.
+
+    ``history`` columns: ``step`` (0 = before healing), ``tokens`` (calibration tokens seen),
+    ``loss`` (mean calibration loss, nats: the training batch's for LoRA steps; the whole
+    calibration set for step 0 and the last row).
+    """
+
+    model: nn.Module
+    removed: list[int]
+    method: str
+    tokens: int
+    seed: int
+    key: dict
+    history: pd.DataFrame
+    calibration_before: float
+    calibration_after: float
+    notes: list[str] = field(default_factory=list)
+    from_cache: bool = False
+
+    def record(self) -> dict:
+        """The ``healing`` entry of the exported provenance."""
+        return dict(method=self.method, tokens=self.tokens, seed=self.seed, calibration=self.key["windows"],
+                    calibration_loss_before=self.calibration_before, calibration_loss_after=self.calibration_after,
+                    notes=self.notes, **{k: self.key[k] for k in ("lr", "rank", "ridge") if k in self.key})
+
+
+def heal_key(fingerprint: str, removed: Sequence[int], method: str, tokens: int, seed: int,
+             calibration: Windows, **hyper) -> dict:
+    """The exact cache key of one healing run."""
+    return dict(kind="heal", version=VERSION, model=fingerprint, removed=sorted(int(b) for b in removed),
+                method=method, tokens=int(tokens), seed=int(seed), windows=calibration.fingerprint,
+                n_windows=calibration.n_windows, **hyper)
+
+
+def _check(method: str, tokens, calibration: Windows, batch_size) -> None:
+    if method not in METHODS:
+        raise HealError(f"method must be one of {METHODS}; got {method!r}")
+    try:
+        check_int(tokens, "tokens (the healing budget)", min=1)
+        check_int(batch_size, "batch_size", min=1)
+    except ValueError as err:
+        raise HealError(str(err)) from None
+    if not isinstance(calibration, Windows):
+        raise TypeError(f"calibration must be zones.core.data.Windows, not {type(calibration).__name__}")
+    if calibration.split != "calibration":
+        raise HealError(f"healing reads the calibration split only, not {calibration.split!r} windows "
+                        f"(the eval windows must stay unseen); pass corpus_windows(..., split='calibration')")
+
+
+def _to_bytes(obj) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def _from_bytes(data: bytes):
+    return torch.load(io.BytesIO(data), weights_only=True)
+
+
+# --------------------------------------------------------------------------------------------
+# LoRA
+# --------------------------------------------------------------------------------------------
+
+def _lora_model(pruned: nn.Module, rank: int, seed: int):
+    # peft is imported here: only healing needs it, and it is slow to import.
+    from peft import LoraConfig, get_peft_model
+
+    family = get_adapter(pruned).family
+    targets, fan_in_fan_out = LORA_TARGETS[family]
+    torch.manual_seed(seed)
+    config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=targets,
+                        fan_in_fan_out=fan_in_fan_out, bias="none")
+    return get_peft_model(pruned, config)
+
+
+def _lora_state(peft_model) -> dict:
+    from peft import get_peft_model_state_dict  # optional heavy dependency (see _lora_model)
+
+    return {k: v.detach().cpu().clone() for k, v in get_peft_model_state_dict(peft_model).items()}
+
+
+def _set_lora_state(peft_model, state: dict) -> None:
+    from peft import set_peft_model_state_dict  # optional heavy dependency (see _lora_model)
+
+    set_peft_model_state_dict(peft_model, state)
+
+
+def _train_lora(pruned: nn.Module, calibration: Windows, key: dict, *, steps: int, batch_size: int, lr: float,
+                rank: int, seed: int, save_every: int, cache: bool, progress: bool):
+    """Train, checkpointing to the cache; returns (merged model, history rows)."""
+    peft_model = _lora_model(pruned, rank, seed)
+    params = [p for p in peft_model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    progress_path = entry_path("heal-progress", key, "pt")
+    start, rows = 0, []
+    if cache:
+        found = read_entry(progress_path, key)
+        if found is not None:
+            state = _from_bytes(found[0])
+            _set_lora_state(peft_model, state["lora"])
+            optimizer.load_state_dict(state["optimizer"])
+            start, rows = int(state["step"]), list(state["rows"])
+    device = model_device(pruned)
+    ids = calibration.input_ids
+    per_batch = batch_size * (calibration.seq_len - 1)
+    peft_model.eval()  # no dropout: the update is deterministic given the seed
+    bar = tqdm(total=steps, initial=start, desc="healing (LoRA)", disable=not progress, leave=False)
+    for step in range(start, steps):
+        batch = ids[[(step * batch_size + j) % len(ids) for j in range(batch_size)]].to(device)
+        logits = peft_model(input_ids=batch, use_cache=False).logits[:, :-1].float()
+        loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+        if not torch.isfinite(loss):
+            raise HealError(f"LoRA healing diverged at step {step + 1} (loss {float(loss)}); lower --lr")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        rows.append((step + 1, (step + 1) * per_batch, float(loss.detach())))
+        bar.update(1)
+        bar.set_postfix(loss=f"{float(loss.detach()):.3f}")
+        if cache and ((step + 1) % save_every == 0) and step + 1 < steps:
+            write_entry(progress_path, key, _to_bytes(dict(lora=_lora_state(peft_model), rows=rows,
+                                                           optimizer=optimizer.state_dict(), step=step + 1)))
+    bar.close()
+    state = _lora_state(peft_model)
+    return peft_model.merge_and_unload().eval(), state, rows
+
+
+def _apply_lora(pruned: nn.Module, state: dict, rank: int, seed: int) -> nn.Module:
+    peft_model = _lora_model(pruned, rank, seed)
+    _set_lora_state(peft_model, state)
+    return peft_model.merge_and_unload().eval()
+
+
+# --------------------------------------------------------------------------------------------
+# The linear bridge
+# --------------------------------------------------------------------------------------------
+
+def _first(output):
+    return output[0] if isinstance(output, (tuple, list)) else output
+
+
+def _capture(model: nn.Module, windows: Windows, modules: dict, batch_size: int) -> dict:
+    """Outputs (hidden size last, flattened over tokens, float64) of named modules on ``windows``."""
+    store = {name: [] for name in modules}
+    handles = [module.register_forward_hook(lambda _m, _a, out, name=name: store[name].append(
+        _first(out).detach().reshape(-1, _first(out).shape[-1]).double().cpu()))
+        for name, module in modules.items()]
+    device = model_device(model)
+    try:
+        with torch.inference_mode():
+            for batch in windows.input_ids.split(batch_size):
+                model.base_model(input_ids=batch.to(device), use_cache=False)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {name: torch.cat(parts) for name, parts in store.items()}
+
+
+def _mlp_out(model: nn.Module, block: nn.Module) -> tuple[nn.Module, bool]:
+    family = get_adapter(model).family
+    name, conv1d = MLP_OUT[family]
+    return getattr(get_adapter(model).mlp(block), name), conv1d
+
+
+def fit_bridge(rest: torch.Tensor, mlp: torch.Tensor, target: torch.Tensor, ridge: float = DEFAULT_RIDGE):
+    """T (d × d, float64) minimising ‖target − rest − mlp·T‖² + λ‖T − I‖²,
+    λ = ridge·tr(mlpᵀmlp)/d."""
+    d = mlp.shape[1]
+    gram = mlp.T @ mlp
+    lam = ridge * float(torch.trace(gram)) / d
+    eye = torch.eye(d, dtype=gram.dtype)
+    return torch.linalg.solve(gram + lam * eye, mlp.T @ (target - rest) + lam * eye)
+
+
+def _fold(module: nn.Module, conv1d: bool, bridge: torch.Tensor) -> None:
+    """Make ``module``'s output ``out·T``: Linear (y = xWᵀ + b) gets W' = TᵀW, b' = bT;
+    Conv1D (y = xW + b) gets W' = WT, b' = bT."""
+    with torch.no_grad():
+        weight = module.weight.double()
+        t = bridge.to(weight.device)
+        module.weight.copy_((weight @ t) if conv1d else (t.T @ weight))
+        if getattr(module, "bias", None) is not None:
+            module.bias.copy_(module.bias.double() @ t)
+
+
+def choose_bridge(rest: torch.Tensor, mlp: torch.Tensor, target: torch.Tensor, n_windows: int,
+                  ridge: float = DEFAULT_RIDGE) -> tuple[torch.Tensor, float]:
+    """The bridge and its ridge: each of ``ridge`` × :data:`RIDGE_PATH` is fitted on half the
+    windows (even ones; the first half of the tokens when there is one window) and scored by
+    squared error on the other half; the best is refitted on all tokens."""
+    per = rest.shape[0] // max(n_windows, 1)
+    window = torch.arange(rest.shape[0]) // max(per, 1)
+    held = (window % 2 == 1) if n_windows > 1 else (torch.arange(rest.shape[0]) >= rest.shape[0] // 2)
+    fit = ~held
+    errors = []
+    for strength in RIDGE_PATH:
+        bridge = fit_bridge(rest[fit], mlp[fit], target[fit], ridge * strength)
+        errors.append(float(((target[held] - rest[held] - mlp[held] @ bridge) ** 2).sum()))
+    chosen = ridge * RIDGE_PATH[min(range(len(errors)), key=errors.__getitem__)]
+    return fit_bridge(rest, mlp, target, chosen), chosen
+
+
+def _bridge_spans(pruned: nn.Module, full: nn.Module, removed: list[int], windows: Windows, *,
+                  batch_size: int, ridge: float, progress: bool):
+    """Fit and fold a bridge per span, in depth order (each span sees the bridges before it);
+    returns ({span: T}, notes)."""
+    full_blocks = get_adapter(full).blocks()
+    kept = [i for i in range(len(full_blocks)) if i not in set(removed)]
+    spans = _spans(removed)
+    targets = _capture(full, windows, {f"{a}-{b}": full_blocks[b] for a, b in spans if a > 0}, batch_size)
+    bridges, notes = {}, []
+    for a, b in tqdm(spans, desc="healing (bridge)", disable=not progress, leave=False):
+        if a == 0:
+            notes.append(f"blocks {a}..{b}: no bridge (no block precedes the span)")
+            continue
+        block = get_adapter(pruned).blocks()[kept.index(a - 1)]
+        module, conv1d = _mlp_out(pruned, block)
+        got = _capture(pruned, windows, dict(h=block, m=get_adapter(pruned).mlp(block)), batch_size)
+        bridge, _ = choose_bridge(got["h"] - got["m"], got["m"], targets[f"{a}-{b}"], windows.n_windows, ridge)
+        _fold(module, conv1d, bridge)
+        bridges[f"{a}-{b}"] = bridge.float()
+    return bridges, notes
+
+
+def _apply_bridges(pruned: nn.Module, removed: list[int], bridges: dict) -> nn.Module:
+    n = len(removed) + get_adapter(pruned).n_blocks
+    kept = [i for i in range(n) if i not in set(removed)]
+    for span, bridge in bridges.items():
+        a = int(span.split("-")[0])
+        module, conv1d = _mlp_out(pruned, get_adapter(pruned).blocks()[kept.index(a - 1)])
+        _fold(module, conv1d, bridge.double())
+    return pruned
+
+
+# --------------------------------------------------------------------------------------------
+# The entry point
+# --------------------------------------------------------------------------------------------
+
+def heal(model: nn.Module, removed: Sequence[int], calibration: Windows, *, method: str = "lora",
+         tokens: int = DEFAULT_TOKENS, seed: int = 0, lr: float = DEFAULT_LR, rank: int = DEFAULT_RANK,
+         ridge: float = DEFAULT_RIDGE, batch_size: int = 4, save_every: int = 25, cache: bool = True,
+         refresh: bool = False, progress: bool = True, fingerprint: str | None = None) -> HealResult:
+    """Remove ``removed`` from a copy of ``model`` and heal it on ``calibration`` (module docstring).
+
+    ``model`` itself is never changed. ``tokens`` is the budget: LoRA trains on that many
+    calibration tokens (cycling through the windows); the bridge fits on the first
+    ``ceil(tokens / (seq_len − 1))`` calibration windows. Returns a :class:`HealResult` whose
+    ``model`` is a plain transformers model (adapters merged, bridges folded).
+    """
+    _check(method, tokens, calibration, batch_size)
+    removed = check_removed(model, removed)
+    fingerprint = fingerprint or model_fingerprint(model)
+    hyper = dict(lr=float(lr), rank=int(rank), batch_size=batch_size) if method == "lora" else dict(ridge=float(ridge))
+    key = heal_key(fingerprint, removed, method, tokens, seed, calibration, **hyper)
+    path = entry_path("heal", key, "pt")
+    pruned = pruned_copy(model, removed).eval()
+    for p in pruned.parameters():
+        p.requires_grad_(False)
+    n_fit = min(calibration.n_windows, math.ceil(tokens / (calibration.seq_len - 1)))
+    fit_windows = Windows(calibration.input_ids[:n_fit], calibration.corpus, calibration.split,
+                          calibration.fingerprint)
+    found = None if (refresh or not cache) else read_entry(path, key)
+    if found is not None:
+        state = _from_bytes(found[0])
+        healed = (_apply_lora(pruned, state["lora"], rank, seed) if method == "lora"
+                  else _apply_bridges(pruned, removed, state["bridges"]))
+        history = pd.DataFrame(state["rows"], columns=HISTORY_COLUMNS)
+        return HealResult(healed, removed, method, tokens, seed, key, history, float(state["before"]),
+                          float(state["after"]), list(state["notes"]), from_cache=True)
+    score_windows = calibration if method == "lora" else fit_windows
+    before = evaluate_loss(pruned, score_windows, batch_size).loss
+    notes: list[str] = []
+    if method == "bridge" and fit_windows.n_scored_tokens < tokens:
+        notes.append(f"the calibration windows hold {fit_windows.n_scored_tokens} of the {tokens} tokens "
+                     f"budgeted; the bridge was fitted on all of them")
+    bridges: dict = {}
+    if method == "lora":
+        steps = math.ceil(tokens / (batch_size * (calibration.seq_len - 1)))
+        healed, lora, rows = _train_lora(pruned, calibration, key, steps=steps, batch_size=batch_size, lr=lr,
+                                         rank=rank, seed=seed, save_every=save_every, cache=cache,
+                                         progress=progress)
+        payload = dict(lora=lora)
+    else:
+        bridges, notes = _bridge_spans(pruned, model, removed, fit_windows, batch_size=batch_size, ridge=ridge,
+                                       progress=progress)
+        healed, rows = pruned, []
+        payload = dict(bridges=bridges)
+    for p in healed.parameters():
+        p.requires_grad_(False)
+    after = evaluate_loss(healed, score_windows, batch_size).loss
+    if method == "bridge" and bridges and not after < before:
+        notes.append(f"bridges dropped: they raised the calibration loss ({before:.4f} -> {after:.4f} nats)")
+        healed, payload, after = pruned_copy(model, removed).eval(), dict(bridges={}), before
+    rows = [(0, 0, before)] + rows + [(len(rows) + 1 if method == "bridge" else len(rows), tokens, after)]
+    rows = [(int(s), int(t), float(v)) for s, t, v in rows]
+    if cache:
+        write_entry(path, key, _to_bytes(dict(payload, rows=rows, before=before, after=after, notes=notes)))
+    history = pd.DataFrame(rows, columns=HISTORY_COLUMNS)
+    return HealResult(healed, removed, method, tokens, seed, key, history, before, after, notes)
+
+
+def export_healed(result: HealResult, out: str | Path, *, tokenizer=None, source: str = "",
+                  strategy: str | None = None) -> Path:
+    """Write a healed model as a plain Hugging Face directory (``zones.pruning.export.save_directory``),
+    its provenance naming the source model, the removed blocks and the healing."""
+    n_source = get_adapter(result.model).n_blocks + len(result.removed)
+    record = provenance(result.model, result.removed, source=source, strategy=strategy,
+                        healing=result.record(), fingerprint=result.key["model"])
+    record["source_blocks"] = n_source
+    record["kept"] = [i for i in range(n_source) if i not in set(result.removed)]
+    return save_directory(result.model, out, record, tokenizer)

@@ -1,0 +1,368 @@
+"""Pruning sublayers instead of whole blocks, compared at equal parameters removed.
+
+Strategies over the 2L sublayers (each returns one removal order; its plan at a budget is
+the shortest prefix that removes at least the budget's parameters, ``plan_at_budget``):
+
+======================  ============================================================================
+``attn_drop``           He et al. (2024), Attention Drop: attention sublayers only, the one whose
+                        output stream is most similar to its input first (cos(x, x + attn(x)) on the
+                        calibration windows)
+``sublayer_similarity`` the same similarity over all 2L sublayers (attention and MLP together;
+                        the MLP's stream is compared with and without its branch)
+``sublayer_greedy``     BlockPruner (Zhong et al., 2024): repeatedly remove the sublayer whose removal
+                        (with those removed so far) gives the lowest calibration loss
+``zone_aware_attn``     ours over sublayers: α zones of the attention sublayers' α profile
+                        (``zones.pruning.zone_aware_order``: lowest zone first, ends protected,
+                        removals spread), attention sublayers only
+======================  ============================================================================
+
+Block strategies (``zones.pruning`` registry: ``zone_aware``, ``block_influence``, ``greedy``, ...)
+remove k whole blocks; the sublayer strategies are planned at the same budgets, k blocks'
+parameters (``zones.measure.sublayers.sublayer_params``: a block's two sublayers hold exactly its
+parameters). Every plan is scored on the same eval windows with loss, KL from the full model
+and top-1 agreement (``zones.measure.agreement``), so each comparison gets a paired interval.
+"""
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from zones.analysis.sublayers import sublayer_alpha
+from zones.core.adapters import get_adapter
+from zones.core.cache import cached_table
+from zones.core.checks import check_int
+from zones.core.data import Windows
+from zones.core.models import model_fingerprint
+from zones.measure.ablation import PARTS
+from zones.measure.agreement import agreement_window_losses, summarize_agreement
+from zones.measure.blocks import BlockTrace
+from zones.measure.evaluate import DEFAULT_DTYPE, check_fit, head_nll_windows, model_device, scoring_precision
+from zones.measure.stats import LEVEL, N_RESAMPLES, SEED, paired_bootstrap
+from zones.measure.sublayers import (
+    format_removal,
+    normalize_removal,
+    removal_params,
+    removed_sublayers,
+    sublayer_params,
+)
+from zones.pruning import PruningContext, get_strategy, zone_aware_order
+
+VERSION = "1"
+SUBLAYER_STRATEGIES = {
+    "attn_drop": "He et al.: attention sublayers, most similar input and output first",
+    "sublayer_similarity": "all sublayers, most similar stream with and without the branch first",
+    "sublayer_greedy": "BlockPruner: greedy over sublayers on the calibration loss",
+    "zone_aware_attn": "α zones of the attention sublayers, lowest zone first, ends protected",
+}
+DEFAULT_SUBLAYER_STRATEGIES = ("attn_drop", "sublayer_similarity", "sublayer_greedy", "zone_aware_attn")
+DEFAULT_BLOCK_STRATEGIES = ("zone_aware", "block_influence", "greedy")
+TOLERANCE = 0.01  # a plan reaches a budget when it removes at least (1 − TOLERANCE) of its parameters
+PLAN_COLUMNS = ["strategy", "kind", "k", "removed", "n_sublayers", "n_params", "params_ratio"]
+
+
+# --- calibration measurements ----------------------------------------------------------------------
+
+def sublayer_similarity(model: nn.Module, windows: Windows, *, batch_size: int = 8, dtype: str = DEFAULT_DTYPE,
+                        cache: bool = True) -> pd.DataFrame:
+    """How little each sublayer changes the residual stream, on ``windows`` (calibration).
+
+    Columns: ``layer, part, cos``: the cosine between the stream without and with the
+    sublayer's branch, averaged over every token: cos(x, x + attn) for attention (x the
+    block's input) and cos(y − mlp, y) for the MLP (y the block's output). He et al.'s
+    similarity: the higher, the more redundant the sublayer.
+    """
+    check_fit(model, windows)
+    adapter = get_adapter(model)
+
+    def compute() -> pd.DataFrame:
+        n = adapter.n_blocks
+        sums = np.zeros((n, 2))
+        count = 0
+        seen: dict = {}
+        handles = []
+        for i, block in enumerate(adapter.blocks()):
+            first = lambda out: out[0] if isinstance(out, tuple) else out  # noqa: E731
+            handles.append(block.register_forward_pre_hook(
+                lambda _m, a, kw, i=i: seen.__setitem__((i, "x"), a[0] if a else kw["hidden_states"]),
+                with_kwargs=True))
+            handles.append(adapter.attention(block).register_forward_hook(
+                lambda _m, _a, out, i=i: seen.__setitem__((i, "attn"), first(out))))
+            handles.append(adapter.mlp(block).register_forward_hook(
+                lambda _m, _a, out, i=i: seen.__setitem__((i, "mlp"), first(out))))
+            handles.append(block.register_forward_hook(lambda _m, _a, out, i=i: seen.__setitem__((i, "y"), first(out))))
+        cos = lambda a, b: torch.nn.functional.cosine_similarity(a.double(), b.double(), dim=-1).sum()  # noqa
+        try:
+            with torch.inference_mode(), scoring_precision(model, dtype):
+                for ids in windows.input_ids.split(batch_size):
+                    model.base_model(input_ids=ids.to(model_device(model)), use_cache=False)
+                    for i in range(n):
+                        x, a, m, y = seen[(i, "x")], seen[(i, "attn")], seen[(i, "mlp")], seen[(i, "y")]
+                        sums[i, 0] += float(cos(x, x + a))
+                        sums[i, 1] += float(cos(y - m, y))
+                    count += ids.numel()
+                    seen.clear()
+        finally:
+            for h in handles:
+                h.remove()
+        rows = [dict(layer=i, part=p, cos=sums[i, j] / count) for j, p in enumerate(PARTS) for i in range(n)]
+        return pd.DataFrame(rows, columns=["layer", "part", "cos"])
+
+    if not cache:
+        return compute()
+    key = dict(kind="sublayer-similarity", version=VERSION, model=model_fingerprint(model),
+               windows=windows.fingerprint, n_windows=windows.n_windows, batch_size=batch_size, dtype=dtype)
+    return cached_table("sublayer-similarity", key, compute)
+
+
+def _traces(model: nn.Module, windows: Windows, batch_size: int, dtype: str) -> list[BlockTrace]:
+    device = model_device(model)
+    with scoring_precision(model, dtype):
+        return [BlockTrace(model, ids.to(device)) for ids in windows.input_ids.split(batch_size)]
+
+
+def _loss_with(model, adapter, traces, removal, path_start: dict, dtype: str) -> float:
+    """Calibration loss of ``removal``: each batch starts at the first affected block from the
+    stream ``path_start[batch]`` = (block, input of that block under a subset of ``removal``
+    that agrees with it before that block)."""
+    total = 0.0
+    tokens = 0
+    skipped = {l for l in {l for l, _ in removal} if {(l, p) for p in PARTS} <= set(removal)}
+    partial = [(l, p) for l, p in removal if l not in skipped]
+    with torch.inference_mode(), scoring_precision(model, dtype), removed_sublayers(model, partial):
+        for b, trace in enumerate(traces):
+            start, hidden = path_start[b]
+            for layer in range(start, trace.n_blocks):
+                if layer not in skipped:
+                    hidden = trace.run_block(layer, hidden)
+            total += float(head_nll_windows(adapter, hidden, trace.input_ids).sum())
+            tokens += trace.input_ids[:, 1:].numel()
+    return total / tokens
+
+
+def _paths(model, traces, removal, dtype: str) -> list[list[torch.Tensor]]:
+    """For each batch, the input of every block (and the last hidden state) under ``removal``."""
+    n = get_adapter(model).n_blocks
+    skipped = {l for l in {l for l, _ in removal} if {(l, p) for p in PARTS} <= set(removal)}
+    partial = [(l, p) for l, p in removal if l not in skipped]
+    out = []
+    with torch.inference_mode(), scoring_precision(model, dtype), removed_sublayers(model, partial):
+        for trace in traces:
+            start = min((l for l, _ in removal), default=n)
+            path = [trace.block_input(b) for b in range(min(start + 1, n))]
+            hidden = path[-1] if start < n else trace.final_hidden
+            for layer in range(start, n):
+                if layer not in skipped:
+                    hidden = trace.run_block(layer, hidden)
+                path.append(hidden)
+            out.append(path if start < n else path + [trace.final_hidden])
+    return out
+
+
+def sublayer_greedy_order(model: nn.Module, windows: Windows, params: pd.DataFrame, target_params: float, *,
+                          batch_size: int = 8, dtype: str = DEFAULT_DTYPE, cache: bool = True,
+                          progress: bool = True) -> pd.DataFrame:
+    """BlockPruner's greedy search over sublayers, until ``target_params`` are removed.
+
+    Each step scores every remaining sublayer added to the removed set on the calibration
+    ``windows`` (each batch traced once; a candidate re-runs only the blocks from its own,
+    on the stream of the set removed so far) and removes the one with the lowest loss
+    (ties: shallower, attention first). Columns: ``step, layer, part, loss, n_params``
+    (cumulative). Cached under the model's and windows' fingerprints and the target.
+    """
+    check_fit(model, windows)
+    adapter = get_adapter(model)
+    n = adapter.n_blocks
+    size = params.set_index(["layer", "part"])["n_params"]
+
+    def compute() -> pd.DataFrame:
+        traces = _traces(model, windows, batch_size, dtype)
+        removed: list[tuple[int, str]] = []
+        rows, total = [], 0.0
+        bar = tqdm(desc="sublayer greedy", unit="step", disable=not progress, leave=False)
+        while total < (1 - TOLERANCE) * target_params and len(removed) < 2 * n - 2:
+            paths = _paths(model, traces, normalize_removal(removed, n), dtype)
+            best = None
+            for layer in range(n):
+                for part in PARTS:
+                    if (layer, part) in removed:
+                        continue
+                    candidate = normalize_removal(removed + [(layer, part)], n)
+                    starts = {b: (layer, paths[b][layer]) for b in range(len(traces))}
+                    loss = _loss_with(model, adapter, traces, candidate, starts, dtype)
+                    if best is None or loss < best[0] - 1e-12:
+                        best = (loss, layer, part)
+            loss, layer, part = best
+            removed.append((layer, part))
+            total += float(size[(layer, part)])
+            rows.append(dict(step=len(removed), layer=layer, part=part, loss=loss, n_params=total))
+            bar.update()
+        bar.close()
+        return pd.DataFrame(rows, columns=["step", "layer", "part", "loss", "n_params"])
+
+    if not cache:
+        return compute()
+    key = dict(kind="sublayer-greedy", version=VERSION, model=model_fingerprint(model), windows=windows.fingerprint,
+               n_windows=windows.n_windows, target=float(target_params), batch_size=batch_size, dtype=dtype)
+    return cached_table("sublayer-greedy", key, compute)
+
+
+# --- plans -----------------------------------------------------------------------------------------
+
+def plan_at_budget(order: Sequence[tuple[int, str]], params: pd.DataFrame, budget: float) -> list[tuple[int, str]]:
+    """The shortest prefix of ``order`` that removes at least ``(1 − TOLERANCE) · budget``
+    parameters; ``None`` when the whole order does not reach it."""
+    size = params.set_index(["layer", "part"])["n_params"]
+    total = 0.0
+    for i, item in enumerate(order):
+        total += float(size[tuple(item)])
+        if total >= (1 - TOLERANCE) * budget:
+            return list(order[:i + 1])
+    return None
+
+
+def sublayer_orders(model: nn.Module, calibration: Windows, alphas: pd.DataFrame, params: pd.DataFrame,
+                    strategies: Sequence[str], target_params: float, *, batch_size: int = 8,
+                    dtype: str = DEFAULT_DTYPE, cache: bool = True, progress: bool = True,
+                    estimator: str = "alpha_shape") -> dict[str, list[tuple[int, str]]]:
+    """The removal order of each sublayer strategy (:data:`SUBLAYER_STRATEGIES`)."""
+    unknown = [s for s in strategies if s not in SUBLAYER_STRATEGIES]
+    if unknown:
+        raise ValueError(f"unknown sublayer strateg{'y' if len(unknown) == 1 else 'ies'} {unknown}; available: "
+                         f"{', '.join(SUBLAYER_STRATEGIES)}")
+    orders = {}
+    similarity = None
+    for name in strategies:
+        if name in ("attn_drop", "sublayer_similarity"):
+            if similarity is None:
+                similarity = sublayer_similarity(model, calibration, batch_size=batch_size, dtype=dtype, cache=cache)
+            table = similarity if name == "sublayer_similarity" else similarity[similarity["part"] == "attn"]
+            table = table.assign(rank=table["part"].map({p: i for i, p in enumerate(PARTS)}))
+            ranked = table.sort_values(["cos", "layer", "rank"], ascending=[False, True, True])
+            orders[name] = list(zip(ranked["layer"].astype(int), ranked["part"]))
+        elif name == "sublayer_greedy":
+            steps = sublayer_greedy_order(model, calibration, params, target_params, batch_size=batch_size,
+                                          dtype=dtype, cache=cache, progress=progress)
+            orders[name] = list(zip(steps["layer"].astype(int), steps["part"]))
+        elif name == "zone_aware_attn":
+            alpha = sublayer_alpha(alphas, estimator, "weighted")
+            profile = alpha[alpha["part"] == "attn"].set_index("layer")["alpha"].sort_index()
+            orders[name] = [(int(layer), "attn") for layer in zone_aware_order(profile)]
+    return orders
+
+
+def plan_table(model: nn.Module, calibration: Windows, alphas: pd.DataFrame, *, k_max: int = 2,
+               block_strategies: Sequence[str] = DEFAULT_BLOCK_STRATEGIES,
+               sublayer_strategies: Sequence[str] = DEFAULT_SUBLAYER_STRATEGIES, batch_size: int = 8,
+               dtype: str = DEFAULT_DTYPE, cache: bool = True, progress: bool = True,
+               estimator: str = "alpha_shape") -> pd.DataFrame:
+    """Every strategy's plan at the budgets of k = 1..k_max blocks' parameters.
+
+    Columns: ``strategy, kind`` (``block`` or ``sublayer``), ``k``, ``removed``
+    (``zones.measure.sublayers.format_removal``), ``n_sublayers``, ``n_params`` (removed),
+    ``params_ratio`` (``n_params`` over the parameters of the k blocks the block strategies
+    remove: the mean block's, k times). A sublayer strategy whose order cannot reach a budget
+    (attention-only, when the attention of all blocks holds fewer parameters) has no row there.
+    """
+    k_max = check_int(k_max, "k_max", min=1)
+    params = sublayer_params(model)
+    n = get_adapter(model).n_blocks
+    block = float(params.groupby("layer")["n_params"].sum().mean())
+    rows = []
+    ctx = PruningContext(model, calibration, alpha=alphas, batch_size=batch_size, cache=cache, progress=progress,
+                         dtype=dtype)
+    for name in block_strategies:
+        for k, plan in enumerate(get_strategy(name).plan(ctx, k_max), start=1):
+            removal = normalize_removal(plan, n)
+            rows.append(dict(strategy=name, kind="block", k=k, removed=format_removal(removal),
+                             n_sublayers=len(removal), n_params=removal_params(params, removal)))
+    orders = sublayer_orders(model, calibration, alphas, params, sublayer_strategies, k_max * block,
+                             batch_size=batch_size, dtype=dtype, cache=cache, progress=progress, estimator=estimator)
+    for name, order in orders.items():
+        for k in range(1, k_max + 1):
+            plan = plan_at_budget(order, params, k * block)
+            if plan is None:
+                continue
+            removal = normalize_removal(plan, n)
+            rows.append(dict(strategy=name, kind="sublayer", k=k, removed=format_removal(removal),
+                             n_sublayers=len(removal), n_params=removal_params(params, removal)))
+    table = pd.DataFrame(rows, columns=PLAN_COLUMNS[:-1])
+    table["params_ratio"] = table["n_params"] / (table["k"] * block)
+    return table
+
+
+# --- scoring and comparing -------------------------------------------------------------------------
+
+def score_plans(model: nn.Module, windows: Windows, plans: pd.DataFrame, *, batch_size: int = 8,
+                dtype: str = DEFAULT_DTYPE, cache: bool = True, progress: bool = True,
+                n_resamples: int = N_RESAMPLES, level: float = LEVEL,
+                seed: int = SEED) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Score every plan on the eval ``windows``: (the plans with ``zones.measure.agreement``'s
+    summary columns merged in — ``loss, delta_loss, kl, top1`` with ``_low``/``_high`` —, the
+    long per-window table)."""
+    removals = list(dict.fromkeys(plans["removed"]))
+    long = agreement_window_losses(model, windows, removals, batch_size=batch_size, dtype=dtype, cache=cache,
+                                   progress=progress)
+    summary = summarize_agreement(long, n_resamples=n_resamples, level=level, seed=seed)
+    return plans.merge(summary, on="removed", how="left"), long
+
+
+def compare_at_budget(scored: pd.DataFrame, long: pd.DataFrame, reference: str, *, metric: str = "delta_loss",
+                      n_resamples: int = N_RESAMPLES, level: float = LEVEL, seed: int = SEED) -> pd.DataFrame:
+    """Each strategy's ``metric`` minus ``reference``'s at the same k, with a paired 95%
+    interval on the same eval windows (the same resample for every pair).
+
+    Columns: ``k, strategy, reference, difference, low, high``. ``metric``: ``delta_loss``
+    (nats), ``kl`` (nats per token) or ``top1`` (share of tokens).
+    """
+    column = {"delta_loss": "nll", "kl": "kl", "top1": "top1"}[metric]
+    wide = long.pivot(index="removed", columns="window", values=column)
+    tokens = long.pivot(index="removed", columns="window", values="n_tokens").iloc[0].to_numpy(dtype=float)
+    rows = []
+    for k, part in scored.groupby("k"):
+        ref = part[part["strategy"] == reference]
+        if ref.empty:
+            continue
+        base = wide.loc[ref["removed"].iloc[0]].to_numpy(dtype=float)
+        for _, row in part.iterrows():
+            if row["strategy"] == reference:
+                continue
+            other = wide.loc[row["removed"]].to_numpy(dtype=float)
+            iv = paired_bootstrap(lambda a, b, t: (a.sum(-1) - b.sum(-1)) / t.sum(-1), (other, base, tokens),
+                                  n_resamples=n_resamples, level=level, seed=seed)
+            rows.append(dict(k=int(k), strategy=row["strategy"], reference=reference, difference=float(iv.estimate),
+                             low=float(iv.low), high=float(iv.high)))
+    return pd.DataFrame(rows, columns=["k", "strategy", "reference", "difference", "low", "high"])
+
+
+def tokens_per_second(model: nn.Module, windows: Windows, removals: Sequence[str], *, batch_size: int = 8,
+                      repeats: int = 3) -> pd.DataFrame:
+    """Measured forward speed of each removal against the full model, side by side.
+
+    For each repeat, the full model and every removal (``zones.measure.sublayers.removed_sublayers``:
+    removed sublayers compute nothing) run one forward (with its LM head) over the same first
+    batch of windows,
+    in turn, so load on the machine affects all alike. Columns: ``removed, seconds`` (median),
+    ``tokens_per_s``, ``speedup`` (full model's seconds over this one's). Not a test (timing).
+    """
+    repeats = check_int(repeats, "repeats", min=1)
+    ids = windows.input_ids[:batch_size].to(model_device(model))
+    variants = [""] + [r for r in dict.fromkeys(removals) if r]
+    n = get_adapter(model).n_blocks
+    times = {v: [] for v in variants}
+    with torch.inference_mode():
+        for _ in range(repeats):
+            for v in variants:
+                with removed_sublayers(model, normalize_removal(v, n)):
+                    start = time.perf_counter()
+                    model(input_ids=ids, use_cache=False)  # end to end: blocks, final norm and LM head
+                    times[v].append(time.perf_counter() - start)
+    full = float(np.median(times[""]))
+    rows = [dict(removed=v, seconds=float(np.median(t)), tokens_per_s=ids.numel() / float(np.median(t)),
+                 speedup=full / float(np.median(t))) for v, t in times.items()]
+    return pd.DataFrame(rows, columns=["removed", "seconds", "tokens_per_s", "speedup"])

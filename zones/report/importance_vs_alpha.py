@@ -1,0 +1,137 @@
+"""The importance-vs-α chapter: Spearman ρ per model, which α orders blocks best, and the
+verdict on "α predicts importance".
+"""
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+
+from zones.analysis.importance import importance_frame, measure_models, rho_table, spearman
+from zones.figures import BOOK_MODE_ENV
+from zones.measure.ablation import DEFAULT_EVAL_TOKENS
+from zones.report.common import ChapterResult, interval_side, save
+from zones.report.format import fmt_interval, fmt_p
+
+
+def rho_verdict(correlation: dict, model: str, alpha_name: str) -> str:
+    """The chapter's verdict sentence on one model's ρ (``rho, ci_low, ci_high`` of
+    ``zones.analysis.importance.spearman``). Rule: the interval excludes 0 → α detectably predicts
+    importance, in the sign of ρ; it includes 0 → not detectably; NaN → cannot be computed."""
+    side = interval_side(correlation["ci_low"], correlation["ci_high"], 0.0)
+    if side == "undefined":
+        return f"On {model} ρ cannot be computed (too few blocks, or a constant α or ΔLoss)."
+    if side == "straddles":
+        return (f"On {model}, with this token budget, the interval includes zero: the block's {alpha_name} "
+                f"does not detectably predict its importance.")
+    direction = "larger" if side == "above" else "smaller"
+    return (f"On {model} the interval excludes zero: blocks with a {direction} {alpha_name} tend to matter "
+            f"more.")
+
+
+def holm(p_values) -> list[float]:
+    """Holm–Bonferroni adjusted p-values (same order as given; NaN stays NaN): the i-th smallest
+    of m p-values is multiplied by m − i + 1, then made monotone and capped at 1."""
+    values = [float(p) for p in p_values]
+    order = sorted((i for i, p in enumerate(values) if p == p), key=lambda i: values[i])
+    m = len(order)
+    adjusted = [float("nan")] * len(values)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def strongest(rhos: pd.DataFrame) -> dict | None:
+    """The (estimator, role) with the largest |ρ| in a ``zones.analysis.importance.rho_table``, with an
+    allowance for having picked it: ``n_tested`` pairs were looked at, so its p-value is
+    Holm-adjusted over all of them (``p_holm``; for the smallest p this is Bonferroni, n · p),
+    and ``n_significant`` pairs have a Holm-adjusted p below 0.05. Also how many others are *not
+    separable* from it: their interval contains its ρ (a conservative check). ``None`` if no ρ
+    is finite.
+
+    Returns ``estimator, role, rho, ci_low, ci_high, p_value, p_holm, n_tested, n_significant,
+    n_close`` and ``close`` (the others, as ``"estimator (role)"`` strings)."""
+    table = rhos.dropna(subset=["rho"])
+    if table.empty:
+        return None
+    adjusted = pd.Series(holm(table["p_value"]), index=table.index) if "p_value" in table else None
+    best = table.loc[table["rho"].abs().idxmax()]
+    others = table.drop(index=best.name)
+    close = others[(others["ci_low"] <= best["rho"]) & (best["rho"] <= others["ci_high"])]
+    return dict(estimator=str(best["estimator"]), role=str(best["role"]), rho=float(best["rho"]),
+                ci_low=float(best["ci_low"]), ci_high=float(best["ci_high"]),
+                p_value=float(best["p_value"]) if adjusted is not None else float("nan"),
+                p_holm=float(adjusted[best.name]) if adjusted is not None else float("nan"),
+                n_tested=int(len(table)),
+                n_significant=int((adjusted < 0.05).sum()) if adjusted is not None else 0,
+                n_close=int(len(close)), close=[f"{e} ({r})" for e, r in zip(close["estimator"], close["role"])])
+
+
+def strongest_text(per_model: list[dict]) -> str:
+    """Per model: the largest |ρ| of the table, flagged as picked after looking, with its
+    Holm-adjusted p and how many pairs survive the adjustment, and how many are not separable
+    from it."""
+    parts = []
+    for m in per_model:
+        best = m["strongest"]
+        if best is None:
+            continue
+        parts.append(f"{m['model']}: the largest |ρ| of the {best['n_tested']} estimator/role pairs is "
+                     f"{best['estimator']} ({best['role']}), ρ = "
+                     f"{fmt_interval(best['rho'], best['ci_low'], best['ci_high'])}; picked as the largest of "
+                     f"{best['n_tested']}, its p-value adjusted for that choice (Holm): {fmt_p(best['p_holm'])}"
+                     f", and {best['n_significant']} of the {best['n_tested']} pairs have an adjusted p below 0.05; "
+                     f"{best['n_close']} other pair{'s' if best['n_close'] != 1 else ''} are not separable from it")
+    return "; ".join(parts) or "none (no finite ρ)"
+
+
+def rho_matrix(rhos: pd.DataFrame) -> pd.DataFrame:
+    """ρ with (model, estimator) rows and role columns, in the table's role order (full
+    precision: the page shows it to two significant figures)."""
+    shown = rhos.pivot_table(index=["model", "estimator"], columns="role",
+                                                              values="rho", sort=False)
+    return shown[[c for c in dict.fromkeys(rhos["role"]) if c in shown.columns]]
+
+
+def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256, eval_tokens: int | None = DEFAULT_EVAL_TOKENS,
+        batch_size: int = 8, alpha_estimator: str = "alpha_shape", alpha_role: str = "weighted",
+        n_boot: int = 2000, n_perm: int = 10000, seed: int = 0, out_dir: str = "results/importance_vs_alpha", *,
+        progress: bool | None = None) -> ChapterResult:
+    """The chapter: ablation and α of every model (cached, as the layer-ablation chapter),
+    → ``importance.csv``, ``rho.csv`` (every estimator × role), ``summary.json``."""
+    if progress is None:
+        progress = os.environ.get(BOOK_MODE_ENV) != "1"
+    results = measure_models(models, corpus=corpus, seq_len=seq_len, eval_tokens=eval_tokens,
+                             batch_size=batch_size, progress=progress)
+    frame = importance_frame(results, alpha_estimator, alpha_role)
+    correlations = {label: spearman(part["alpha"], part["delta_loss"], n_boot=n_boot, n_perm=n_perm, seed=seed)
+                    for label, part in frame.groupby("model", sort=False)}
+    rhos = pd.concat([rho_table(r.ablation, r.alphas, n_boot=n_boot, n_perm=n_perm, seed=seed).assign(model=r.label)
+                      for r in results], ignore_index=True)
+    alpha_name = f"{alpha_role} {alpha_estimator}"
+    per_model = []
+    for r in results:
+        c = correlations[r.label].as_dict()
+        part = frame[frame["model"] == r.label]
+        per_model.append(dict(model=r.label, name=r.name, fingerprint=r.fingerprint, n_blocks=r.n_blocks,
+                              n_tokens=int(part["n_tokens"].iloc[0]), **c,
+                              most_important=int(part.loc[part["delta_loss"].idxmax(), "layer"]),
+                              least_important=int(part.loc[part["delta_loss"].idxmin(), "layer"]),
+                              strongest=strongest(rhos[rhos["model"] == r.label]),
+                              verdict=rho_verdict(c, r.label, alpha_name)))
+    first = per_model[0]
+    numbers = dict(first_model=first["model"], n_blocks=first["n_blocks"], n_tokens=first["n_tokens"],
+                   rho=first["rho"], rho_low=first["ci_low"], rho_high=first["ci_high"], rho_p=first["p_value"],
+                   rho_text="; ".join(f"{label}: {c}" for label, c in correlations.items()),
+                   most_important=first["most_important"], least_important=first["least_important"],
+                   alpha_name=alpha_name, best_text=strongest_text(per_model), n_perm=int(n_perm),
+                   verdict=" ".join(m["verdict"] for m in per_model))
+    summary = dict(corpus=corpus, seq_len=seq_len, eval_tokens=eval_tokens, alpha_estimator=alpha_estimator,
+                   alpha_role=alpha_role, n_boot=n_boot, n_perm=n_perm, seed=seed, models=per_model)
+    tables = dict(importance=frame, rho=rhos)
+    out = save(out_dir, tables, summary)
+    titles = {label: f"{label}: {c}" for label, c in correlations.items()}
+    return ChapterResult(dict(tables, rho_matrix=rho_matrix(rhos)), numbers, summary, out,
+                         extra=dict(titles=titles))

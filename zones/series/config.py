@@ -1,0 +1,179 @@
+"""What determines a trained model: ``TrainConfig``, the named profiles and the series they make."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Iterable
+
+from zones.core.checks import check_choice, check_float, check_int
+
+VERSION = "train-2"  # part of every run's cache key: bump when training changes its results
+PRECISIONS = ("fp32", "bf16")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that determines a trained model. Sizes are plain parameters.
+
+    ``width=None`` means ``width_per_layer * depth`` (the paper keeps width/depth fixed).
+    ``warmup_steps=None`` means 10 % of ``steps``. ``precision`` is ``fp32`` or ``bf16``
+    (bf16 autocast for the forward pass; weights and optimizer stay in fp32; refused on a
+    device without native bf16, see ``zones.core.hardware.check_precision``).
+    """
+
+    depth: int
+    width: int | None = None
+    width_per_layer: int = 16
+    head_dim: int = 16
+    mlp_ratio: int = 4
+    vocab_size: int = 4096
+    seq_len: int = 128
+    batch_size: int = 16
+    steps: int = 400
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int | None = None
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float = 1.0
+    seed: int = 0
+    corpus: str = "stdlib-code"
+    heldout_every: int = 20
+    eval_every: int = 25
+    eval_windows: int = 32
+    snapshot_every: int = 25
+    checkpoint_every: int = 50
+    precision: str = "fp32"
+
+    def __post_init__(self):
+        for name in ("depth", "width_per_layer", "head_dim", "mlp_ratio", "batch_size", "steps",
+                     "eval_every", "eval_windows", "snapshot_every", "checkpoint_every"):
+            check_int(getattr(self, name), name, min=1)
+        check_int(self.seq_len, "seq_len", min=2)
+        check_int(self.vocab_size, "vocab_size (256 bytes + specials)", min=260)
+        check_int(self.heldout_every, "heldout_every", min=2)
+        check_int(self.seed, "seed", min=0)
+        if self.width is not None:
+            check_int(self.width, "width", min=1)
+        if self.warmup_steps is not None:
+            check_int(self.warmup_steps, "warmup_steps (in [0, steps))", min=0, max=self.steps - 1)
+        check_float(self.lr, "lr", min=0, min_inclusive=False)
+        check_float(self.min_lr_ratio, "min_lr_ratio", min=0, max=1)
+        check_float(self.weight_decay, "weight_decay", min=0)
+        check_float(self.grad_clip, "grad_clip (0 = no clipping)", min=0)
+        betas = self.betas
+        if (isinstance(betas, (str, bytes)) or not hasattr(betas, "__len__") or len(betas) != 2):
+            raise ValueError(f"betas must be two numbers in [0, 1), e.g. betas=[0.9, 0.95]; got {betas!r}")
+        for beta in betas:
+            check_float(beta, "betas (two numbers in [0, 1))", min=0, max=1, max_inclusive=False)
+        object.__setattr__(self, "betas", (float(betas[0]), float(betas[1])))
+        if not isinstance(self.corpus, str) or not self.corpus:
+            raise ValueError(f"corpus must be a corpus name or a path; got {self.corpus!r}")
+        if self.hidden_size % self.head_dim:
+            raise ValueError(f"width {self.hidden_size} must be a positive multiple of head_dim {self.head_dim}")
+        check_choice(self.precision, "precision", PRECISIONS)
+
+    @property
+    def hidden_size(self) -> int:
+        return self.width if self.width is not None else self.width_per_layer * self.depth
+
+    @property
+    def n_heads(self) -> int:
+        return self.hidden_size // self.head_dim
+
+    @property
+    def warmup(self) -> int:
+        return self.warmup_steps if self.warmup_steps is not None else max(1, self.steps // 10)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.seq_len
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "betas": list(self.betas)}
+
+
+# Each profile fills the fields it names; the rest keep TrainConfig's defaults. ``depths`` are
+# the series' depths and ``seeds`` the training seeds of each depth (a tuple for every depth, or
+# a dict depth -> tuple).
+PROFILES: dict[str, dict[str, Any]] = {
+    # The paper's depths D8/D12/D16 at a CPU width (width_per_layer chosen by measurement, see
+    # book/methods/training.md), two seeds for D8 and D12, one for D16: trained with the
+    # chapter's ablation in <= 300 s on two CPU cores.
+    "cpu": dict(depths=(8, 12, 16), seeds={8: (0, 1), 12: (0, 1), 16: (0,)}, width_per_layer=8, head_dim=16,
+                vocab_size=1024, seq_len=128, batch_size=16, steps=240, lr=3e-3, eval_every=24, eval_windows=32,
+                snapshot_every=48, checkpoint_every=120),
+    # The paper's series D8/D12/D16 at width 64·depth (512, 768, 1024), for a GPU.
+    "paper": dict(depths=(8, 12, 16), seeds=(0,), width_per_layer=64, head_dim=64, vocab_size=5120,
+                  seq_len=512, batch_size=32, steps=2000, lr=6e-4, eval_windows=64, checkpoint_every=250,
+                  precision="bf16"),
+}
+SERIES_KEYS = ("depths", "seeds")  # profile entries that shape the series, not one config
+
+
+def _check_profile(profile: str) -> None:
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; choose one of {sorted(PROFILES)}")
+
+
+def profile_depths(profile: str = "cpu") -> tuple[int, ...]:
+    """The depths a profile's series trains."""
+    _check_profile(profile)
+    return tuple(PROFILES[profile]["depths"])
+
+
+def profile_seeds(profile: str = "cpu", depth: int | None = None) -> tuple[int, ...]:
+    """The training seeds a profile trains at ``depth`` (every depth when the profile gives one tuple)."""
+    _check_profile(profile)
+    seeds = PROFILES[profile].get("seeds", (0,))
+    if isinstance(seeds, dict):
+        seeds = seeds.get(depth, (0,))
+    return tuple(int(s) for s in seeds)
+
+
+def profile_config(profile: str = "cpu", depth: int | None = None, **overrides) -> TrainConfig:
+    """The ``TrainConfig`` of one depth of a profile, with any field overridden."""
+    _check_profile(profile)
+    settings = {k: v for k, v in PROFILES[profile].items() if k not in SERIES_KEYS}
+    known = {f.name for f in fields(TrainConfig)} - {"depth"}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ValueError(f"unknown training parameter(s) {unknown}; known: {sorted(known)}")
+    settings.update({k: v for k, v in overrides.items() if v is not None})
+    if depth is None:
+        depth = PROFILES[profile]["depths"][0]
+    return TrainConfig(depth=check_int(depth, "depth", min=1), **settings)  # validates every field
+
+
+def series_configs(profile: str = "cpu", depths: Iterable[int] | None = None,
+                   seeds: Iterable[int] | None = None, **overrides) -> list[TrainConfig]:
+    """One config per (depth, seed): the profile's depths and seeds unless given; ``seeds``
+    given here (or one ``seed=S`` among the overrides) applies to every depth."""
+    if "depth" in overrides:
+        raise ValueError("give the depths as depths=[...], not as the training parameter 'depth'")
+    if overrides.get("seed") is not None:  # one seed for every depth, as seeds=[seed]
+        if seeds is not None:
+            raise ValueError(f"give either seeds=[...] or the training parameter seed, not both; got "
+                             f"seeds={list(seeds)} and seed={overrides['seed']!r}")
+        seeds = [overrides["seed"]]
+    overrides.pop("seed", None)
+    depths = profile_depths(profile) if depths is None else tuple(check_int(d, "depths", min=1) for d in depths)
+    if not depths:
+        raise ValueError("depths must list at least one depth; got []")
+    chosen = None if seeds is None else tuple(check_int(s, "seeds", min=0) for s in seeds)
+    if chosen == ():
+        raise ValueError("seeds must list at least one seed; got []")
+    return [profile_config(profile, depth, seed=seed, **overrides)
+            for depth in depths for seed in (chosen or profile_seeds(profile, depth))]
+
+
+def parameter_count(config: TrainConfig) -> int:
+    """Number of parameters of the model ``config`` builds (embeddings included, untied)."""
+    d, L, V, m = config.hidden_size, config.depth, config.vocab_size, config.mlp_ratio
+    per_block = (3 * d * d + 3 * d) + (d * d + d) + (m * d * d + m * d) + (m * d * d + d) + 4 * d
+    return 2 * V * d + L * per_block + 2 * d
+
+
+def flops_per_token(config: TrainConfig) -> float:
+    """Training FLOPs per token: 6·N (forward and backward through every parameter) plus the
+    attention scores and values, 12·depth·width·seq_len (PaLM's appendix B accounting)."""
+    return 6.0 * parameter_count(config) + 12.0 * config.depth * config.hidden_size * config.seq_len
