@@ -165,9 +165,9 @@ def _trivial_project(tmp_path: Path, names=("first", "second")) -> Path:
     for name in names:
         nb = nbformat.v4.new_notebook()
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-        params = nbformat.v4.new_code_cell("n_boot = 1\nmodel = None")
+        params = nbformat.v4.new_code_cell("n_resamples = 1\nmodel = None")
         params.metadata["tags"] = ["parameters"]
-        nb.cells = [params, nbformat.v4.new_code_cell("print(n_boot, model)")]
+        nb.cells = [params, nbformat.v4.new_code_cell("print(n_resamples, model)")]
         jupytext.write(nb, root / "notebooks" / f"{name}.md", fmt="md:myst")
     toc = "".join(f"  - file: book/chapters/{n}\n" for n in names)
     (root / "_toc.yml").write_text(f"format: jb-book\nroot: book/intro\nchapters:\n{toc}")
@@ -175,19 +175,19 @@ def _trivial_project(tmp_path: Path, names=("first", "second")) -> Path:
 
 
 def test_a_misspelt_chapter_parameter_is_refused_with_the_known_ones(tmp_path, monkeypatch, capsys):
-    """Before: --param n_bootz=10 was dropped silently and the chapter ran on its defaults."""
+    """Before: --param n_resamplez=10 was dropped silently and the chapter ran on its defaults."""
     from zones.book import declared_parameters
     from zones.cli import main
 
     root = _mini_project(tmp_path)
     known = sorted(declared_parameters(root / "notebooks" / "alpha_profile.md"))
-    assert "n_boot" in known
+    assert "n_resamples" in known
     with pytest.raises(ValueError) as err:
-        build_book({"n_bootz": 10}, only=["alpha_profile"], root=root)
-    assert str(err.value) == f"unknown chapter parameter n_bootz: the chapter alpha_profile declare {', '.join(known)}"
+        build_book({"n_resamplez": 10}, only=["alpha_profile"], root=root)
+    assert str(err.value) == f"unknown chapter parameter n_resamplez: the chapter alpha_profile declare {', '.join(known)}"
     monkeypatch.chdir(root)
-    assert main(["book", "--only", "alpha_profile", "--param", "n_bootz=10"]) == 1
-    assert "unknown chapter parameter n_bootz" in capsys.readouterr().err
+    assert main(["book", "--only", "alpha_profile", "--param", "n_resamplez=10"]) == 1
+    assert "unknown chapter parameter n_resamplez" in capsys.readouterr().err
     assert not (root / "book/chapters").exists()
 
 
@@ -197,17 +197,17 @@ def test_book_shows_chapter_progress_and_an_estimate_in_the_terminal_not_the_pag
     from zones.book import execute_chapters, last_timings
 
     root = _trivial_project(tmp_path)
-    execute_chapters(root, ["first", "second"], {"n_boot": 3}, model="tiny")
+    execute_chapters(root, ["first", "second"], {"n_resamples": 3}, model="tiny")
     err = capsys.readouterr().err
     assert "2 chapters, about 2 min (the expected times)" in err  # 2 x DEFAULT_SECONDS
     assert "chapter 2/2 second" in err and "elapsed, about" in err and "left" in err
     assert "first done in" in err
-    timings = last_timings({"model": "tiny", "models": ["tiny"], "n_boot": 3})
+    timings = last_timings({"model": "tiny", "models": ["tiny"], "n_resamples": 3})
     assert set(timings) == {"first", "second"}
     page = nbformat.read(root / "book/chapters/first.ipynb", as_version=4)
     printed = "".join(o.get("text", "") for c in page.cells for o in c.get("outputs", []))
     assert printed.strip() == "3 tiny" and "elapsed" not in printed and "chapter 1/2" not in printed
-    execute_chapters(root, ["first"], {"n_boot": 3}, model="tiny")
+    execute_chapters(root, ["first"], {"n_resamples": 3}, model="tiny")
     assert "(the last build)" in capsys.readouterr().err
 
 

@@ -21,7 +21,7 @@ def test_rho_equals_scipy_with_ties_and_nans():
     x[3], y[7] = np.nan, np.nan
     keep = np.isfinite(x) & np.isfinite(y)
     assert spearman_rho(x, y) == pytest.approx(spearmanr(x[keep], y[keep])[0], abs=1e-12)
-    assert spearman(x, y, n_boot=10, n_perm=10).n == 23
+    assert spearman(x, y, n_resamples=10, n_permutations=10).n == 23
 
 
 def test_p_value_matches_the_exact_permutation_distribution():
@@ -30,8 +30,8 @@ def test_p_value_matches_the_exact_permutation_distribution():
     observed = abs(spearman_rho(x, y))
     null = [abs(spearman_rho(x, y[list(p)])) for p in itertools.permutations(range(7))]
     exact = np.mean(np.array(null) >= observed - 1e-12)
-    result = spearman(x, y, n_perm=20000, n_boot=10)
-    # Monte Carlo error of the estimate: sqrt(p (1 - p) / n_perm) < 0.004.
+    result = spearman(x, y, n_permutations=20000, n_resamples=10)
+    # Monte Carlo error of the estimate: sqrt(p (1 - p) / n_permutations) < 0.004.
     assert result.p_value == pytest.approx(exact, abs=0.012)
     assert 0.01 < exact < 0.9
 
@@ -57,7 +57,7 @@ def test_bootstrap_interval_covers_the_population_rho():
     for trial in range(trials):
         x = rng.normal(size=n)
         y = r * x + np.sqrt(1 - r * r) * rng.normal(size=n)
-        c = spearman(x, y, n_boot=600, n_perm=10, seed=trial)
+        c = spearman(x, y, n_resamples=600, n_permutations=10, seed=trial)
         covered += c.ci_low <= population <= c.ci_high
         widths.append(c.ci_high - c.ci_low)
         assert c.ci_low <= c.rho <= c.ci_high
@@ -70,13 +70,13 @@ def test_seeded_and_validated():
     x, y = rng.normal(size=20), rng.normal(size=20)
     assert spearman(x, y, seed=3) == spearman(x, y, seed=3)
     assert spearman(x, y, seed=3).ci_low != spearman(x, y, seed=4).ci_low
-    for kwargs in (dict(n_boot=0), dict(n_perm=-1), dict(n_boot=2.5), dict(level=1.0), dict(n_boot=True),
-                   dict(n_perm=99.0), dict(level=np.nan)):
-        with pytest.raises(ValueError, match=r"^(n_boot|n_perm|level) must be .*; got "):
+    for kwargs in (dict(n_resamples=0), dict(n_permutations=-1), dict(n_resamples=2.5), dict(level=1.0), dict(n_resamples=True),
+                   dict(n_permutations=99.0), dict(level=np.nan)):
+        with pytest.raises(ValueError, match=r"^(n_resamples|n_permutations|level) must be .*; got "):
             spearman(x, y, **kwargs)
     # numpy integers (what a table or a parameter grid hands over) count like python ones
-    assert spearman(x, y, n_boot=np.int64(200), n_perm=np.int32(500), seed=3) == \
-        spearman(x, y, n_boot=200, n_perm=500, seed=3)
+    assert spearman(x, y, n_resamples=np.int64(200), n_permutations=np.int32(500), seed=3) == \
+        spearman(x, y, n_resamples=200, n_permutations=500, seed=3)
     with pytest.raises(ValueError, match="length"):
         spearman(x, y[:-1])
 
@@ -103,7 +103,7 @@ def test_rho_table_per_estimator_and_role():
 
     alphas = synthetic_alpha_table()
     ablation = synthetic_ablation(layer_alpha(alphas, "alpha_shape", "weighted"))
-    table = rho_table(ablation, alphas, n_boot=200, n_perm=500)
+    table = rho_table(ablation, alphas, n_resamples=200, n_permutations=500)
     assert list(table.columns) == RHO_COLUMNS
     # alpha_hill is all NaN: left out. Roles: weighted, then each role in table order.
     assert table["estimator"].drop_duplicates().tolist() == ["alpha_shape", "alpha_esd"]
@@ -210,7 +210,7 @@ def test_chapters_run_on_a_tiny_model(tmp_path, tiny_model_dir):
     assert first["top_low"][0] == pytest.approx(top["delta_loss_low"])
     assert first["first_blocks"]["verdict"] in ("holds", "does not hold", "inconclusive")
 
-    importance = run_chapter("importance_vs_alpha", tmp_path, tiny_model_dir, n_boot=50, n_perm=50)
+    importance = run_chapter("importance_vs_alpha", tmp_path, tiny_model_dir, n_resamples=50, n_permutations=50)
     first_rho = importance["models"][0]
     assert -1 <= first_rho["ci_low"] <= first_rho["rho"] <= first_rho["ci_high"] <= 1
     rho = pd.read_csv(tmp_path / "results" / "importance_vs_alpha" / "rho.csv")

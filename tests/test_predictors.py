@@ -30,7 +30,7 @@ def toy(n=12, seed=0):
 
 def test_rho_matches_scipy_and_kinds():
     table = toy()
-    rhos = predictor_rho(table, n_boot=300, n_perm=300).set_index("predictor")
+    rhos = predictor_rho(table, n_resamples=300, n_permutations=300).set_index("predictor")
     for name in ("alpha_shape", "frobenius", "block_influence"):
         assert rhos.loc[name, "rho"] == pytest.approx(spearmanr(table[name], table["importance"]).statistic)
         assert rhos.loc[name, "ci_low"] <= rhos.loc[name, "rho"] <= rhos.loc[name, "ci_high"]
@@ -40,15 +40,15 @@ def test_rho_matches_scipy_and_kinds():
 
 def test_difference_is_paired_and_signed():
     table = toy()
-    d = rho_difference(table, "alpha_shape", "frobenius", n_boot=500)
+    d = rho_difference(table, "alpha_shape", "frobenius", n_resamples=500)
     expected = abs(spearmanr(table["alpha_shape"], table["importance"]).statistic) - abs(
         spearmanr(table["frobenius"], table["importance"]).statistic)
     assert d["difference"] == pytest.approx(expected)
     assert d["low"] > 0  # a near-perfect predictor beats noise on the same resamples
-    same = rho_difference(table, "alpha_shape", "alpha_shape", n_boot=200)
+    same = rho_difference(table, "alpha_shape", "alpha_shape", n_resamples=200)
     assert same["difference"] == 0 and same["low"] == same["high"] == 0
-    rhos = predictor_rho(table, n_boot=200, n_perm=200)
-    verdict = alpha_vs_best(table, rhos, "alpha_shape", n_boot=500)
+    rhos = predictor_rho(table, n_resamples=200, n_permutations=200)
+    verdict = alpha_vs_best(table, rhos, "alpha_shape", n_resamples=500)
     assert verdict["second"] == "block_influence" and verdict["verdict"] == "α orders blocks better"
 
 
@@ -83,7 +83,7 @@ def test_chapter_runs_on_a_model_directory(tiny_model_dir, tmp_path):
     from zones.report import predictors as chapter
 
     result = chapter.run(models=[str(tiny_model_dir)], seq_len=32, eval_tokens=4 * 31, calibration_tokens=2 * 31,
-                         batch_size=4, n_boot=100, n_perm=100, out_dir=str(tmp_path / "out"), progress=False)
+                         batch_size=4, n_resamples=100, n_permutations=100, out_dir=str(tmp_path / "out"), progress=False)
     rho = result["rho"]
     assert {"alpha_shape", "frobenius", "block_influence", "angular", "calibration_ablation"} <= set(rho["predictor"])
     assert result["difference"]["second"].iloc[0] in {"frobenius", "block_influence", "angular",
@@ -99,7 +99,7 @@ def test_notebook_executes_on_a_tiny_model(tmp_path, tiny_model_dir, monkeypatch
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     source = project_root() / "notebooks" / "predictors.md"
     parameters = dict(models=[str(tiny_model_dir)], seq_len=32, eval_tokens=4 * 31, calibration_tokens=2 * 31,
-                      batch_size=4, n_boot=50, n_perm=50)
+                      batch_size=4, n_resamples=50, n_permutations=50)
     assert set(parameters) <= set(declared_parameters(source))
     run_notebook(source, tmp_path / "predictors.ipynb", parameters, cwd=tmp_path)
     assert (tmp_path / "results" / "predictors" / "rho.csv").exists()

@@ -337,7 +337,7 @@ def test_profile_shape_branches():
     x = np.linspace(0, 1, 16)
     rng = np.random.default_rng(0)
     noise = rng.normal(0, 0.005, x.size)
-    shape = lambda y: alpha_profile.profile_shape(_alpha_table({"q": y}), "q", n_boot=300)
+    shape = lambda y: alpha_profile.profile_shape(_alpha_table({"q": y}), "q", n_resamples=300)
     assert shape(0.2 + 0.3 * x + noise)["shape"] == "rises"
     bump = shape(0.2 + x * (1 - x) + noise)
     assert bump["shape"] == "inverted U" and 0.4 < bump["vertex"] < 0.6
@@ -405,7 +405,7 @@ def test_scorecard_page_scores_the_tables_the_chapters_wrote(tiny_model_dir, tmp
     from zones.book import run_notebook
 
     results = tmp_path / "results"
-    alpha = report.alpha_profile.run(model=str(tiny_model_dir), out_dir=str(results / "alpha_profile"), n_boot=200)
+    alpha = report.alpha_profile.run(model=str(tiny_model_dir), out_dir=str(results / "alpha_profile"), n_resamples=200)
     ablation = report.layer_ablation.run(models=[str(tiny_model_dir)], seq_len=32, eval_tokens=155, batch_size=4,
                                          out_dir=str(results / "layer_ablation"), progress=False)
     pruning = report.pruning.run(model=str(tiny_model_dir), seq_len=32, eval_tokens=124, calibration_tokens=31,

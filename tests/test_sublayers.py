@@ -148,7 +148,7 @@ def test_sublayer_alpha_and_importance():
     long = ablation_window_losses(model, windows(), parts=True, cache=False, progress=False)
     table = sublayer_importance(long, alphas, sublayer_params(model), n_resamples=200)
     assert len(table) == 8 and set(table["part"]) == {"attn", "mlp"}
-    rho = sublayer_rho_table(long, alphas, estimators=["alpha_shape"], n_boot=100, n_perm=100)
+    rho = sublayer_rho_table(long, alphas, estimators=["alpha_shape"], n_resamples=100, n_permutations=100)
     assert set(rho["part"]) == {"attn", "mlp"}
     from scipy.stats import spearmanr
     attn = table[table["part"] == "attn"]
@@ -233,8 +233,8 @@ def test_chapter_runs_on_a_model_directory(tiny_model_dir, tmp_path):
 
     result = chapter.run(models=[str(tiny_model_dir)], seq_len=32, eval_tokens=4 * 31, calibration_tokens=31,
                          batch_size=4, k_max=1, block_strategies=["zone_aware"],
-                         sublayer_strategies=["attn_drop", "zone_aware_attn", "sublayer_greedy"], n_boot=100,
-                         n_perm=100, speed_repeats=1, block_agreement=True, profile=None, out_dir=str(tmp_path / "out"),
+                         sublayer_strategies=["attn_drop", "zone_aware_attn", "sublayer_greedy"], n_resamples=100,
+                         n_permutations=100, speed_repeats=1, block_agreement=True, profile=None, out_dir=str(tmp_path / "out"),
                          progress=False)
     assert {"importance", "rho", "plans", "differences", "speed"} <= set(result.tables)
     assert (tmp_path / "out" / "plans.csv").exists()
@@ -254,7 +254,7 @@ def test_notebook_executes_on_a_tiny_model(tmp_path, tiny_model_dir, monkeypatch
     source = project_root() / "notebooks" / "sublayers.md"
     parameters = dict(models=[str(tiny_model_dir)], seq_len=32, eval_tokens=4 * 31, calibration_tokens=31,
                       batch_size=4, k_max=1, block_strategies=["zone_aware", "block_influence"],
-                      sublayer_strategies=["attn_drop", "zone_aware_attn"], n_boot=50, n_perm=50, speed_repeats=1,
+                      sublayer_strategies=["attn_drop", "zone_aware_attn"], n_resamples=50, n_permutations=50, speed_repeats=1,
                       profile=None)
     assert set(parameters) <= set(declared_parameters(source))
     run_notebook(source, tmp_path / "sublayers.ipynb", parameters, cwd=tmp_path)
@@ -272,7 +272,7 @@ def test_series_sublayer_rho_matches_scipy_on_each_trained_model(micro_corpus, o
 
     overrides = dict(width=32, head_dim=16, vocab_size=300, seq_len=32, batch_size=8, steps=20, lr=3e-3,
                      eval_every=10, snapshot_every=10, checkpoint_every=15, eval_windows=8, corpus=micro_corpus)
-    table = series_sublayer_rho("cpu", [5], dict(overrides, seed=0), eval_tokens=8 * 31, n_boot=100, n_perm=200)
+    table = series_sublayer_rho("cpu", [5], dict(overrides, seed=0), eval_tokens=8 * 31, n_resamples=100, n_permutations=200)
     assert list(table["part"]) == ["attn", "mlp"] and set(table["n_blocks"]) == {5}
     run = train_series([5], "cpu", progress=False, **dict(overrides, seed=0))[0]
     model = run.load().model

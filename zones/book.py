@@ -5,7 +5,7 @@ notebook ``notebooks/NAME.md`` (jupytext), executed into ``book/chapters/NAME.ip
 (working directory ``book/chapters``, so a chapter's tables land in
 ``book/chapters/results/NAME``). Parameters are passed only to the notebooks that declare
 them; a parameter that none of the chapters being executed declares is refused before any
-runs, with the list of those they do declare (a misspelt ``n_bootz`` is never dropped
+runs, with the list of those they do declare (a misspelt ``n_resamplez`` is never dropped
 silently). ``run_notebook`` is the one way the project executes a chapter (the book, the
 tests). Chapters that read the others' tables (``RUN_LAST``: the claims scorecard) execute
 after them, wherever ``_toc.yml`` places them.

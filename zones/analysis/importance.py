@@ -8,7 +8,7 @@ the block's matrices). With only tens of blocks per model, ρ comes with
   recomputed, the 2.5th and 97.5th percentiles of the resampled ρ (``zones.measure.stats.paired_bootstrap``,
   i.e. ``scipy.stats.bootstrap``);
 * a **permutation p-value** (two-sided): the α values shuffled against ΔLoss, p = (1 + #{|ρ_perm|
-  ≥ |ρ|}) / (1 + n_perm) (``scipy.stats.permutation_test``; all n! pairings when n! ≤ n_perm).
+  ≥ |ρ|}) / (1 + n_permutations) (``scipy.stats.permutation_test``; all n! pairings when n! ≤ n_permutations).
 
 Every draw comes from a seeded generator, so the numbers are reproducible.
 """
@@ -28,7 +28,7 @@ from zones.core.checks import check_int
 from zones.core.data import corpus_windows, load_corpus
 from zones.core.models import load_model
 from zones.measure.ablation import DEFAULT_EVAL_TOKENS, ablation_table
-from zones.measure.stats import check_level, paired_bootstrap, seeded
+from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES, check_level, paired_bootstrap, seeded
 from zones.spectra import alpha_table, layer_alpha
 
 # Per-matrix columns of ``zones.spectra.alpha_table`` worth correlating with importance, in
@@ -83,15 +83,15 @@ class Correlation:
         return f"ρ = {self.rho:.2f} [{self.ci_low:.2f}, {self.ci_high:.2f}], p = {self.p_value:.2g}"
 
 
-def spearman(x, y, *, n_boot: int = 2000, n_perm: int = 10000, level: float = 0.95,
+def spearman(x, y, *, n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, level: float = 0.95,
              seed: int = 0) -> Correlation:
     """Spearman ρ of (x, y) with a percentile-bootstrap interval and a permutation p-value.
 
     Pairs with a NaN are dropped. Bootstrap resamples whose ranks are all tied are skipped.
     With fewer than 3 pairs, or a constant x or y, every field but ``n`` is NaN.
     """
-    n_boot = check_int(n_boot, "n_boot", min=1)
-    n_perm = check_int(n_perm, "n_perm", min=1)
+    n_resamples = check_int(n_resamples, "n_resamples", min=1)
+    n_permutations = check_int(n_permutations, "n_permutations", min=1)
     level = check_level(level)
     x, y = _paired(x, y)
     n = int(x.size)
@@ -102,11 +102,11 @@ def spearman(x, y, *, n_boot: int = 2000, n_perm: int = 10000, level: float = 0.
     # Resampled blocks are ranked again (ties change); resamples with all ranks tied are NaN
     # and left out of the percentiles.
     ranked_rho = lambda a, b: _corr_rows(rankdata(a, axis=-1), rankdata(b, axis=-1))
-    interval = paired_bootstrap(ranked_rho, (x, y), n_resamples=n_boot, level=level, seed=seed)
+    interval = paired_bootstrap(ranked_rho, (x, y), n_resamples=n_resamples, level=level, seed=seed)
     # Under the null every pairing of the ranks is equally likely; |ρ| makes the test two-sided.
     p_value = seeded(scipy.stats.permutation_test, (rankdata(x), rankdata(y)),
                      lambda a, b, axis=-1: np.abs(_corr_rows(a, b)), permutation_type="pairings",
-                     vectorized=True, n_resamples=n_perm, alternative="greater", seed=seed).pvalue
+                     vectorized=True, n_resamples=n_permutations, alternative="greater", seed=seed).pvalue
     return Correlation(rho, float(interval.low), float(interval.high), float(p_value), n)
 
 
@@ -128,8 +128,8 @@ def importance_table(ablation: pd.DataFrame, alpha: pd.Series) -> pd.DataFrame:
 
 
 def rho_table(ablation: pd.DataFrame, alphas: pd.DataFrame, *, estimators: Sequence[str] | None = None,
-              roles: Sequence[str] | None = None, value: str = "delta_loss", n_boot: int = 2000,
-              n_perm: int = 10000, seed: int = 0) -> pd.DataFrame:
+              roles: Sequence[str] | None = None, value: str = "delta_loss", n_resamples: int = N_RESAMPLES,
+              n_permutations: int = N_PERMUTATIONS, seed: int = 0) -> pd.DataFrame:
     """Spearman ρ between a block's ``value`` (ΔLoss) and its α, for each estimator × role.
 
     ``alphas`` is ``zones.spectra.alpha_table(model)``; ``estimators`` default to the columns of
@@ -147,7 +147,7 @@ def rho_table(ablation: pd.DataFrame, alphas: pd.DataFrame, *, estimators: Seque
     for estimator in estimators:
         for role in roles:
             alpha = layer_alpha(alphas, estimator=estimator, role=role).reindex(importance.index)
-            result = spearman(alpha.to_numpy(), importance.to_numpy(), n_boot=n_boot, n_perm=n_perm, seed=seed)
+            result = spearman(alpha.to_numpy(), importance.to_numpy(), n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
             rows.append(dict(estimator=estimator, role=role, rho=result.rho, ci_low=result.ci_low,
                              ci_high=result.ci_high, p_value=result.p_value, n_layers=result.n))
     return pd.DataFrame(rows, columns=RHO_COLUMNS)

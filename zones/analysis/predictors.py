@@ -34,7 +34,7 @@ from torch import nn
 
 from zones.analysis.importance import ESTIMATORS, _corr_rows, spearman
 from zones.core.adapters import get_adapter
-from zones.measure.stats import paired_bootstrap
+from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES, paired_bootstrap
 from zones.spectra import layer_alpha
 
 SIMPLE = ("frobenius", "block_influence", "angular", "calibration_ablation")
@@ -81,7 +81,7 @@ def predictor_columns(table: pd.DataFrame) -> list[str]:
     return [c for c in table.columns if c not in ("layer", "importance")]
 
 
-def predictor_rho(table: pd.DataFrame, *, n_boot: int = 2000, n_perm: int = 10000, seed: int = 0) -> pd.DataFrame:
+def predictor_rho(table: pd.DataFrame, *, n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, seed: int = 0) -> pd.DataFrame:
     """Spearman ρ(importance, predictor) for every predictor column of :func:`predictor_table`.
 
     Columns: ``predictor, kind`` (``spectral`` or ``simple``), ``rho, ci_low, ci_high``
@@ -90,14 +90,14 @@ def predictor_rho(table: pd.DataFrame, *, n_boot: int = 2000, n_perm: int = 1000
     """
     rows = []
     for name in predictor_columns(table):
-        c = spearman(table[name].to_numpy(dtype=float), table["importance"].to_numpy(dtype=float), n_boot=n_boot,
-                     n_perm=n_perm, seed=seed)
+        c = spearman(table[name].to_numpy(dtype=float), table["importance"].to_numpy(dtype=float), n_resamples=n_resamples,
+                     n_permutations=n_permutations, seed=seed)
         rows.append(dict(predictor=name, kind="simple" if name in SIMPLE else "spectral", rho=c.rho, ci_low=c.ci_low,
                          ci_high=c.ci_high, p_value=c.p_value, abs_rho=abs(c.rho), n_blocks=c.n))
     return pd.DataFrame(rows, columns=RHO_COLUMNS)
 
 
-def rho_difference(table: pd.DataFrame, first: str, second: str, *, n_boot: int = 2000, level: float = 0.95,
+def rho_difference(table: pd.DataFrame, first: str, second: str, *, n_resamples: int = N_RESAMPLES, level: float = 0.95,
                    seed: int = 0) -> dict:
     """|ρ(importance, first)| − |ρ(importance, second)| with its bootstrap interval, the blocks
     resampled together (the same resamples as :func:`predictor_rho` with the same ``seed``).
@@ -114,7 +114,7 @@ def rho_difference(table: pd.DataFrame, first: str, second: str, *, n_boot: int 
     if len(data) < 3:
         nan = float("nan")
         return dict(first=first, second=second, difference=nan, low=nan, high=nan)
-    iv = paired_bootstrap(statistic, (x, a, b), n_resamples=n_boot, level=level, seed=seed)
+    iv = paired_bootstrap(statistic, (x, a, b), n_resamples=n_resamples, level=level, seed=seed)
     return dict(first=first, second=second, difference=float(iv.estimate), low=float(iv.low), high=float(iv.high))
 
 

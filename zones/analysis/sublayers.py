@@ -17,6 +17,7 @@ import pandas as pd
 from zones.analysis.importance import ESTIMATORS, spearman
 from zones.core.adapters import ATTENTION_ROLES
 from zones.measure.ablation import PARTS, summarize
+from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES
 from zones.measure.sublayers import check_part
 from zones.spectra import layer_alpha
 
@@ -71,7 +72,7 @@ def sublayer_importance(long: pd.DataFrame, alphas: pd.DataFrame, params: pd.Dat
 
 
 def sublayer_rho_table(long: pd.DataFrame, alphas: pd.DataFrame, *, estimators: Sequence[str] | None = None,
-                       n_boot: int = 2000, n_perm: int = 10000, seed: int = 0) -> pd.DataFrame:
+                       n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, seed: int = 0) -> pd.DataFrame:
     """Spearman ρ between a sublayer's ΔLoss and its α, per part × estimator × role (the
     parameter-weighted ``"weighted"`` and each of the part's own matrices). Columns:
     ``part, estimator, role, rho, ci_low, ci_high, p_value, n_layers``."""
@@ -85,7 +86,7 @@ def sublayer_rho_table(long: pd.DataFrame, alphas: pd.DataFrame, *, estimators: 
             for role in ["weighted", *part_roles(alphas, part)]:
                 alpha = sublayer_alpha(alphas, estimator, role)
                 alpha = alpha[alpha["part"] == part].set_index("layer")["alpha"].reindex(importance.index)
-                c = spearman(alpha.to_numpy(), importance.to_numpy(), n_boot=n_boot, n_perm=n_perm, seed=seed)
+                c = spearman(alpha.to_numpy(), importance.to_numpy(), n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
                 rows.append(dict(part=part, estimator=estimator, role=role, rho=c.rho, ci_low=c.ci_low,
                                  ci_high=c.ci_high, p_value=c.p_value, n_layers=c.n))
     return pd.DataFrame(rows, columns=RHO_COLUMNS)

@@ -31,7 +31,8 @@ import scipy.stats
 
 from zones.core.checks import check_choice, check_float, check_int
 
-N_RESAMPLES = 2000
+N_RESAMPLES = 2000       # bootstrap resamples behind every interval
+N_PERMUTATIONS = 10000   # permutations behind every permutation p-value
 LEVEL = 0.95
 METHOD = "percentile"
 SEED = 0

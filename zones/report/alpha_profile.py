@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from zones.core.models import load_model
+from zones.measure.stats import N_RESAMPLES
 from zones.report.common import NAN, ChapterResult, interval_side, save, unit_bootstrap
 from zones.report.format import fmt_interval, fmt_num
 from zones.spectra import alpha_table, depth_spread, estimator_correlation, role_group
@@ -32,7 +33,7 @@ def trend_word(low: float, high: float) -> str:
             "undefined": "undefined"}[interval_side(low, high, 0.0)]
 
 
-def depth_trend(table: pd.DataFrame, estimator: str = "alpha_shape", *, n_boot: int = 2000,
+def depth_trend(table: pd.DataFrame, estimator: str = "alpha_shape", *, n_resamples: int = N_RESAMPLES,
                 seed: int = 0) -> pd.DataFrame:
     """How each role's value changes from the first block to the last, with a 95% interval.
 
@@ -50,7 +51,7 @@ def depth_trend(table: pd.DataFrame, estimator: str = "alpha_shape", *, n_boot: 
         x = part["layer"].to_numpy(float) / max(n_blocks - 1, 1)
         y = part[estimator].to_numpy(float)
         if len(part) >= 2:
-            rise, low, high = unit_bootstrap([x, y], _slope, n_boot=n_boot, seed=seed)
+            rise, low, high = unit_bootstrap([x, y], _slope, n_resamples=n_resamples, seed=seed)
             first = float(y.mean() - rise * x.mean())
         else:
             rise = low = high = first = NAN
@@ -79,7 +80,7 @@ SHAPE_COLUMNS = ["role", "shape", "rise", "rise_low", "rise_high", "curvature", 
                  "vertex", "top_block", "top_value", "n_blocks"]
 
 
-def profile_shape(table: pd.DataFrame, role: str = "q", estimator: str = "alpha_shape", *, n_boot: int = 2000,
+def profile_shape(table: pd.DataFrame, role: str = "q", estimator: str = "alpha_shape", *, n_resamples: int = N_RESAMPLES,
                   seed: int = 0) -> dict:
     """The shape of one role's α profile over relative depth x = layer / (L − 1), with intervals
     (blocks resampled).
@@ -100,8 +101,8 @@ def profile_shape(table: pd.DataFrame, role: str = "q", estimator: str = "alpha_
         return dict(role=role, shape="undefined", rise=NAN, rise_low=NAN, rise_high=NAN, curvature=NAN,
                     curvature_low=NAN, curvature_high=NAN, vertex=NAN, top_block=-1, top_value=NAN,
                     n_blocks=int(len(part)))
-    rise, rise_low, rise_high = unit_bootstrap([x, y], _slope, n_boot=n_boot, seed=seed)
-    curvature, c_low, c_high = unit_bootstrap([x, y], _curvature, n_boot=n_boot, seed=seed)
+    rise, rise_low, rise_high = unit_bootstrap([x, y], _slope, n_resamples=n_resamples, seed=seed)
+    curvature, c_low, c_high = unit_bootstrap([x, y], _curvature, n_resamples=n_resamples, seed=seed)
     _, b, c = _quadratic(x, y)
     vertex = float(-b / (2 * c)) if c != 0 else NAN
     interior = 0 < vertex < 1
@@ -153,7 +154,7 @@ def _std_ratio(qk: np.ndarray, vo: np.ndarray, axis: int = -1) -> np.ndarray:
         return np.std(qk, axis=axis, ddof=1) / np.std(vo, axis=axis, ddof=1)
 
 
-def qk_vo_asymmetry(profile: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0) -> dict:
+def qk_vo_asymmetry(profile: pd.DataFrame, *, n_resamples: int = N_RESAMPLES, seed: int = 0) -> dict:
     """Does Q/K vary with depth more than V/O? ``profile``: ``layer, group, value`` (one
     value per layer and group, e.g. :func:`group_profile` or ``zones.analysis.lifecycle.final_profile``).
 
@@ -168,7 +169,7 @@ def qk_vo_asymmetry(profile: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0)
         return dict(ratio=NAN, ratio_low=NAN, ratio_high=NAN, qk_std=NAN, vo_std=NAN, n_layers=0,
                     asymmetry="undefined")
     qk, vo = wide["Q/K"].to_numpy(float), wide["V/O"].to_numpy(float)
-    ratio, low, high = unit_bootstrap([qk, vo], _std_ratio, n_boot=n_boot, seed=seed)
+    ratio, low, high = unit_bootstrap([qk, vo], _std_ratio, n_resamples=n_resamples, seed=seed)
     word = {"above": "Q/K larger", "below": "V/O larger", "straddles": "not separable",
             "undefined": "undefined"}[interval_side(low, high, 1.0)]
     return dict(ratio=float(ratio), ratio_low=low, ratio_high=high, qk_std=float(np.std(qk, ddof=1)),
@@ -213,7 +214,7 @@ def asymmetry_sentence(asym: dict) -> str:
 
 
 def run(model: str = "smollm2-135m", role: str = "q", estimator: str = "alpha_shape",
-        out_dir: str = "results/alpha_profile", *, n_boot: int = 2000, seed: int = 0) -> ChapterResult:
+        out_dir: str = "results/alpha_profile", *, n_resamples: int = N_RESAMPLES, seed: int = 0) -> ChapterResult:
     """The chapter: α table of ``model`` → ``alpha.csv``, ``spread.csv`` (``zones.spectra.
     depth_spread``), ``trend.csv`` (:func:`depth_trend`), ``group_profile.csv``,
     ``asymmetry_claim.csv`` (:func:`qk_vo_asymmetry`), ``shape_claim.csv`` (:func:`profile_shape`) and ``summary.json``; numbers for the page."""
@@ -222,11 +223,11 @@ def run(model: str = "smollm2-135m", role: str = "q", estimator: str = "alpha_sh
     if role not in set(table["role"]):
         raise ValueError(f"role {role!r} is not in this model; roles: {', '.join(dict.fromkeys(table['role']))}")
     spread = depth_spread(table, estimator)
-    trend = depth_trend(table, estimator, n_boot=n_boot, seed=seed)
+    trend = depth_trend(table, estimator, n_resamples=n_resamples, seed=seed)
     groups = group_profile(table, estimator)
-    asym = qk_vo_asymmetry(groups, n_boot=n_boot, seed=seed)
+    asym = qk_vo_asymmetry(groups, n_resamples=n_resamples, seed=seed)
     chosen = trend.set_index("role").loc[role]
-    shape = profile_shape(table, role, estimator, n_boot=n_boot, seed=seed)
+    shape = profile_shape(table, role, estimator, n_resamples=n_resamples, seed=seed)
     by_group = spread.groupby("group")["range"].mean()
     numbers = dict(model_name=model, role_name=role, estimator_name=estimator,
                    **profile_numbers(table, role, estimator),
@@ -239,7 +240,7 @@ def run(model: str = "smollm2-135m", role: str = "q", estimator: str = "alpha_sh
                    asymmetry=asym["asymmetry"], asymmetry_text=asymmetry_sentence(asym),
                    shape=shape["shape"], shape_text=shape_sentence(shape, int(table["layer"].min())))
     numbers["fit_text"] = fit_sentence(numbers["r2_median"], numbers["r2_min"])
-    summary = dict(model=model, fingerprint=loaded.fingerprint, role=role, estimator=estimator, n_boot=n_boot,
+    summary = dict(model=model, fingerprint=loaded.fingerprint, role=role, estimator=estimator, n_resamples=n_resamples,
                    seed=seed, **{k: v for k, v in numbers.items() if k not in ("model_name", "role_name",
                                                                                 "estimator_name")},
                    first=numbers["alpha_first"], last=numbers["alpha_last"])

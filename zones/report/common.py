@@ -24,11 +24,10 @@ import pandas as pd
 from scipy import stats
 
 from zones.core.cache import atomic_write_text, write_table
-from zones.measure.stats import paired_bootstrap
+from zones.measure.stats import N_RESAMPLES, paired_bootstrap
 from zones.report.format import for_glue
 
 LEVEL = 0.95        # every interval in the book is a 95% interval
-N_BOOT = 2000       # bootstrap resamples of the unit bootstraps
 NAN = float("nan")
 
 
@@ -107,7 +106,7 @@ def read_summary(folder: str | os.PathLike) -> dict:
 
 
 def unit_bootstrap(columns: Sequence[np.ndarray], statistic: Callable[..., np.ndarray], *,
-                   paired: bool = True, n_boot: int = N_BOOT, level: float = LEVEL,
+                   paired: bool = True, n_resamples: int = N_RESAMPLES, level: float = LEVEL,
                    seed: int = 0) -> tuple[float, float, float]:
     """``(estimate, low, high)``: ``statistic`` of ``columns`` and its percentile-bootstrap
     interval, units resampled with replacement by ``scipy.stats.bootstrap``.
@@ -128,11 +127,11 @@ def unit_bootstrap(columns: Sequence[np.ndarray], statistic: Callable[..., np.nd
     if too_few or not math.isfinite(estimate):
         return estimate, NAN, NAN
     if paired:  # the project's one paired bootstrap (it also serves the eval windows)
-        interval = paired_bootstrap(statistic, columns, n_resamples=n_boot, level=level, seed=seed)
+        interval = paired_bootstrap(statistic, columns, n_resamples=n_resamples, level=level, seed=seed)
         return estimate, float(interval.low), float(interval.high)
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # degenerate resamples are dropped below
-        options = dict(paired=False, vectorized=True, n_resamples=n_boot, confidence_level=level,
+        options = dict(paired=False, vectorized=True, n_resamples=n_resamples, confidence_level=level,
                        method="percentile")
         try:  # the generator is ``rng`` since scipy 1.15, ``random_state`` before
             result = stats.bootstrap(columns, statistic, rng=np.random.default_rng(seed), **options)
@@ -140,7 +139,7 @@ def unit_bootstrap(columns: Sequence[np.ndarray], statistic: Callable[..., np.nd
             result = stats.bootstrap(columns, statistic, random_state=np.random.default_rng(seed), **options)
     dist = np.asarray(result.bootstrap_distribution, dtype=float)
     dist = dist[np.isfinite(dist)]
-    if dist.size < n_boot // 2:
+    if dist.size < n_resamples // 2:
         return estimate, NAN, NAN
     tail = (1 - level) / 2 * 100
     low, high = np.percentile(dist, [tail, 100 - tail])

@@ -22,6 +22,7 @@ import pandas as pd
 from scipy.stats import rankdata
 
 from zones.analysis.importance import importance_frame, rho_table, spearman
+from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES
 from zones.report.common import ChapterResult, save
 from zones.report.importance_vs_alpha import rho_verdict
 from zones.series import (
@@ -47,7 +48,7 @@ def _with_run_columns(frame: pd.DataFrame, runs) -> pd.DataFrame:
     return frame
 
 
-def rho_by_run(importance: pd.DataFrame, *, n_boot: int = 2000, n_perm: int = 10000, seed: int = 0) -> pd.DataFrame:
+def rho_by_run(importance: pd.DataFrame, *, n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, seed: int = 0) -> pd.DataFrame:
     """Spearman ρ(α, ΔLoss) of each run, the tidy table the claims page scores.
 
     ``importance`` is the chapter's ``importance`` table (``model, depth, seed, layer,
@@ -56,7 +57,7 @@ def rho_by_run(importance: pd.DataFrame, *, n_boot: int = 2000, n_perm: int = 10
     (two-sided permutation)."""
     rows = []
     for (depth, run_seed, model), part in importance.groupby(["depth", "seed", "model"], sort=True):
-        c = spearman(part["alpha"], part["delta_loss"], n_boot=n_boot, n_perm=n_perm, seed=seed)
+        c = spearman(part["alpha"], part["delta_loss"], n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
         rows.append(dict(depth=int(depth), seed=int(run_seed), model=model, n_blocks=c.n, rho=c.rho,
                          ci_low=c.ci_low, ci_high=c.ci_high, half_width=(c.ci_high - c.ci_low) / 2,
                          p_value=c.p_value))
@@ -72,7 +73,7 @@ def within_model_ranks(importance: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def rho_pooled(importance: pd.DataFrame, *, n_boot: int = 2000, n_perm: int = 10000, seed: int = 0) -> pd.DataFrame:
+def rho_pooled(importance: pd.DataFrame, *, n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, seed: int = 0) -> pd.DataFrame:
     """ρ pooled over runs: per depth (its seeds) and over every run (``depth = "all"``).
 
     Ranks are taken within each model first (``within_model_ranks``), so pooling compares
@@ -82,7 +83,7 @@ def rho_pooled(importance: pd.DataFrame, *, n_boot: int = 2000, n_perm: int = 10
     groups = [(str(int(d)), part) for d, part in ranked.groupby("depth", sort=True)] + [("all", ranked)]
     rows = []
     for depth, part in groups:
-        c = spearman(part["alpha_rank"], part["delta_rank"], n_boot=n_boot, n_perm=n_perm, seed=seed)
+        c = spearman(part["alpha_rank"], part["delta_rank"], n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
         rows.append(dict(depth=depth, n_runs=int(part["model"].nunique()), n_blocks=c.n, rho=c.rho, ci_low=c.ci_low,
                          ci_high=c.ci_high, half_width=(c.ci_high - c.ci_low) / 2, p_value=c.p_value))
     return pd.DataFrame(rows, columns=POOLED_COLUMNS)
@@ -97,7 +98,7 @@ def seed_agreement(importance: pd.DataFrame, rho_runs: pd.DataFrame) -> pd.DataF
     for depth, part in importance.groupby("depth", sort=True):
         profiles = part.pivot_table(index="layer", columns="seed", values="delta_loss")
         seeds = list(profiles.columns)
-        pairs = [spearman(profiles[a], profiles[b], n_boot=1, n_perm=1).rho for a, b in itertools.combinations(seeds, 2)]
+        pairs = [spearman(profiles[a], profiles[b], n_resamples=1, n_permutations=1).rho for a, b in itertools.combinations(seeds, 2)]
         costliest = [int(profiles[s].idxmax()) for s in seeds]
         rhos = rho_runs.loc[rho_runs["depth"] == depth, "rho"]
         rows.append(dict(depth=int(depth), n_seeds=len(seeds), profile_rho=float(np.mean(pairs)) if pairs else np.nan,
@@ -158,8 +159,8 @@ def _shown_runs(series: pd.DataFrame) -> pd.DataFrame:
 
 def run(profile: str = "cpu", depths=None, seeds=None, train_overrides: dict | None = None,
         eval_tokens: int | None = 8128, batch_size: int = 16, alpha_estimator: str = "alpha_shape",
-        alpha_role: str = "weighted", out_dir: str = "results/depth_series", *, n_boot: int = 2000,
-        n_perm: int = 10000, seed: int = 0) -> ChapterResult:
+        alpha_role: str = "weighted", out_dir: str = "results/depth_series", *, n_resamples: int = N_RESAMPLES,
+        n_permutations: int = N_PERMUTATIONS, seed: int = 0) -> ChapterResult:
     """The chapter (see the module's docstring for its tables); ``summary.json`` holds one
     record per run with its ρ and interval, and the pooled ρ per depth."""
     runs = train_series(depths, profile, seeds=seeds, progress=False, **(train_overrides or {}))  # no bars in pages
@@ -167,11 +168,11 @@ def run(profile: str = "cpu", depths=None, seeds=None, train_overrides: dict | N
     history = series_history(runs)
     results = series_importance(runs, eval_tokens=eval_tokens, batch_size=batch_size, progress=False)
     frame = _with_run_columns(importance_frame(results, alpha_estimator, alpha_role), runs)
-    rho_runs = rho_by_run(frame, n_boot=n_boot, n_perm=n_perm, seed=seed)
-    pooled = rho_pooled(frame, n_boot=n_boot, n_perm=n_perm, seed=seed)
+    rho_runs = rho_by_run(frame, n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
+    pooled = rho_pooled(frame, n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
     agreement = seed_agreement(frame, rho_runs)
     per_run = pd.concat([rho_table(r.ablation, r.alphas, estimators=list(SERIES_ESTIMATORS), roles=list(SERIES_ROLES),
-                                   n_boot=n_boot, n_perm=n_perm, seed=seed)
+                                   n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
                          .assign(depth=run.config.depth, seed=run.config.seed, model=r.label)
                          for r, run in zip(results, runs)], ignore_index=True)
     config = runs[0].config

@@ -19,6 +19,7 @@ from zones.core.data import corpus_windows, load_corpus
 from zones.core.models import load_model
 from zones.figures import BOOK_MODE_ENV
 from zones.measure.ablation import DEFAULT_EVAL_TOKENS, ablation_table
+from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES
 from zones.pruning import DEFAULT_CALIBRATION_TOKENS, PruningContext
 from zones.report.common import ChapterResult, save
 from zones.report.format import fmt_interval
@@ -47,7 +48,7 @@ def difference_sentence(result: dict, model: str) -> str:
 def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
         eval_tokens: int | None = DEFAULT_EVAL_TOKENS,
         calibration_tokens: int = DEFAULT_CALIBRATION_TOKENS, batch_size: int = 8, alpha_estimator: str = "alpha_shape",
-        n_boot: int = 2000, n_perm: int = 10000, seed: int = 0, out_dir: str = "results/predictors", *,
+        n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, seed: int = 0, out_dir: str = "results/predictors", *,
         progress: bool | None = None) -> ChapterResult:
     """The chapter. Importance is the eval ablation (the layer-ablation chapter's cache entry
     with its defaults); the calibration measurements are the pruning chapter's (its
@@ -68,8 +69,8 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
         ctx = PruningContext(model, calibration, alpha=alphas, batch_size=batch_size, progress=progress)
         table = predictor_table(ablation, alphas, frobenius=block_frobenius(model), hidden_stats=ctx.hidden_stats(),
                                 calibration_ablation=ctx.ablation())
-        rho = predictor_rho(table, n_boot=n_boot, n_perm=n_perm, seed=seed)
-        versus = alpha_vs_best(table, rho, alpha_estimator, n_boot=n_boot, seed=seed)
+        rho = predictor_rho(table, n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
+        versus = alpha_vs_best(table, rho, alpha_estimator, n_resamples=n_resamples, seed=seed)
         tables.append(table.assign(model=label))
         rhos.append(rho.assign(model=label))
         diffs.append(pd.DataFrame([dict(versus, model=label)]))
@@ -95,7 +96,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
                    n_detectable=first["n_detectable"], n_predictors=first["n_predictors"],
                    calibration_tokens=int(calibration_tokens))
     summary = dict(corpus=corpus, seq_len=seq_len, eval_tokens=eval_tokens, calibration_tokens=calibration_tokens,
-                   alpha_estimator=alpha_estimator, n_boot=n_boot, n_perm=n_perm, seed=seed, models=per_model)
+                   alpha_estimator=alpha_estimator, n_resamples=n_resamples, n_permutations=n_permutations, seed=seed, models=per_model)
     out_tables = dict(predictors=pd.concat(tables, ignore_index=True), rho=pd.concat(rhos, ignore_index=True),
                       difference=pd.concat(diffs, ignore_index=True))
     out = save(out_dir, out_tables, summary)

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from zones.analysis import lifecycle
+from zones.measure.stats import N_RESAMPLES
 from zones.report.alpha_profile import _slope, qk_vo_asymmetry
 from zones.report.common import NAN, ChapterResult, interval_side, save, unit_bootstrap
 from zones.report.format import fmt_interval
@@ -137,7 +138,7 @@ def _wave_stats(grid: np.ndarray):
     return peak, trough, after_peak
 
 
-def wave_reversal(compression: pd.DataFrame, depth: int, group: str = "Q/K", *, n_boot: int = 2000,
+def wave_reversal(compression: pd.DataFrame, depth: int, group: str = "Q/K", *, n_resamples: int = N_RESAMPLES,
                   seed: int = 0) -> dict:
     """Does the compression wave run from early to late layers, then reverse?
 
@@ -165,9 +166,9 @@ def wave_reversal(compression: pd.DataFrame, depth: int, group: str = "Q/K", *, 
     late = np.flatnonzero(layers >= depth / 2).astype(float)
     values = grid.to_numpy(float)
     peak, trough, after = _wave_stats(values)
-    p, p_low, p_high = unit_bootstrap([early, late], peak, paired=False, n_boot=n_boot, seed=seed)
-    t, t_low, t_high = unit_bootstrap([early, late], trough, paired=False, n_boot=n_boot, seed=seed)
-    a, a_low, a_high = unit_bootstrap([early, late], after, paired=False, n_boot=n_boot, seed=seed)
+    p, p_low, p_high = unit_bootstrap([early, late], peak, paired=False, n_resamples=n_resamples, seed=seed)
+    t, t_low, t_high = unit_bootstrap([early, late], trough, paired=False, n_resamples=n_resamples, seed=seed)
+    a, a_low, a_high = unit_bootstrap([early, late], after, paired=False, n_resamples=n_resamples, seed=seed)
     g = values[early.astype(int)].mean(axis=0) - values[late.astype(int)].mean(axis=0)
     steps = grid.columns.to_numpy()
     peak_step, trough_step = int(steps[int(np.argmax(g))]), int(steps[int(np.argmin(g))])
@@ -200,7 +201,7 @@ def late_delta_alpha(snapshots: pd.DataFrame, estimator: str = "alpha_shape", gr
 
 
 def delta_alpha_exponent(snapshots: pd.DataFrame, estimator: str = "alpha_shape", group: str = lifecycle.ALL, *,
-                         n_boot: int = 2000, seed: int = 0) -> dict:
+                         n_resamples: int = N_RESAMPLES, seed: int = 0) -> dict:
     """The exponent b of Δα ∝ L^b, with a 95% interval.
 
     Δα of each depth L is its mean over the late snapshots (:func:`late_delta_alpha`); b is
@@ -224,7 +225,7 @@ def delta_alpha_exponent(snapshots: pd.DataFrame, estimator: str = "alpha_shape"
     if len(depths) < 2:
         b, low, high = NAN, NAN, NAN
     else:
-        b, low, high = unit_bootstrap(samples, exponent, paired=False, n_boot=n_boot, seed=seed)
+        b, low, high = unit_bootstrap(samples, exponent, paired=False, n_resamples=n_resamples, seed=seed)
     paper = lifecycle.PAPER_DELTA_ALPHA_EXPONENT
     side = interval_side(low, high, paper)
     if side == "undefined":
@@ -263,7 +264,7 @@ def _series_snapshots(profile, depths, train_overrides, checkpoints) -> tuple[pd
 
 def run(profile: str = "cpu", depths=None, train_overrides: dict | None = None, estimator: str = "alpha_shape",
         delta_group: str = "all", out_dir: str = "results/spectral_lifecycle", *, checkpoints=None,
-        n_boot: int = 2000, seed: int = 0) -> ChapterResult:
+        n_resamples: int = N_RESAMPLES, seed: int = 0) -> ChapterResult:
     """The chapter, from the cached depth series: ``snapshots.csv``, ``compression.csv``,
     ``wave_gradient.csv``, ``wave_summary.csv``, ``alpha_grid.csv``, ``final_profile.csv``,
     ``delta_alpha.csv``, ``asymmetry.csv``, ``delta_alpha_fits.csv``, and the claims' tables
@@ -284,10 +285,10 @@ def run(profile: str = "cpu", depths=None, train_overrides: dict | None = None, 
     spreads = lifecycle.asymmetry(snapshots, estimator)
     fits = lifecycle.delta_alpha_fits(deltas)
 
-    wave_claim = pd.DataFrame([wave_reversal(compression, d, "Q/K", n_boot=n_boot, seed=seed) for d in depth_list])
-    asym_claim = pd.DataFrame([dict(depth=d, **qk_vo_asymmetry(final[(final["depth"] == d)], n_boot=n_boot, seed=seed))
+    wave_claim = pd.DataFrame([wave_reversal(compression, d, "Q/K", n_resamples=n_resamples, seed=seed) for d in depth_list])
+    asym_claim = pd.DataFrame([dict(depth=d, **qk_vo_asymmetry(final[(final["depth"] == d)], n_resamples=n_resamples, seed=seed))
                                for d in depth_list])
-    exponent = delta_alpha_exponent(snapshots, estimator, delta_group, n_boot=n_boot, seed=seed)
+    exponent = delta_alpha_exponent(snapshots, estimator, delta_group, n_resamples=n_resamples, seed=seed)
     exponent_claim = pd.DataFrame([dict(exponent, depths=",".join(map(str, exponent["depths"])),
                                         n_late=",".join(map(str, exponent["n_late"])),
                                         paper_exponent=lifecycle.PAPER_DELTA_ALPHA_EXPONENT)])

@@ -30,7 +30,7 @@ from zones.core.models import load_model
 from zones.figures import BOOK_MODE_ENV
 from zones.measure.ablation import ablation_window_losses
 from zones.measure.agreement import agreement_window_losses, summarize_agreement
-from zones.measure.stats import paired_bootstrap
+from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES, paired_bootstrap
 from zones.measure.sublayers import sublayer_params
 from zones.pruning.sublayers import (
     DEFAULT_BLOCK_STRATEGIES,
@@ -58,8 +58,8 @@ SERIES_EVAL_TOKENS = 16 * 127   # held-out tokens per trained model (its own tok
 
 def series_sublayer_rho(profile: str | None = "cpu", depths=None, train_overrides: dict | None = None, *,
                         eval_tokens: int = SERIES_EVAL_TOKENS,
-                        estimator: str = "alpha_shape", batch_size: int = 16, n_boot: int = 2000,
-                        n_perm: int = 10000, seed: int = 0, progress: bool = False) -> pd.DataFrame:
+                        estimator: str = "alpha_shape", batch_size: int = 16, n_resamples: int = N_RESAMPLES,
+                        n_permutations: int = N_PERMUTATIONS, seed: int = 0, progress: bool = False) -> pd.DataFrame:
     """ρ(sublayer ΔLoss, the sublayer's weighted α) of every model of a trained depth series
     (``zones.series.train_series(depths, profile, **train_overrides)``: with the same
     arguments, the depth-series chapter's runs, read from the cache), each on its own held-out windows. Columns: ``model, depth, seed, part, n_blocks, rho,
@@ -72,7 +72,7 @@ def series_sublayer_rho(profile: str | None = "cpu", depths=None, train_override
         loaded = run.load()
         long = ablation_window_losses(loaded.model, heldout_windows(run, eval_tokens), parts=True,
                                       batch_size=batch_size, progress=progress)
-        rho = sublayer_rho_table(long, alpha_table(loaded.model), n_boot=n_boot, n_perm=n_perm, seed=seed)
+        rho = sublayer_rho_table(long, alpha_table(loaded.model), n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
         label = run_label(run)
         for part in ("attn", "mlp"):
             r = rho[(rho["part"] == part) & (rho["estimator"] == estimator) & (rho["role"] == "weighted")].iloc[0]
@@ -105,7 +105,7 @@ def standing(low: float, high: float) -> str:
             "undefined": "undefined"}[interval_side(low, high, 0.0)]
 
 
-def asymmetry(long: pd.DataFrame, *, n_resamples: int = 2000, seed: int = 0) -> dict:
+def asymmetry(long: pd.DataFrame, *, n_resamples: int = N_RESAMPLES, seed: int = 0) -> dict:
     """Mean attention-only ΔLoss minus mean MLP-only ΔLoss over blocks (nats), with a paired
     95% interval over eval windows (``zones.measure.stats.paired_bootstrap``). ``verdict``:
     ``"attention costs less"`` (interval below 0), ``"attention costs more"`` (above),
@@ -143,7 +143,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = SEQ_LEN
         calibration_tokens: int = CALIBRATION_TOKENS, batch_size: int = 8, k_max: int = K_MAX,
         block_strategies: Sequence[str] = DEFAULT_BLOCK_STRATEGIES,
         sublayer_strategies: Sequence[str] = DEFAULT_SUBLAYER_STRATEGIES, reference: str = "zone_aware",
-        alpha_estimator: str = "alpha_shape", n_boot: int = 2000, n_perm: int = 10000, speed_repeats: int = 3,
+        alpha_estimator: str = "alpha_shape", n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, speed_repeats: int = 3,
         block_agreement: bool = False, seed: int = 0, profile: str | None = "cpu", depths=None,
         train_overrides: dict | None = None, series_eval_tokens: int = SERIES_EVAL_TOKENS, out_dir: str = "results/sublayers", *,
         progress: bool | None = None) -> ChapterResult:
@@ -169,7 +169,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = SEQ_LEN
         alphas = alpha_table(model)
         params = sublayer_params(model)
         table = sublayer_importance(long, alphas, params, estimator=alpha_estimator, seed=seed).assign(model=label)
-        rho = sublayer_rho_table(long, alphas, n_boot=n_boot, n_perm=n_perm, seed=seed).assign(model=label)
+        rho = sublayer_rho_table(long, alphas, n_resamples=n_resamples, n_permutations=n_permutations, seed=seed).assign(model=label)
         importance.append(table)
         rhos.append(rho)
         headline = {p: rho[(rho["part"] == p) & (rho["estimator"] == alpha_estimator) & (rho["role"] == "weighted")]
@@ -199,14 +199,14 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = SEQ_LEN
                     model, windows, [[i] for i in range(int(long["layer"].nunique()))], batch_size=batch_size,
                     progress=progress), seed=seed)
                 agreement_by_block = blocks.assign(layer=blocks["removed"].astype(int), model=label)
-                kl_rho = spearman(agreement_by_block["kl"], agreement_by_block["delta_loss"], n_boot=n_boot,
-                                  n_perm=n_perm, seed=seed)
+                kl_rho = spearman(agreement_by_block["kl"], agreement_by_block["delta_loss"], n_resamples=n_resamples,
+                                  n_permutations=n_permutations, seed=seed)
         del loaded, model
         gc.collect()
     importance = pd.concat(importance, ignore_index=True)
     rhos = pd.concat(rhos, ignore_index=True)
     series = series_sublayer_rho(profile, depths, train_overrides, eval_tokens=series_eval_tokens, estimator=alpha_estimator,
-                                 n_boot=n_boot, n_perm=n_perm, seed=seed, progress=progress)
+                                 n_resamples=n_resamples, n_permutations=n_permutations, seed=seed, progress=progress)
     first = per_model[0]
     cheapest = scored.loc[scored.groupby("k")["delta_loss"].idxmin()]
     numbers = dict(
