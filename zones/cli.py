@@ -223,7 +223,9 @@ def cmd_train(args) -> None:
 def cmd_book(args) -> None:
 
     params = _name_values(args.param, "--param")  # refused when no chapter declares one
-    index = build_book(params, only=args.only or None, execute=not args.no_execute, model=args.model)
+    models = [args.model] if args.model else [m.strip() for m in args.models.split(",") if m.strip()] \
+        if args.models else None
+    index = build_book(params, only=args.only or None, execute=not args.no_execute, models=models)
     print(f"book: {index}")
 
 
@@ -471,7 +473,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("book", help="execute the chapter notebooks and build the book")
-    p.add_argument("--model", default=None, help="model for every chapter (default: each notebook's own)")
+    chosen = p.add_mutually_exclusive_group()
+    chosen.add_argument("--models", default=None,
+                        help="comma-separated models for every chapter (default: each notebook's own)")
+    chosen.add_argument("--model", default=None, help="one model for every chapter")
     p.add_argument("--only", nargs="*", default=[], help="execute only these chapters")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="notebook parameter (YAML value), passed to the chapters that declare it")
