@@ -199,13 +199,9 @@ def cmd_train(args) -> None:
         depths = [int(d) for d in args.depths.split(",") if d.strip()] if args.depths else None
     except ValueError:
         raise ValueError(f"--depths needs comma-separated integers such as 4,6,8, not {args.depths!r}") from None
-    try:
-        seeds = [int(d) for d in args.seeds.split(",") if d.strip()] if args.seeds else None
-    except ValueError:
-        raise ValueError(f"--seeds needs comma-separated integers such as 0,1, not {args.seeds!r}") from None
     if args.seed is not None:
-        seeds = [args.seed]
-    configs = series_configs(args.profile, depths, seeds, **overrides)  # bad sizes fail before any work
+        overrides["seed"] = args.seed  # one training seed at every depth
+    configs = series_configs(args.profile, depths, args.seeds, **overrides)  # bad sizes fail before any work
     runs = [train_model(c, device=args.device, refresh=args.refresh, keep_checkpoints=args.keep_checkpoints)
             for c in configs]
     summary = series_summary(runs)
@@ -445,8 +441,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train a depth series of GPT-NeoX models with spectral snapshots")
     p.add_argument("--depths", default=None, help="comma-separated depths, e.g. 8,12,16 (default: the profile's)")
-    p.add_argument("--seeds", default=None, help="comma-separated training seeds of every depth, e.g. 0,1 "
-                   "(default: the profile's)")
+    seeds = p.add_mutually_exclusive_group()
+    seeds.add_argument("--seeds", type=int, default=None,
+                       help="training seeds of every depth, a count: seeds 0..N-1 (default: the profile's; "
+                            "cpu: 2 for D8 and D12, 1 for D16)")
+    seeds.add_argument("--seed", type=int, default=None, help="train this one seed at every depth")
     p.add_argument("--profile", default="cpu", choices=["cpu", "paper"],
                    help="cpu: D8/D12/D16 at width 8·depth, two seeds, minutes on two cores (default); "
                         "paper: D8/D12/D16 at width 64·depth, bf16, for a GPU")
@@ -458,8 +457,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=None, help="windows per step")
     p.add_argument("--steps", type=int, default=None, help="optimizer steps")
     p.add_argument("--lr", type=float, default=None, help="peak learning rate")
-    p.add_argument("--seed", type=int, default=None, help="one seed of the weights and the batch order "
-                   "(same as --seeds N)")
     p.add_argument("--corpus", default=None, help="training corpus (default: stdlib-code)")
     p.add_argument("--snapshot-every", type=int, default=None, help="steps between spectral snapshots (default: 25)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",

@@ -253,7 +253,7 @@ def _series_snapshots(profile, depths, train_overrides, checkpoints) -> tuple[pd
     # one training run per depth (seed 0: the depth series' first seed, read from its cache);
     # mixing seeds within a depth would blur the snapshots' trajectory
     overrides = dict(train_overrides or {})
-    seeds = None if "seed" in overrides else [0]
+    seeds = None if "seed" in overrides else 1
     runs = train_series(depths, profile, seeds=seeds, progress=False, **overrides)
     series = series_summary(runs)
     return series_snapshots(runs), dict(
