@@ -133,7 +133,7 @@ def test_cli_heal(tiny_model_dir, tmp_path, one_thread, capsys):
 
     out = tmp_path / "healed"
     assert main(["heal", "--model", str(tiny_model_dir), "--remove", "2,3", "--method", "bridge",
-                 "--tokens", "510", "--seq-len", "64", "--out", str(out), "--device", "cpu"]) == 0
+                 "--heal-tokens", "510", "--seq-len", "64", "--out", str(out), "--device", "cpu"]) == 0
     assert "calibration loss" in capsys.readouterr().out
     record = read_provenance(out)
     assert record["healing"]["method"] == "bridge" and record["removed"] == [2, 3]
