@@ -30,9 +30,10 @@ $(STAMP_TF4): pyproject.toml
 
 setup: $(STAMP)
 
-# Execute every chapter on the default model (or MODEL=m, MODELS=a,b) and build book/_build/html.
+# Execute every chapter on the default model (or MODEL=m, MODELS=a,b) at the default budget (or
+# BUDGET=class|gpu) and build book/_build/html.
 book: $(STAMP)
-	$(BIN)/zones book $(if $(MODEL),--model $(MODEL)) $(if $(MODELS),--models $(MODELS))
+	$(BIN)/zones book $(if $(MODEL),--model $(MODEL)) $(if $(MODELS),--models $(MODELS)) $(if $(BUDGET),--budget $(BUDGET))
 
 # The whole test suite, including the default model and the offline-chart browser test.
 test: $(STAMP) browser
@@ -46,9 +47,10 @@ test-fast: $(STAMP)
 test-tf4: $(STAMP_TF4)
 	$(VENV_TF4)/bin/python -m pytest -m "not slow"
 
-# JupyterLab on notebooks/; its own options in LAB_ARGS, e.g. make lab LAB_ARGS="--no-browser --port 8899"
+# JupyterLab on notebooks/ (BUDGET=class: copies with the class values); its own options in LAB_ARGS,
+# e.g. make lab LAB_ARGS="--no-browser --port 8899"
 lab: $(STAMP)
-	$(BIN)/zones lab $(LAB_ARGS)
+	$(BIN)/zones lab $(if $(BUDGET),--budget $(BUDGET)) $(LAB_ARGS)
 
 bench: $(STAMP)
 	for script in benchmarks/bench_*.py; do $(BIN)/python $$script || exit 1; done

@@ -12,7 +12,7 @@ the largest relative difference of α and the other shared columns. Also compare
 of getting the spectra (Gram eigenvalues vs ``svdvals``), both as one single-threaded job per
 matrix.
 
-Targets (issue 3): ≥ 20× faster than ``analyze()``, max |Δα|/α ≤ 1e-6, spectral-shape α of
+Targets: ≥ 20× faster than ``analyze()``, max |Δα|/α ≤ 1e-6, spectral-shape α of
 every SmolLM2-135M matrix in < 2 s.
 
     .venv/bin/python benchmarks/bench_spectra.py [--model smollm2-135m] [--repeats 3] [--blocks-only]

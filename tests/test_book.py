@@ -240,3 +240,110 @@ def test_every_assignment_in_a_parameters_cell_is_a_parameter_papermill_sees():
         assigned = {t.id for node in ast.parse(cells[0].source).body if isinstance(node, ast.Assign)
                     for t in node.targets if isinstance(t, ast.Name)}
         assert assigned == set(declared_parameters(source)), f"{source}: papermill misses some parameters"
+
+
+# --- parameters, models and budgets: checked before any chapter runs ---------------------------------
+
+def _chapter_project(tmp_path: Path, params: str, body: str, name: str = "chapter") -> Path:
+    """A one-chapter project: a title, a parameters cell ``params`` and a cell ``body``."""
+    import jupytext
+    import nbformat
+
+    root = tmp_path / "project"
+    (root / "notebooks").mkdir(parents=True)
+    (root / "book").mkdir()
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    cell = nbformat.v4.new_code_cell(params)
+    cell.metadata["tags"] = ["parameters"]
+    nb.cells = [nbformat.v4.new_markdown_cell("# A chapter"), cell, nbformat.v4.new_code_cell(body)]
+    jupytext.write(nb, root / "notebooks" / f"{name}.md", fmt="md:myst")
+    (root / "_toc.yml").write_text(f"format: jb-book\nroot: book/intro\nchapters:\n  - file: book/chapters/{name}\n")
+    return root
+
+
+@pytest.mark.parametrize("param, message", [
+    ("eval_tokens=abc", "zones book: error: parameter eval_tokens must be a number of tokens (an integer >= 1), "
+                        "or None or 0 for the whole split; got 'abc'"),
+    ("models=[bad", "zones book: error: parameter models: '[bad' is not a value"),
+    ("seeds=[0, 1]", "zones book: error: parameter seeds must be an integer >= 1 or None; got [0, 1]"),
+    ("eval_tokenz=10", "zones book: error: unknown chapter parameter eval_tokenz: the chapter chapter declare "
+                       "eval_tokens, models, seeds"),
+])
+def test_a_bad_param_fails_at_once_in_one_line_naming_it(tmp_path, monkeypatch, capsys, param, message):
+    root = _chapter_project(tmp_path, "eval_tokens = 6120\nmodels = ['smollm2-135m']\nseeds = 8",
+                            "raise RuntimeError('the chapter ran')")
+    monkeypatch.chdir(root)
+    assert main_book(["--param", param]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(message) and "\n" not in err, err
+    assert not (root / "book/chapters").exists()  # nothing ran
+
+
+def main_book(argv: list[str]) -> int:
+    from zones.cli import main
+
+    return main(["book", *argv])
+
+
+def test_models_and_model_are_one_list_and_exclusive(capsys):
+    from zones.cli import parse_args
+
+    assert parse_args(["book", "--models", "a,b"]).models == ["a", "b"]
+    assert parse_args(["book", "--model", "m"]).model == "m"
+    with pytest.raises(SystemExit):
+        parse_args(["book", "--models", "a,b", "--model", "m"])
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_a_failing_chapter_is_its_exceptions_one_line_with_the_book_parameter(tmp_path, monkeypatch, capsys):
+    root = _chapter_project(tmp_path, "seq_len = 256", "raise ValueError(f'--seq-len {seq_len} exceeds the model\\'s "
+                            "128 positions (max_position_embeddings); pass --seq-len 128 or less')")
+    monkeypatch.chdir(root)
+    assert main_book([]) == 1
+    stderr = capsys.readouterr().err
+    err = stderr.strip().splitlines()[-1]  # the lines above are the progress bar's
+    assert "raise ValueError" not in stderr  # not the cell's source
+    assert err.startswith("zones book: error: chapter chapter failed: ValueError: --param seq_len=256 exceeds the "
+                          "model's 128 positions (max_position_embeddings); pass --param seq_len=128 or less "
+                          "(the executed copy, with its traceback: "), err
+
+
+def test_a_budget_gives_each_chapter_its_values_and_says_so_at_the_top_of_the_page(tmp_path):
+    import nbformat
+
+    from zones.book import BUDGET_NOTES, chapter_values
+
+    root = _chapter_project(tmp_path, "eval_tokens = 6120\nseeds = 8\nk_max = 8",
+                            "print(eval_tokens, seeds, k_max)", name="pruning")
+    from zones.book import execute_chapters
+
+    execute_chapters(root, ["pruning"], {"k_max": 3}, budget="class", progress=False)
+    page = nbformat.read(root / "book/chapters/pruning.ipynb", as_version=4)
+    printed = "".join(o.get("text", "") for c in page.cells for o in c.get("outputs", []))
+    assert printed.split() == ["1016", "2", "3"]  # the class budget's values; an explicit parameter wins
+    assert page.cells[0].source == "# A chapter" and page.cells[1].source == BUDGET_NOTES["class"]
+    assert "class build" in BUDGET_NOTES["class"] and "intervals are wider" in BUDGET_NOTES["class"]
+    execute_chapters(root, ["pruning"], budget="cpu", progress=False)  # the default: the notebook's own values
+    page = nbformat.read(root / "book/chapters/pruning.ipynb", as_version=4)
+    assert "".join(o.get("text", "") for c in page.cells for o in c.get("outputs", [])).split() == ["6120", "8", "8"]
+    assert not any("class build" in c.source for c in page.cells)
+    assert chapter_values("pruning", {"eval_tokens": 6120}, "gpu", {"models": ["m"]}, {}) == {"eval_tokens": 16320}
+
+
+def test_lab_copies_carry_the_budgets_values_and_keep_a_students_edits(tmp_path, capsys):
+    import nbformat
+
+    from zones.book import lab_folder
+
+    root = _chapter_project(tmp_path, "eval_tokens = 3060\nseeds = 8", "print(eval_tokens)", name="pruning")
+    folder = lab_folder(root, "class")
+    nb = nbformat.read(folder / "pruning.ipynb", as_version=4)
+    injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    assert len(injected) == 1 and "eval_tokens = 1016" in injected[0].source and "seeds = 2" in injected[0].source
+    assert "class build" in nb.cells[1].source
+    (folder / "pruning.ipynb").write_text((folder / "pruning.ipynb").read_text().replace("1016", "2032"))
+    lab_folder(root, "class")
+    assert "2032" in (folder / "pruning.ipynb").read_text() and "kept" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="parameter budget must be a string from class, cpu, gpu; got 'laptop'"):
+        lab_folder(root, "laptop")

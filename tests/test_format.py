@@ -25,7 +25,7 @@ from zones.report.format import (
 @pytest.mark.parametrize("value, text", [
     (0.012345, "0.0123"), (0.123456, "0.123"), (1.5, "1.50"), (12.0, "12.0"), (649.81, "650"),
     (1234.5, "1,230"), (0.9996, "1.00"), (99.96, "100"), (0, "0"),
-    # the dumps: huge values in powers of ten
+    # huge values in powers of ten, not long runs of digits
     (22_369_156.15, "2.24 × 10⁷"), (91_138.49, "9.11 × 10⁴"), (649_812.71, "6.50 × 10⁵"), (1e-5, "1.00 × 10⁻⁵"),
     (-1.5, "\u22121.50"), (-22_369_156.15, "\u22122.24 × 10⁷"),
     (float("nan"), "n/a"), (None, "n/a"), (math.inf, "∞"), (-math.inf, "\u2212∞"),
@@ -44,7 +44,7 @@ def test_digits_and_sign():
 
 
 @pytest.mark.parametrize("args, text", [
-    ((0.19, -0.2, 0.54), "0.19 [\u22120.20, 0.54]"),             # the example
+    ((0.19, -0.2, 0.54), "0.19 [\u22120.20, 0.54]"),             # an interval that spans zero
     ((0.1234, 0.1, 0.15), "0.123 [0.100, 0.150]"),               # decimals follow the interval's width
     ((12.3456, 10.2, 14.9), "12.3 [10.2, 14.9]"),
     ((2.2e7, 1.9e7, 2.6e7), "2.20 × 10⁷ [1.90 × 10⁷, 2.60 × 10⁷]"),

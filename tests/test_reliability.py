@@ -1,4 +1,4 @@
-"""Bad input, through the command line, on tiny models: each class of issue 12's reliability run.
+"""Bad input, through the command line, on tiny models: each class of bad input a user meets.
 
 A bad input ends in ONE clear line on stderr (``zones <command>: error: ...``, naming the file
 or flag, the cause and the remedy), a non-zero exit, and no result file under ``--out``. Where
@@ -99,7 +99,8 @@ def alpha(model_dir, *extra) -> list[str]:
 
 # --- wrong results -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("command, extra", [(ablate, ()), (ablate, ("--method", "naive")), (ablate, ("--parts",)),
+@pytest.mark.parametrize("command, extra", [(ablate, ()), (ablate, ("--ablation-method", "naive")),
+                                            (ablate, ("--parts",)),
                                             (prune, ())], ids=["ablate", "ablate-naive", "ablate-parts", "prune"])
 def test_a_nan_weight_is_an_error_not_loss_zero(tmp_path, capfd, tiny_tokenizer, corpus_file, command, extra):
     def one_nan(params):

@@ -352,7 +352,7 @@ def test_spectral_lifecycle_chapter_reads_a_checkpoint_series(micro_corpus, tmp_
 
 
 
-# --- issue 22: every training cache is verified --------------------------------------------------------
+# --- every training cache is verified ---------------------------------------------------------------------
 
 def _tokens_entry(config):
     from zones.core.data import load_corpus

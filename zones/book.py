@@ -6,9 +6,14 @@ notebook ``notebooks/NAME.md`` (jupytext), executed into ``book/chapters/NAME.ip
 ``book/chapters/results/NAME``). Parameters are passed only to the notebooks that declare
 them; a parameter that none of the chapters being executed declares is refused before any
 runs, with the list of those they do declare (a misspelt ``n_resamplez`` is never dropped
-silently). ``run_notebook`` is the one way the project executes a chapter (the book, the
-tests). Chapters that read the others' tables (``RUN_LAST``: the claims scorecard) execute
-after them, wherever ``_toc.yml`` places them.
+silently), and every value is checked against its type in ``zones.core.glossary`` (a
+``--param eval_tokens=abc`` fails at once, naming the parameter). A *budget* (``class``, ``cpu``
+— the notebooks' own values — or ``gpu``) gives each chapter the glossary's values for it
+(``zones.core.glossary.preset``), under the parameters given explicitly; a ``class`` build says so
+at the top of every page. ``run_notebook`` is the one way the project executes a chapter (the
+book, the tests); ``lab_folder`` writes the chapters with a budget's values for JupyterLab.
+Chapters that read the others' tables (``RUN_LAST``: the claims scorecard) execute after them,
+wherever ``_toc.yml`` places them.
 
 The terminal shows one progress bar over the chapters, with the time elapsed and an
 estimate of the time left: each chapter weighs its seconds in the last build with the same
@@ -43,6 +48,7 @@ from tqdm.auto import tqdm
 
 from zones.core.cache import CacheError, atomic_write_bytes, atomic_write_text, entry_path, read_entry, write_entry
 from zones.core.checks import check_models
+from zones.core.glossary import DEFAULT_BUDGET, TERMS, check_value, parse_text, preset
 from zones.figures import BOOK_MODE_ENV, write_vega_bundle
 
 RUN_LAST = ("claims",)  # chapters that read the tables the other chapters wrote
@@ -55,6 +61,14 @@ EXPECTED_SECONDS = {"alpha_profile": 30, "layer_ablation": 240, "importance_vs_a
                     "depth_series": 300, "spectral_lifecycle": 10, "healing": 150, "sublayers": 120,
                     "predictors": 30, "claims": 5}
 DEFAULT_SECONDS = 60
+# The note at the top of every page of a build at a budget other than the default (a Markdown cell).
+BUDGET_NOTES = {
+    "class": ":::{note}\nThis is a **class build** (`zones book --budget class`): every chapter runs on small "
+             "token budgets, few seeds and a tiny depth series, so its intervals are wider than those of the "
+             "default build and more of its verdicts are inconclusive. `zones book` builds the full book.\n:::",
+    "gpu": ":::{note}\nThis page was built at the **gpu** budget (`zones book --budget gpu`): larger token "
+           "budgets and the paper's depth series.\n:::",
+}
 
 
 class ChapterFailed(RuntimeError):
@@ -152,19 +166,29 @@ def chapter_source(root: Path, name: str) -> Path:
     return source
 
 
-def as_ipynb(source: Path, folder: Path) -> Path:
+def as_ipynb(source: Path, folder: Path, note: str | None = None) -> Path:
     """A MyST (``.md``) notebook written as a clean ``.ipynb`` in ``folder``; an ``.ipynb``
-    source is returned as it is."""
+    source is returned as it is unless a ``note`` is to be added (see :func:`add_note`)."""
     source = Path(source)
-    if source.suffix == ".ipynb":
+    if source.suffix == ".ipynb" and note is None:
         return source
-    notebook = jupytext.read(source)
+    notebook = nbformat.read(source, as_version=4) if source.suffix == ".ipynb" else jupytext.read(source)
     notebook.metadata.setdefault("kernelspec", {"name": "python3", "display_name": "Python 3",
                                                 "language": "python"})
+    if note:
+        add_note(notebook, note)
     target = Path(folder) / f"{source.stem}.source.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(notebook, target)
     return target
+
+
+def add_note(notebook, note: str) -> None:
+    """Put the Markdown ``note`` at the top of the page: after the cell holding its title, or first."""
+    cells = notebook.cells
+    first = next((i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.lstrip().startswith("# ")),
+                 None)
+    cells.insert(0 if first is None else first + 1, nbformat.v4.new_markdown_cell(note))
 
 
 def declared_parameters(source: Path) -> dict[str, Any]:
@@ -181,30 +205,60 @@ def chapter_parameters(notebook: Path, given: dict[str, Any], declared: dict[str
     return {key: value for key, value in given.items() if key in declared}
 
 
-def check_parameters(given: dict[str, Any], declared: dict[str, dict[str, Any]]) -> None:
+def check_parameters(given: dict[str, Any], declared: dict[str, dict[str, Any]], *,
+                     from_text: bool = False) -> dict[str, Any]:
     """Refuse a parameter that no chapter declares (``declared``: chapter -> its parameters),
-    naming the parameters they do declare."""
+    naming the parameters they do declare; return the values checked against their types in the
+    glossary (``from_text``: the values are YAML texts, as ``zones book --param`` gives them).
+    A bad value is one line naming the parameter, before any chapter runs."""
     known = sorted(set().union(*declared.values())) if declared else []
     unknown = sorted(set(given) - set(known))
     if unknown:
         raise ValueError(f"unknown chapter parameter{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: "
                          f"the chapter{'s' if len(declared) > 1 else ''} {', '.join(declared)} declare "
                          f"{', '.join(known) or 'none'}")
+    checked = {}
+    for name, value in given.items():
+        if name in TERMS:
+            checked[name] = parse_text(name, value) if from_text else check_value(name, value)
+        else:  # a chapter's own name outside the glossary (tests/test_glossary.py keeps the book's chapters in it)
+            checked[name] = yaml.safe_load(value) if from_text else value
+    return checked
+
+
+FLAG = re.compile(r"--([a-z][a-z0-9-]*)(?:[ =](-?\d+(?:\.\d+)?))?")  # a flag and the number after it
+
+
+def book_wording(message: str, declared: dict[str, Any] | None = None) -> str:
+    """An exception's first line as ``zones book`` says it: a command-line flag that is a
+    parameter of the chapter (``--seq-len 256``) named as the book's (``--param seq_len=256``)."""
+    line = next((part for part in str(message).splitlines() if part.strip()), "").strip()
+
+    def book(match: re.Match) -> str:
+        name = match.group(1).replace("-", "_")
+        if declared is not None and name not in declared or name not in TERMS:
+            return match.group(0)
+        return f"--param {name}={match.group(2) or '...'}"
+
+    return FLAG.sub(book, line)
 
 
 def run_notebook(source: Path, target: Path, parameters: dict[str, Any] | None = None, *,
-                 cwd: Path | None = None) -> Path:
-    """Execute a chapter (``.md`` or ``.ipynb``) with papermill into ``target``."""
+                 cwd: Path | None = None, note: str | None = None) -> Path:
+    """Execute a chapter (``.md`` or ``.ipynb``) with papermill into ``target`` (``note``: a
+    Markdown cell put at the top of the page)."""
     with tempfile.TemporaryDirectory() as tmp:
-        papermill.execute_notebook(str(as_ipynb(source, Path(tmp))), str(target), parameters=parameters or {},
+        papermill.execute_notebook(str(as_ipynb(source, Path(tmp), note)), str(target), parameters=parameters or {},
                                    cwd=str(cwd or Path(target).parent), kernel_name="python3",
                                    progress_bar=False, log_output=False)
     return Path(target)
 
 
 def execute_chapter(root: Path, name: str, parameters: dict[str, Any],
-                    declared: dict[str, Any] | None = None, log=print) -> Path:
-    """Execute chapter ``name`` with the ``parameters`` it declares into ``book/chapters``."""
+                    declared: dict[str, Any] | None = None, log=print, note: str | None = None) -> Path:
+    """Execute chapter ``name`` with the ``parameters`` it declares into ``book/chapters``
+    (``note``: a Markdown cell at the top of its page). A failing chapter is a ``ChapterFailed``
+    whose message is its exception's one line (see :func:`book_wording`)."""
     source = chapter_source(root, name)
     target_dir = root / "book" / "chapters"
     target_dir.mkdir(parents=True, exist_ok=True)
@@ -222,13 +276,13 @@ def execute_chapter(root: Path, name: str, parameters: dict[str, Any],
     saved = {key: os.environ.get(key) for key in quiet}
     os.environ.update(quiet)
     try:
-        run_notebook(source, running, params, cwd=target_dir)
+        run_notebook(source, running, params, cwd=target_dir, note=note)
         drop_progress_widgets(running)
         os.replace(running, target)
     except papermill.PapermillExecutionError as err:
         os.replace(running, failed)
-        raise ChapterFailed(f"chapter {name!r} failed in cell {err.exec_count}:\n{err.source}\n"
-                            f"{err.ename}: {err.evalue}\n(executed copy with the traceback: {failed})") from err
+        raise ChapterFailed(f"chapter {name} failed: {err.ename}: {book_wording(err.evalue, declared or params)} "
+                            f"(the executed copy, with its traceback: {failed})") from err
     finally:
         for key, value in saved.items():
             if value is None:
@@ -303,16 +357,28 @@ def chapter_weights(names: list[str], parameters: dict[str, Any]) -> dict[str, f
     return {n: max(1.0, last.get(n, EXPECTED_SECONDS.get(n, DEFAULT_SECONDS))) for n in names}
 
 
+def chapter_values(name: str, declared: dict[str, Any], budget: str, implicit: dict[str, Any],
+                   parameters: dict[str, Any]) -> dict[str, Any]:
+    """What chapter ``name`` is given: the ``budget``'s values of the parameters it declares
+    (none at the default budget: its cells hold those), then ``implicit`` (``models``) and the
+    explicit ``parameters`` it declares, each winning over the one before."""
+    given = {**preset(budget, name, declared), **implicit, **parameters}
+    return {key: value for key, value in given.items() if key in declared}
+
+
 def execute_chapters(root: Path, names: list[str], parameters: dict[str, Any] | None = None, *,
-                     models: list[str] | None = None, progress: bool = True) -> list[Path]:
+                     models: list[str] | None = None, budget: str = DEFAULT_BUDGET, from_text: bool = False,
+                     progress: bool = True) -> list[Path]:
     """Execute chapters ``names`` in order, under one progress bar with an estimate of the time
     left (terminal only). ``models`` (a list; one string is one model) is given to the chapters
-    that declare ``models``; every key of ``parameters`` must be declared by one of the chapters."""
-    parameters = dict(parameters or {})
+    that declare ``models``; ``budget`` gives each chapter that budget's values (the glossary's
+    presets); every key of ``parameters`` must be declared by one of the chapters, and every
+    value fit its type (``from_text``: YAML texts): both are checked before any chapter runs."""
+    budget = check_value("budget", budget)
     declared = {n: declared_parameters(chapter_source(root, n)) for n in names}
-    check_parameters(parameters, declared)  # before any chapter runs
+    parameters = check_parameters(dict(parameters or {}), declared, from_text=from_text)  # before any chapter runs
     implicit = {"models": check_models(models)} if models else {}
-    key = {**implicit, **parameters}
+    key = {**implicit, **parameters, **({"budget": budget} if budget != DEFAULT_BUDGET else {})}
     weights = chapter_weights(names, key)
 
     def say(message: str) -> None:  # above the bar, in the terminal
@@ -337,8 +403,8 @@ def execute_chapters(root: Path, names: list[str], parameters: dict[str, Any] | 
         for k, name in enumerate(names, 1):
             bar.set_description_str(f"zones book: chapter {k}/{len(names)} {name}")
             start = time.time()
-            given = {**{p: v for p, v in implicit.items() if p in declared[name]}, **parameters}
-            done.append(execute_chapter(root, name, given, declared[name], log=say))
+            given = chapter_values(name, declared[name], budget, implicit, parameters)
+            done.append(execute_chapter(root, name, given, declared[name], log=say, note=BUDGET_NOTES.get(budget)))
             seconds = time.time() - start
             _store_timing(key, name, seconds)
             bar.update(round(weights[name]))
@@ -366,11 +432,13 @@ def write_summary_placeholder(root: Path) -> bool:
 
 def build_book(parameters: dict[str, Any] | None = None, only: list[str] | None = None,
                root: Path | None = None, execute: bool = True, models: list[str] | None = None,
-               progress: bool = True) -> Path:
+               budget: str = DEFAULT_BUDGET, from_text: bool = False, progress: bool = True) -> Path:
     """Execute the chapters (all, or ``only``) and build the HTML book; return its index.
 
     ``parameters`` go to the chapters that declare them (one that none of the executed
-    chapters declares is refused); ``models`` to those that declare ``models``.
+    chapters declares is refused; ``from_text``: their values are YAML texts); ``models`` to
+    those that declare ``models``; ``budget`` (class, cpu, gpu) gives every chapter that
+    budget's values, under ``parameters``. Everything is checked before any chapter runs.
     """
     root = project_root(root)
     names = chapters(root)
@@ -379,7 +447,8 @@ def build_book(parameters: dict[str, Any] | None = None, only: list[str] | None 
         raise ValueError(f"unknown chapter(s) {unknown}; the book has {names}")
     if execute:
         order = [n for n in execution_order(names) if not only or n in only]
-        execute_chapters(root, order, parameters, models=models, progress=progress)
+        execute_chapters(root, order, parameters, models=models, budget=budget, from_text=from_text,
+                         progress=progress)
     missing = [n for n in names if not (root / "book" / "chapters" / f"{n}.ipynb").exists()]
     if missing:
         raise FileNotFoundError(f"chapters never executed: {missing}; run without --only first")
@@ -391,3 +460,41 @@ def build_book(parameters: dict[str, Any] | None = None, only: list[str] | None 
     print("zones book: building HTML", flush=True)
     subprocess.run(command, check=True, cwd=root)
     return root / "book" / "_build" / "html" / "index.html"
+
+
+def lab_folder(root: Path, budget: str) -> Path:
+    """The chapters as notebooks with ``budget``'s values, for JupyterLab: ``lab/BUDGET/NAME.ipynb``
+    under ``root``, each with the budget's values injected after its parameters cell (as
+    papermill does) and the budget's note at its top; no code of its own. A notebook already
+    there is kept (a student's edits survive); delete it for a fresh copy."""
+    from papermill.iorw import load_notebook_node
+    from papermill.parameterize import parameterize_notebook
+
+    budget = check_value("budget", budget)
+    folder = Path(root) / "lab" / budget
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in chapters(root):
+        target = folder / f"{name}.ipynb"
+        if target.exists():
+            print(f"zones lab: kept {target} (delete it for a fresh copy)", file=sys.stderr)
+            continue
+        source = chapter_source(root, name)
+        with tempfile.TemporaryDirectory() as tmp:  # papermill's own reading: the metadata it expects
+            notebook = load_notebook_node(str(as_ipynb(source, Path(tmp))))
+        values = chapter_values(name, declared_parameters(source), budget, {}, {})
+        if values:
+            notebook = parameterize_notebook(notebook, values, comment=f"The {budget} budget's values "
+                                             f"(zones.core.glossary)", kernel_name="python3", language="python")
+        if BUDGET_NOTES.get(budget):
+            add_note(notebook, BUDGET_NOTES[budget])
+        nbformat.write(notebook, target)
+    return folder
+
+
+def budget_table(root: Path | None = None) -> list[dict[str, str]]:
+    """The presets of the book's chapters (``zones.core.glossary.budget_table`` over the
+    parameters each chapter declares, in the book's order): the README's budget table."""
+    from zones.core.glossary import budget_table as table
+
+    root = project_root(root)
+    return table({name: declared_parameters(chapter_source(root, name)) for name in chapters(root)})

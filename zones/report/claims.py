@@ -547,7 +547,7 @@ def scorecard_html(scores: pd.DataFrame, caption: str = SCORECARD_CAPTION) -> Sc
 
 
 def run(results_dir: str = "results", out_dir: str = "results/claims",
-        summary_file: str | Path | None = None) -> ChapterResult:
+        summary_file: str | Path | None = "claims_summary.md") -> ChapterResult:
     """The scorecard page: :func:`score_claims` of the chapters' tables under ``results_dir``
     → ``claims.csv``, ``outcomes.csv`` (one row per claim) and ``summary.json``; with
     ``summary_file``, also :func:`summary_markdown` there (the front page includes it)."""

@@ -339,7 +339,8 @@ def findings(table: pd.DataFrame, summary: pd.DataFrame, pairwise: pd.DataFrame,
 def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
         eval_tokens: int | None = DEFAULT_EVAL_TOKENS, calibration_tokens: int | None = DEFAULT_CALIBRATION_TOKENS,
         k_max: int = 8, seeds: int = DEFAULT_SEEDS, strategies: Sequence[str] = DEFAULT_STRATEGIES + RECIPE_ABLATIONS,
-        batch_size: int = 8, out_dir: str = "results/pruning", *, dtype: str = DEFAULT_DTYPE, progress: bool | None = None) -> ChapterResult:
+        batch_size: int = 8, out_dir: str = "results/pruning", *, dtype: str = DEFAULT_DTYPE,
+        progress: bool | None = None) -> ChapterResult:
     """The chapter: plans and scores every strategy (``zones.pruning.pruning_sweep``, cached)
     → ``pruning.csv`` (every strategy, seed and k), ``window_losses.csv`` (per eval window),
     ``by_strategy.csv`` (per strategy and k, with intervals), ``pairwise.csv``, ``best.csv``

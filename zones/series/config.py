@@ -102,6 +102,11 @@ PROFILES: dict[str, dict[str, Any]] = {
     "cpu": dict(depths=(8, 12, 16), seeds={8: 2, 12: 2, 16: 1}, width_per_layer=8, head_dim=16,
                 vocab_size=1024, seq_len=128, batch_size=16, steps=240, lr=3e-3, eval_every=24, eval_windows=32,
                 snapshot_every=48, checkpoint_every=120),
+    # A tiny series for a class (zones book --budget class): D4/D6/D8 at width 8·depth, two seeds
+    # of D4 (so that seeds can be compared) and one of the others, half the cpu profile's steps.
+    "class": dict(depths=(4, 6, 8), seeds={4: 2, 6: 1, 8: 1}, width_per_layer=8, head_dim=16, vocab_size=1024,
+                  seq_len=128, batch_size=16, steps=120, lr=3e-3, eval_every=24, eval_windows=16,
+                  snapshot_every=24, checkpoint_every=60),
     # The paper's series D8/D12/D16 at width 64·depth (512, 768, 1024), for a GPU.
     "paper": dict(depths=(8, 12, 16), seeds=1, width_per_layer=64, head_dim=64, vocab_size=5120,
                   seq_len=512, batch_size=32, steps=2000, lr=6e-4, eval_windows=64, checkpoint_every=250,

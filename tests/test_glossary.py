@@ -1,0 +1,242 @@
+"""One vocabulary: every parameter of a chapter's parameters cell, of a ``zones.report.<chapter>.run``
+signature and of a subcommand's flags is a term of ``zones.core.glossary``, with one meaning (type)
+and the glossary's ``cpu`` default; the presets (class, cpu, gpu) are the glossary's table, and the
+README's budget table is that table."""
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+from zones.core import glossary
+from zones.core.glossary import BUDGETS, TERMS, check_value, default, flag_uses, parse_text, preset, problems
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def chapter_names() -> list[str]:
+    from zones.book import chapters
+
+    return chapters(ROOT)
+
+
+def cell_uses(source: str) -> dict[str, dict]:
+    """The parameters cell's assignments: name -> {default}; a value that is not a literal
+    (an expression) is a use without a default to compare."""
+    uses = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    try:
+                        uses[target.id] = dict(default=ast.literal_eval(node.value))
+                    except ValueError:
+                        uses[target.id] = {}
+    return uses
+
+
+def parameters_cell(path: Path) -> str:
+    import jupytext
+
+    cells = [c for c in jupytext.read(path).cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(cells) == 1, f"{path}: needs exactly one parameters cell"
+    return cells[0].source
+
+
+def signature_uses(func) -> dict[str, dict]:
+    """A function's parameters: name -> {default, annotation} (``inspect``; annotations as text)."""
+    uses = {}
+    for p in inspect.signature(func).parameters.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        use = {}
+        if p.default is not p.empty:
+            use["default"] = p.default
+        if p.annotation is not p.empty:
+            use["annotation"] = p.annotation if isinstance(p.annotation, str) else getattr(
+                p.annotation, "__name__", str(p.annotation))
+        uses[p.name] = use
+    return uses
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    from zones.cli import build_parser
+
+    parser = build_parser()
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+# --- the project is held to the glossary -------------------------------------------------------
+
+@pytest.mark.parametrize("name", chapter_names())
+def test_every_notebook_parameter_is_a_glossary_term_with_its_cpu_default(name):
+    path = ROOT / "notebooks" / f"{name}.md"
+    found = problems(f"notebooks/{name}.md", name, cell_uses(parameters_cell(path)))
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize("name", chapter_names())
+def test_every_run_signature_is_held_to_the_glossary(name):
+    module = importlib.import_module(f"zones.report.{name}")
+    found = problems(f"zones.report.{name}.run", name, signature_uses(module.run))
+    assert not found, "\n".join(found)
+
+
+def test_every_chapter_and_its_run_take_the_same_parameters_with_the_same_defaults():
+    """What a reader changes in the parameters cell reaches ``run`` under the same name."""
+    for name in chapter_names():
+        cell = cell_uses(parameters_cell(ROOT / "notebooks" / f"{name}.md"))
+        run = signature_uses(importlib.import_module(f"zones.report.{name}").run)
+        assert set(cell) <= set(run), f"notebooks/{name}.md: {sorted(set(cell) - set(run))} are not run()'s"
+
+
+@pytest.mark.parametrize("command", sorted(subcommands()))
+def test_every_subcommand_flag_is_held_to_the_glossary(command):
+    found = problems(f"zones {command}", command, flag_uses(subcommands()[command]))
+    assert not found, "\n".join(found)
+
+
+def test_the_glossary_is_consistent():
+    from zones.series.config import PROFILES
+
+    assert set(glossary.PROFILE_NAMES) == set(PROFILES)
+    for name, t in TERMS.items():
+        assert t.meaning and "\n" not in t.meaning, name
+        for budget in BUDGETS:  # every budget's default is a value of the term's type
+            value = default(name, budget, "pruning")
+            assert value is None or check_value(name, value) == (value or None if t.type == "tokens" else value), \
+                (name, budget, value)
+    assert default("eval_tokens", "cpu", "pruning") == 3060 and default("eval_tokens", "cpu", "layer_ablation") == 6120
+    assert default("out_dir", "cpu", "healing") == "results/healing"
+    assert default("seq_len", "gpu", "layer_ablation") == 1024 and default("seq_len", "gpu", "pruning") == 256
+
+
+# --- the check catches each kind of slip ------------------------------------------------------
+
+def test_the_check_catches_an_unknown_name_a_second_meaning_and_another_default():
+    cell = cell_uses('models = ["smollm2-135m"]\neval_tokenz = 6120\nseeds = [0, 1]\neval_tokens = 6000\n'
+                     'estimator = "alpha_shape"\n')
+    found = problems("notebooks/fake.md", "layer_ablation", cell)
+    assert len(found) == 4, found
+    unknown, meaning, other_default, unknown_estimator = found
+    assert unknown.startswith("notebooks/fake.md: eval_tokenz is not in the glossary")
+    assert meaning.startswith("notebooks/fake.md: default parameter seeds must be an integer >= 1 or None")
+    assert other_default == ("notebooks/fake.md: eval_tokens defaults to 6000, but the glossary's cpu default "
+                             "for layer_ablation is 6120")
+    assert "estimator is not in the glossary" in unknown_estimator  # one name: alpha_estimator
+
+
+def test_the_check_reads_a_signature_and_its_annotations():
+    def run(models=("smollm2-135m",), seeds: list[int] | None = None, k_max: int = 8, batch_size: str = "8",
+            *, progress: bool | None = None):
+        """A fake chapter: seeds as a list, batch_size as a string."""
+
+    found = problems("zones.report.fake.run", "pruning", signature_uses(run))
+    assert any(f.startswith("zones.report.fake.run: seeds is used as list") for f in found), found
+    assert any(f.startswith("zones.report.fake.run: batch_size is used as str") for f in found), found
+    assert not any(" models " in f or "k_max" in f or "progress" in f for f in found), found
+    assert any("seeds defaults to None, but the glossary's cpu default for pruning is 8" in f for f in found) \
+        is False  # a second meaning is reported once, not twice
+
+
+def test_the_check_walks_a_subcommands_flags():
+    parser = argparse.ArgumentParser(prog="zones fake")
+    parser.add_argument("--eval-tokens", type=int, default=6000)       # another default
+    parser.add_argument("--seeds", default="0,1")                       # a second meaning (a list as text)
+    parser.add_argument("--no-cache", action="store_true")              # outside the glossary: --refresh
+    parser.add_argument("--method", choices=["prefix", "naive"], default="prefix")  # heal's method: lora|bridge
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])  # fine
+    found = problems("zones fake", "ablate", flag_uses(parser))
+    assert len(found) == 4, found
+    assert "zones fake: eval_tokens defaults to 6000, but the glossary's cpu default for ablate is 6120" in found
+    assert any(f.startswith("zones fake: seeds is used as str") for f in found)
+    assert any(f.startswith("zones fake: no_cache is not in the glossary") for f in found)
+    assert any(f.startswith("zones fake: method takes prefix, naive, but the glossary's method takes lora, bridge")
+               for f in found)
+
+
+# --- values ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, text, expected", [
+    ("eval_tokens", "6120", 6120), ("eval_tokens", "0", None), ("eval_tokens", "null", None),
+    ("models", "[a, b]", ["a", "b"]), ("models", "smollm2-135m", ["smollm2-135m"]),
+    ("k_values", "[2, 4]", [2, 4]), ("seeds", "3", 3), ("train_overrides", "{steps: 80}", {"steps": 80}),
+    ("block_agreement", "true", True), ("lr", "2e-4", 2e-4),
+])
+def test_values_are_parsed_by_their_type(name, text, expected):
+    assert parse_text(name, text) == expected
+
+
+@pytest.mark.parametrize("name, text, message", [
+    ("eval_tokens", "abc", "parameter eval_tokens must be a number of tokens (an integer >= 1), or None or 0 "
+                           "for the whole split; got 'abc'"),
+    ("models", "[bad", "parameter models: '[bad' is not a value"),
+    ("seeds", "[0, 1]", "parameter seeds must be an integer >= 1 or None; got [0, 1]"),
+    ("k_values", "4", "parameter k_values must be a list of ints >= 1; got 4"),
+    ("methods", "[lora, qlora]", "parameter methods must be a list of strs from lora, bridge; got ['lora', 'qlora']"),
+    ("block_agreement", "1", "parameter block_agreement must be true or false; got 1"),
+])
+def test_a_bad_value_is_one_line_naming_the_parameter(name, text, message):
+    with pytest.raises(ValueError) as err:
+        parse_text(name, text)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_an_unknown_name_lists_the_known_ones():
+    with pytest.raises(ValueError, match=r"unknown parameter n_resamplez: not in the glossary .*n_resamples"):
+        glossary.term("n_resamplez")
+
+
+def test_command_line_lists_are_comma_separated():
+    assert parse_text("strategies", "zone_aware,last_n", commas=True) == ["zone_aware", "last_n"]
+    assert parse_text("depths", "8,12", commas=True) == [8, 12]
+    assert parse_text("models", "a,b", commas=True) == ["a", "b"]
+    assert parse_text("ray_address", "10.0.0.1:6379", commas=True) == "10.0.0.1:6379"
+
+
+# --- the presets ----------------------------------------------------------------------------
+
+def test_presets_are_the_budget_columns_that_differ_from_cpu():
+    names = ["models", "seq_len", "eval_tokens", "calibration_tokens", "k_max", "seeds", "strategies", "batch_size"]
+    assert preset("cpu", "pruning", names) == {}
+    assert preset("class", "pruning", names) == dict(seq_len=128, eval_tokens=1016, calibration_tokens=254, k_max=4,
+                                                     seeds=2)
+    gpu = preset("gpu", "pruning", names)
+    assert gpu["eval_tokens"] == 16320 and gpu["calibration_tokens"] == 8160 and gpu["seeds"] == 20
+    assert preset("gpu", "layer_ablation", ["eval_tokens", "seq_len"]) == dict(eval_tokens=None, seq_len=1024)
+    assert preset("class", "depth_series", ["profile"]) == dict(profile="class")
+    with pytest.raises(ValueError, match="budget must be one of class, cpu, gpu; got 'laptop'"):
+        preset("laptop", "pruning", names)
+
+
+def readme_budget_table() -> dict[tuple[str, str], dict[str, str]]:
+    """The README's budget table: (parameter, chapter) -> {class, cpu, gpu} cells, as written."""
+    text = (ROOT / "README.md").read_text()
+    start = text.index("| parameter | chapters | class | cpu (default) | gpu |")
+    rows = {}
+    for line in text[start:].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        name, where, *cells = [c.strip().strip("`") for c in line.strip("|").split("|")]
+        for chapter in where.split(", "):
+            rows[(name, chapter)] = dict(zip(BUDGETS, cells))
+    return rows
+
+
+def test_the_readmes_budget_table_is_the_glossarys():
+    from zones.book import budget_table
+
+    rows = readme_budget_table()
+    assert rows, "README.md has no budget table"
+    expected = {(r["parameter"], c): dict(zip(BUDGETS, (r[b] for b in BUDGETS)))
+                for r in budget_table(ROOT) for c in r["chapters"].split(", ")}
+    assert rows == expected, "README.md's budget table differs from the glossary's presets; regenerate it: " \
+        "python -c 'from zones.book import budget_table; from zones.core.glossary import budget_markdown; " \
+        "print(budget_markdown(budget_table()))'"
+    assert re.search(r"\| `?eval_tokens`? \| .*pruning.* \| `?1016`? \| `?3060`? \| `?16320`? \|", "\n".join(
+        line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| ")))

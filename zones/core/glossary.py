@@ -1,0 +1,612 @@
+"""The project's one vocabulary: every parameter name, defined once, with its default per budget.
+
+Every name that a chapter's parameters cell, a ``zones.report.<chapter>.run`` signature or a
+``zones`` subcommand's flag uses is a :class:`Term` here: its name, its type (for lists the
+element type), its meaning in one line, and its default in each budget — ``class`` (a class's
+laptops: the whole book in minutes), ``cpu`` (the default: two CPU cores) and ``gpu`` (a
+researcher's run). Those per-budget defaults *are* the presets: ``zones book --budget class``
+passes each chapter the ``class`` column (:func:`preset`). A default may differ by *context*
+(a chapter's name, or a subcommand's: the pruning chapter scores 3,060 eval tokens, the
+ablation chapter 6,120); :func:`default` resolves it. A flag ``--eval-tokens`` is the term
+``eval_tokens``.
+
+API: ``TERMS`` (name → Term), :func:`term`, :func:`default`, :func:`preset`,
+:func:`check_value` (parse and validate a value by its type; a one-line error naming the
+parameter), :func:`parse_text` (a command-line or ``--param`` string), ``BUDGETS``, and
+:func:`problems` — the check ``tests/test_glossary.py`` runs over every notebook, ``run`` and
+flag: a name outside the glossary, a name used with another meaning (type), a default that is
+not the glossary's ``cpu`` default.
+
+Adding a parameter anywhere: add its Term here first (name, type, meaning, defaults).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import yaml
+
+from zones.core.checks import check_float, check_int, check_models
+
+BUDGETS = ("class", "cpu", "gpu")   # cpu is the default budget
+DEFAULT_BUDGET = "cpu"
+ANY = "*"                            # the context key of a default that holds wherever no other is given
+
+# The chapters, by name (notebooks/NAME.md, zones.report.NAME), and the subcommands: the contexts
+# a default may depend on.
+CHAPTERS = ("alpha_profile", "layer_ablation", "importance_vs_alpha", "pruning", "healing", "sublayers",
+            "predictors", "depth_series", "spectral_lifecycle", "claims")
+ABLATION_CHAPTERS = ("layer_ablation", "importance_vs_alpha", "predictors")  # they share one ablation cache
+
+TYPES = ("int", "float", "bool", "str", "dict", "list[int]", "list[float]", "list[str]", "models", "tokens",
+         "str | list[str]")
+
+
+class ByContext(dict):
+    """A default that depends on the context (chapter or subcommand); ``ANY`` holds elsewhere.
+    A ``str`` value may name its context as ``{context}`` (``results/{context}``)."""
+
+    def resolve(self, context: str | None) -> Any:
+        value = self[context] if context in self else self.get(ANY, _MISSING)
+        if value is _MISSING:
+            raise KeyError(f"no default for context {context!r}; the contexts: {', '.join(self)}")
+        return value.format(context=context) if isinstance(value, str) and "{context}" in value else value
+
+
+def by(default: Any = None, **contexts: Any) -> ByContext:
+    """``by(6120, pruning=3060)``: 6120 wherever no context says otherwise, 3060 in ``pruning``."""
+    return ByContext({ANY: default, **contexts})
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+_MISSING = _Missing()
+
+
+@dataclass(frozen=True)
+class Term:
+    """One parameter: ``type`` (see ``TYPES``; ``tokens`` is a token budget: an int, or None
+    or 0 for the whole split), ``meaning`` (one line), ``defaults`` (budget → value or
+    :class:`ByContext`; a budget not listed has the ``cpu`` default), and for checking:
+    ``choices`` (of the value, or of each element of a list), ``minimum``, ``length`` (of a
+    list), ``optional`` (None is a value: what it means is in ``meaning``)."""
+
+    name: str
+    type: str
+    meaning: str
+    defaults: Mapping[str, Any]
+    choices: tuple = ()
+    minimum: float | None = None
+    length: int | None = None
+    optional: bool = False
+
+    def __post_init__(self):
+        if self.type not in TYPES:
+            raise ValueError(f"term {self.name}: unknown type {self.type!r}; types: {', '.join(TYPES)}")
+        if DEFAULT_BUDGET not in self.defaults or set(self.defaults) - set(BUDGETS):
+            raise ValueError(f"term {self.name}: defaults need a {DEFAULT_BUDGET!r} entry and only budgets "
+                             f"{BUDGETS}; got {sorted(self.defaults)}")
+
+    @property
+    def flag(self) -> str:
+        """Its command-line spelling: ``eval_tokens`` → ``--eval-tokens``."""
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def shown_type(self) -> str:
+        """The type as the README's table writes it."""
+        text = {"tokens": "int (tokens)", "models": "list[str] (models)"}.get(self.type, self.type)
+        if self.choices:
+            text += " of " + "|".join(map(str, self.choices))
+        return text + (" or None" if self.optional or self.type == "tokens" else "")
+
+
+def _terms(*terms: Term) -> dict[str, Term]:
+    found: dict[str, Term] = {}
+    for t in terms:
+        if t.name in found:
+            raise ValueError(f"the glossary defines {t.name} twice")
+        found[t.name] = t
+    return found
+
+
+ESTIMATOR_FLAGS = ("shape", "esd", "hill", "companions")
+HEALING_METHODS = ("lora", "bridge")
+PROFILE_NAMES = ("class", "cpu", "paper")  # zones.series.config.PROFILES (tests/test_glossary.py checks)
+PRUNING_STRATEGIES = ["zone_aware", "last_n", "last_n_keep_last", "random", "random_protected", "alpha_lowest",
+                      "block_influence", "angular", "ablation_rank", "greedy", "zone_aware_no_protection",
+                      "zone_aware_no_spreading", "zone_aware_one_zone"]
+MODEL = "smollm2-135m"
+
+TERMS: dict[str, Term] = _terms(
+    # --- what is measured ---------------------------------------------------------------------
+    Term("models", "models", "the models a chapter measures (aliases, directories, .gguf files or hub ids); one "
+         "string is one model; chapters that show one model in detail show the first",
+         {"cpu": by([MODEL], book=None, sweep=None)}),
+    Term("model", "str", "one model: a built-in alias, local directory, .gguf file or hub id (zones lifecycle: "
+         "the hub repository of --revisions)", {"cpu": by(MODEL, lifecycle=None, book=None)}),
+    Term("tokenizer", "str", "a tokenizer directory or hub id to use instead of the model's own",
+         {"cpu": None}, optional=True),
+    Term("trust_remote_code", "bool", "let a model's own Python code run", {"cpu": False}),
+    Term("device", "str", "cpu, cuda, ... (None: cuda if available)", {"cpu": None}, optional=True),
+    Term("dtype", "str", "scoring precision of the forward passes", {"cpu": "float32"},
+         choices=("float32", "bfloat16")),
+    # --- text and token budgets ---------------------------------------------------------------
+    Term("corpus", "str", "text: stdlib, stdlib-code, wikitext2 or UTF-8 text file(s)/glob (zones train: "
+         "None, the profile's)", {"cpu": by("stdlib", train=None)}),
+    Term("seq_len", "int", "tokens per window (zones train: the training window; None, the profile's)",
+         {"cpu": by(256, sublayers=128, train=None),
+          "class": by(128, train=None),
+          "gpu": by(256, **dict.fromkeys(ABLATION_CHAPTERS, 1024), train=None)}, minimum=2),
+    Term("batch_size", "int", "windows per forward (zones train: per step; None, the profile's)",
+         {"cpu": by(8, depth_series=16, train=None),
+          "gpu": by(16, depth_series=32, train=None)}, minimum=1),
+    Term("eval_tokens", "tokens", "scored tokens of the eval split per model; None (or 0): the whole split",
+         {"cpu": by(6120, pruning=3060, prune=3060, healing=1530, sublayers=762, depth_series=8128),
+          "class": by(1016, healing=762, sublayers=508),
+          "gpu": by(None, pruning=16320, healing=16320, sublayers=16320)}),
+    Term("calibration_tokens", "tokens", "tokens of the calibration split (disjoint from eval) that the "
+         "strategies plan on; zones ablate --split calibration scores them; None (or 0): the whole split",
+         {"cpu": by(510, sublayers=127, ablate=6120),
+          "class": by(254, sublayers=127, ablate=6120),
+          "gpu": by(8160, predictors=8184, sublayers=2040, ablate=6120)}),
+    Term("heal_tokens", "tokens", "healing budget: calibration tokens each pruned model is healed on",
+         {"cpu": by(1020, heal=8192), "class": by(508, heal=8192), "gpu": by(51000, heal=8192)}),
+    Term("series_eval_tokens", "tokens", "held-out tokens scored per trained model of the depth series",
+         {"cpu": 2032, "class": 508, "gpu": None}),
+    Term("split", "str", "the windows zones ablate scores", {"cpu": "eval"}, choices=("eval", "calibration")),
+    # --- pruning and healing ------------------------------------------------------------------
+    Term("strategies", "list[str]", "pruning strategies compared (zones prune --list-strategies)",
+         {"cpu": by(PRUNING_STRATEGIES, prune=PRUNING_STRATEGIES[:10],
+                    healing=["zone_aware", "last_n_keep_last", "greedy", "random_protected"])}),
+    Term("block_strategies", "list[str]", "block pruning strategies set against the sublayer ones",
+         {"cpu": ["zone_aware", "block_influence", "greedy"]}),
+    Term("sublayer_strategies", "list[str]", "sublayer pruning strategies",
+         {"cpu": ["attn_drop", "sublayer_similarity", "sublayer_greedy", "zone_aware_attn"]}),
+    Term("reference", "str", "the strategy every other is compared with at the same budget", {"cpu": "zone_aware"}),
+    Term("strategy", "str", "one pruning strategy that picks the blocks to remove", {"cpu": None}, optional=True),
+    Term("k_max", "int", "largest number of blocks removed (sublayers: budgets of 1..k_max blocks' parameters)",
+         {"cpu": by(8, sublayers=2), "class": by(4, sublayers=1), "gpu": by(8, sublayers=4)}, minimum=1),
+    Term("k_values", "list[int]", "the numbers of blocks removed", {"cpu": [4, 8], "class": [2, 4]}, minimum=1),
+    Term("k", "int", "the number of blocks the strategy removes", {"cpu": None}, minimum=1, optional=True),
+    Term("remove", "list[int]", "the blocks to remove, by index (0 = first)", {"cpu": None}, minimum=0,
+         optional=True),
+    Term("seeds", "int", "a count: seeds 0..n-1 of every seeded strategy, or of every depth of the series "
+         "(None: the training profile's own counts)",
+         {"cpu": by(None, pruning=8, prune=8, healing=2),
+          "class": by(None, pruning=2, prune=8, healing=1),
+          "gpu": by(None, pruning=20, prune=8, healing=8)}, minimum=1, optional=True),
+    Term("seed", "int", "one random seed: of the resampling, of a seeded strategy and the healing, or the one "
+         "training seed (zones train: None, the profile's seeds)", {"cpu": by(0, train=None)}, minimum=0,
+         optional=True),
+    Term("methods", "list[str]", "healing methods compared: bridge (closed form), lora (peft; a GPU's job)",
+         {"cpu": ["bridge"], "gpu": ["bridge", "lora"]}, choices=HEALING_METHODS),
+    Term("method", "str", "the healing method", {"cpu": "lora"}, choices=HEALING_METHODS),
+    Term("lr", "float", "learning rate: of LoRA (healing), or the peak of training (zones train: None, the "
+         "profile's)", {"cpu": by(2e-4, train=None)}, minimum=0, optional=True),
+    Term("rank", "int", "LoRA rank", {"cpu": 8}, minimum=1),
+    Term("ablation_method", "str", "how zones ablate sweeps: prefix reuses the shared prefix, naive runs one "
+         "full forward per block (the same numbers)", {"cpu": "prefix"}, choices=("prefix", "naive")),
+    Term("parts", "bool", "also remove only the attention / only the MLP of each block", {"cpu": False}),
+    Term("list_strategies", "bool", "list the registered strategies and exit", {"cpu": False}),
+    Term("speed_repeats", "int", "timed forwards per pruned variant (their median)",
+         {"cpu": 3, "class": 1, "gpu": 5}, minimum=1),
+    Term("block_agreement", "bool", "KL and top-1 agreement of every single-block ablation too",
+         {"cpu": False, "gpu": True}),
+    # --- spectra and statistics ---------------------------------------------------------------
+    Term("alpha_estimator", "str", "the α column of zones.spectra.alpha_table a chapter reads (alpha_shape, "
+         "alpha_esd, alpha_hill, ...)", {"cpu": "alpha_shape"}),
+    Term("alpha_role", "str", "weighted (the parameter-weighted mean over a block) or one role (q, k, ...)",
+         {"cpu": "weighted"}),
+    Term("role", "str", "the matrix of each block drawn in detail: q, k, v, o, mlp_*", {"cpu": "q"}),
+    Term("estimators", "list[str]", "the estimators zones alpha computes (the others' columns stay empty)",
+         {"cpu": list(ESTIMATOR_FLAGS)}, choices=ESTIMATOR_FLAGS),
+    Term("window", "list[float]", "rank window of the spectral-shape fit, as fractions of n", {"cpu": [0.0, 0.5]},
+         minimum=0, length=2),
+    Term("delta_group", "str", "the matrices whose mean α per layer gives Δα", {"cpu": "all"},
+         choices=("all", "Q/K", "V/O", "MLP")),
+    Term("n_resamples", "int", "bootstrap resamples of every interval", {"cpu": 2000}, minimum=1),
+    Term("n_permutations", "int", "permutations of every permutation p-value", {"cpu": 10000}, minimum=1),
+    # --- the depth series and checkpoints -----------------------------------------------------
+    Term("profile", "str", "the training profile of the depth series (None: no series)",
+         {"cpu": "cpu", "class": by("class", train="cpu"), "gpu": by("paper", train="cpu")},
+         choices=PROFILE_NAMES, optional=True),
+    Term("depths", "list[int]", "depths of the series (None: the profile's)", {"cpu": None}, minimum=1,
+         optional=True),
+    Term("train_overrides", "dict", "any other training parameter of zones.series.TrainConfig, e.g. "
+         "{steps: 800} (None: none)", {"cpu": None}, optional=True),
+    Term("width", "int", "hidden size of every depth (None: width_per_layer × depth)", {"cpu": None}, minimum=1,
+         optional=True),
+    Term("width_per_layer", "int", "hidden size per block of depth (None: the profile's)", {"cpu": None},
+         minimum=1, optional=True),
+    Term("head_dim", "int", "attention head size (None: the profile's)", {"cpu": None}, minimum=1, optional=True),
+    Term("vocab_size", "int", "BPE vocabulary size (None: the profile's)", {"cpu": None}, minimum=260,
+         optional=True),
+    Term("steps", "int", "optimizer steps (None: the profile's)", {"cpu": None}, minimum=1, optional=True),
+    Term("snapshot_every", "int", "steps between spectral snapshots (None: the profile's)", {"cpu": None},
+         minimum=1, optional=True),
+    Term("set", "list[str]", "NAME=VALUE: any other training parameter of zones.series.TrainConfig", {"cpu": []}),
+    Term("copy_models", "bool", "copy the trained models to OUT/models/depth-N-seed-S", {"cpu": False}),
+    Term("keep_checkpoints", "bool", "keep the model of every snapshot step for zones lifecycle", {"cpu": False}),
+    Term("checkpoints", "str | list[str]", "a checkpoint series: directories, a glob, or \"HUB_ID@rev,rev\" "
+         "(None: the depth series)", {"cpu": None}, optional=True),
+    Term("revisions", "list[str]", "hub revisions of --model, e.g. step0,step1000", {"cpu": None}, optional=True),
+    Term("train_run", "str", "a zones train run (or its --out folder) kept with --keep-checkpoints",
+         {"cpu": None}, optional=True),
+    Term("memory_budget", "float", "MB of float64 matrices decomposed at once (0: no bound)", {"cpu": 256.0},
+         minimum=0),
+    # --- jobs -----------------------------------------------------------------------------------
+    Term("executor", "str", "where independent jobs run: in this process, or one Ray task each",
+         {"cpu": "local"}, choices=("local", "ray")),
+    Term("ray_address", "str", "the Ray cluster to join (None: $RAY_ADDRESS, else a local instance)",
+         {"cpu": None}, optional=True),
+    Term("retries", "int", "retries of a job that failed for a transient reason", {"cpu": 2}, minimum=0),
+    Term("cpus_per_job", "float", "CPUs each job asks for", {"cpu": 1.0}, minimum=0),
+    # --- where results go, and what is recomputed ---------------------------------------------
+    Term("out_dir", "str", "where a chapter writes its tables", {"cpu": by("results/{context}")}),
+    Term("out", "str", "output folder, checked before any work (zones export and heal: the model directory)",
+         {"cpu": by("results", train="results/train", lifecycle="results/lifecycle", export=None, heal=None)}),
+    Term("results_dir", "str", "the folder holding the chapters' results/<chapter>/ tables", {"cpu": "results"}),
+    Term("summary_file", "str", "the front page's verdict list the scorecard writes (None: none)",
+         {"cpu": "claims_summary.md"}, optional=True),
+    Term("refresh", "bool", "recompute instead of reading the cache (and replace the entry)", {"cpu": False}),
+    Term("progress", "bool", "progress bars (None: on, except in the book's pages)", {"cpu": None},
+         optional=True),
+    # --- the book -----------------------------------------------------------------------------
+    Term("budget", "str", "the presets every chapter runs with: class (minutes, wider intervals), cpu (two "
+         "cores), gpu (a GPU)", {"cpu": DEFAULT_BUDGET}, choices=BUDGETS),
+    Term("only", "list[str]", "execute only these chapters", {"cpu": []}),
+    Term("param", "list[str]", "NAME=VALUE: a chapter parameter (a YAML value), checked against this glossary",
+         {"cpu": []}),
+    Term("no_execute", "bool", "rebuild the HTML from chapters already executed", {"cpu": False}),
+)
+
+
+def term(name: str) -> Term:
+    """The term ``name`` (a flag ``--eval-tokens`` or ``eval-tokens`` is ``eval_tokens``); an
+    unknown name is a one-line error listing the known ones."""
+    key = name.lstrip("-").replace("-", "_")
+    if key not in TERMS:
+        raise ValueError(f"unknown parameter {name}: not in the glossary (zones.core.glossary); the known "
+                         f"parameters: {', '.join(sorted(TERMS))}")
+    return TERMS[key]
+
+
+def _check_budget(budget: str) -> str:
+    if budget not in BUDGETS:
+        raise ValueError(f"budget must be one of {', '.join(BUDGETS)}; got {budget!r}")
+    return budget
+
+
+def default(name: str, budget: str = DEFAULT_BUDGET, context: str | None = None) -> Any:
+    """The default of ``name`` in ``budget`` (the ``cpu`` one where the budget gives none), in
+    ``context`` (a chapter or subcommand name) when it depends on it. Lists come as new lists."""
+    t = term(name)
+    value = t.defaults.get(_check_budget(budget), t.defaults[DEFAULT_BUDGET])
+    if isinstance(value, ByContext):
+        value = value.resolve(context)
+    return list(value) if isinstance(value, (list, tuple)) else value
+
+
+def preset(budget: str, context: str, names) -> dict[str, Any]:
+    """The values of ``names`` (a chapter's parameters) in ``budget`` that differ from the
+    ``cpu`` defaults: what ``zones book --budget`` passes chapter ``context``."""
+    _check_budget(budget)
+    chosen = {}
+    for name in names:
+        if name in TERMS:
+            value = default(name, budget, context)
+            if value != default(name, DEFAULT_BUDGET, context):
+                chosen[name] = value
+    return chosen
+
+
+def _what(t: Term) -> str:
+    """How an error says what a term takes."""
+    if t.type == "tokens":
+        return "a number of tokens (an integer >= 1), or None or 0 for the whole split"
+    text = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
+            "dict": "a mapping such as {steps: 800}", "models": "a model or a list of models",
+            "str | list[str]": "a string or a list of strings"}.get(t.type, f"a list of {t.type[5:-1]}s")
+    if t.minimum is not None and t.type in ("int", "float", "list[int]", "list[float]"):
+        text += f" >= {t.minimum:g}"
+    if t.length:
+        text += f" of length {t.length}"
+    if t.choices:
+        text += f" from {', '.join(map(str, t.choices))}"
+    return text + (" or None" if t.optional else "")
+
+
+def check_value(name: str, value: Any) -> Any:
+    """``value`` checked against the type of ``name`` and returned in its plain form (tuples as
+    lists, a token budget of 0 as None, one model as a list); a bad value is one ValueError line
+    naming the parameter, what it takes and what it got."""
+    t = term(name)
+
+    def fail() -> ValueError:
+        return ValueError(f"parameter {t.name} must be {_what(t)}; got {value!r}")
+
+    if value is None:
+        if t.optional or t.type == "tokens":
+            return None
+        raise fail()
+    try:
+        if t.type == "tokens":
+            return check_int(value, t.name, min=0) or None
+        if t.type == "int":
+            checked = check_int(value, t.name, min=None if t.minimum is None else int(t.minimum))
+        elif t.type == "float":
+            checked = check_float(value, t.name, min=t.minimum)
+        elif t.type == "bool":
+            if not isinstance(value, bool):
+                raise fail()
+            checked = value
+        elif t.type == "str":
+            if not isinstance(value, str) or not value:
+                raise fail()
+            checked = value
+        elif t.type == "dict":
+            if not isinstance(value, Mapping):
+                raise fail()
+            checked = dict(value)
+        elif t.type == "models":
+            return check_models(value, t.name)
+        elif t.type == "str | list[str]":
+            if isinstance(value, str) and value:
+                return value
+            if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
+                raise fail()
+            return list(value)
+        else:  # list[int], list[float], list[str]
+            if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple)):
+                raise fail()
+            element = t.type[5:-1]
+            checked = [_element(t, element, v, fail) for v in value]
+            if t.length is not None and len(checked) != t.length:
+                raise fail()
+            return checked
+    except ValueError as err:
+        if str(err).startswith(f"parameter {t.name} "):
+            raise
+        raise fail() from None
+    if t.choices and checked not in t.choices:
+        raise fail()
+    return checked
+
+
+def _element(t: Term, element: str, value: Any, fail) -> Any:
+    if element == "int":
+        value = check_int(value, t.name, min=None if t.minimum is None else int(t.minimum))
+    elif element == "float":
+        value = check_float(value, t.name, min=t.minimum)
+    elif not isinstance(value, str) or not value:
+        raise fail()
+    if t.choices and value not in t.choices:
+        raise fail()
+    return value
+
+
+def parse_text(name: str, text: str, *, commas: bool = False) -> Any:
+    """A value of ``name`` written as text: YAML (``--param eval_tokens=6120``, ``models=[a, b]``,
+    ``null``), or with ``commas=True`` (a command-line flag) a list written ``a,b,c``. A text that
+    is not YAML is a one-line error naming the parameter."""
+    t = term(name)
+    listed = t.type.startswith("list[") or t.type == "models"
+    if commas and listed and not text.lstrip().startswith("["):
+        parts = [part.strip() for part in text.split(",") if part.strip()]
+        value: Any = parts if t.type in ("list[str]", "models") else [_scalar(part) for part in parts]
+    else:
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem", None) or str(err).splitlines()[0]
+            raise ValueError(f"parameter {t.name}: {text!r} is not a value ({mark}); write e.g. "
+                             f"{t.name}={_example(t)}") from None
+        if commas and t.type == "str" and not isinstance(value, str) and value is not None:
+            value = text  # a name that YAML would read as a number or a date is still a name
+    if t.type == "float" and isinstance(value, str):
+        value = _float(value)  # YAML 1.1 reads 2e-4 as a string
+    return check_value(t.name, value)
+
+
+def _float(text: str) -> Any:
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _scalar(text: str) -> Any:
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    return _float(value) if isinstance(value, str) else value
+
+
+def _example(t: Term) -> str:
+    value = default(t.name)
+    if isinstance(value, ByContext) or value is None:
+        return "null"
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+# --- the common check -------------------------------------------------------------------------
+
+KINDS = {"int": {"int"}, "float": {"float", "int"}, "bool": {"bool"}, "str": {"str"}, "dict": {"dict"},
+         "tokens": {"int"}, "models": {"list", "str"}, "list[int]": {"list"}, "list[float]": {"list"},
+         "list[str]": {"list"}, "str | list[str]": {"str", "list"}}
+
+
+def annotation_kinds(annotation: str) -> set[str]:
+    """The basic kinds an annotation (as a string) admits: ``"int | None"`` → {int, None};
+    ``"Sequence[str]"`` → {list}."""
+    kinds = set()
+    for part in str(annotation).replace("typing.", "").split("|"):
+        part = part.strip().strip("'\"")
+        base = part.split("[")[0].strip().lower()
+        kinds.add({"none": "None", "nonetype": "None", "sequence": "list", "list": "list", "tuple": "list",
+                   "iterable": "list", "mapping": "dict", "dict": "dict", "path": "str"}.get(base, base))
+    return kinds
+
+
+def problems(where: str, context: str | None, used: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """What is wrong with the parameters ``used`` at ``where`` (a file, a ``run`` or a subcommand),
+    each a line naming ``where``: ``used`` maps a name to what is known of its use there —
+    ``default`` (its default value), ``annotation`` (a type annotation, as text), ``kinds`` (the
+    basic kinds a flag takes: int, float, bool, str, list), ``choices`` (a flag's). Returns a
+    name outside the glossary, a use with another type (meaning), a default that is not the
+    glossary's ``cpu`` default in ``context``."""
+    found = []
+    for name, use in used.items():
+        if name not in TERMS:
+            found.append(f"{where}: {name} is not in the glossary (zones/core/glossary.py); add its term there "
+                         f"first, or use the glossary's name")
+            continue
+        t = TERMS[name]
+        allowed = KINDS[t.type] | ({"None"} if t.optional or t.type == "tokens" else set())
+        kinds = set(use.get("kinds") or ())
+        if "annotation" in use and use["annotation"] not in (None, ""):
+            kinds |= annotation_kinds(use["annotation"]) - {"None"}
+        odd = {k for k in kinds if k not in allowed and k != "any"}
+        if odd:
+            found.append(f"{where}: {name} is used as {', '.join(sorted(odd))}, but the glossary's {name} is "
+                         f"{t.shown_type} ({t.meaning}): one name, one meaning")
+            continue
+        choices = use.get("choices")
+        if choices and t.choices and not set(choices) <= set(t.choices):
+            found.append(f"{where}: {name} takes {', '.join(map(str, choices))}, but the glossary's {name} takes "
+                         f"{', '.join(map(str, t.choices))}: one name, one meaning")
+            continue
+        if "default" in use:
+            given = use["default"]
+            try:
+                expected = default(name, DEFAULT_BUDGET, context)
+            except KeyError:
+                found.append(f"{where}: the glossary gives {name} no default for {context}")
+                continue
+            if given is not None:
+                try:
+                    given = check_value(name, given)
+                except ValueError as err:
+                    found.append(f"{where}: default {err}: one name, one meaning")
+                    continue
+            if not _same(given, expected):
+                found.append(f"{where}: {name} defaults to {given!r}, but the glossary's cpu default for "
+                             f"{context} is {expected!r}")
+    return found
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal defaults: lists and tuples alike, a bool never equal to a number."""
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b
+
+
+def flag_uses(parser) -> dict[str, dict[str, Any]]:
+    """The flags of an argparse (sub)parser as :func:`problems` reads them: ``--eval-tokens``
+    → ``eval_tokens`` with its default, kinds and choices (``--help``/``--version`` skipped)."""
+    import argparse
+
+    used = {}
+    for action in parser._actions:
+        if not action.option_strings or isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+            continue
+        name = action.option_strings[-1].lstrip("-").replace("-", "_")
+        if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+            kinds = {"bool"}
+        elif isinstance(action, argparse._AppendAction) or action.nargs in ("+", "*") or isinstance(action.nargs, int):
+            kinds = {"list"}
+        else:
+            kinds = {getattr(action.type, "kind", None) or {int: "int", float: "float"}.get(action.type, "str")}
+            kinds.discard("any")
+        used[name] = dict(default=action.default, kinds=kinds,
+                          choices=tuple(action.choices) if action.choices else None)
+    return used
+
+
+def cli_type(name: str):
+    """An argparse ``type`` for the flag of ``name``: the text parsed by :func:`parse_text`
+    (lists written ``a,b,c``), so a bad value is argparse's one line naming the flag."""
+    import argparse
+
+    t = term(name)
+
+    def parse(text: str) -> Any:
+        try:
+            return parse_text(t.name, text, commas=True)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err).removeprefix(f"parameter {t.name} ")) from None
+
+    parse.__name__ = t.type  # argparse names the type in its error
+    parse.kind = flag_kind(t)   # what flag_uses reads
+    return parse
+
+
+def flag_kind(t: Term) -> str:
+    """The basic kind of a term's flag value: int, float, bool, str, list, dict or any."""
+    if t.type.startswith("list[") or t.type == "models":
+        return "list"
+    kinds = KINDS[t.type]
+    return next(iter(kinds)) if len(kinds) == 1 else ("float" if t.type == "float" else "any")
+
+
+def add_flag(parser, name: str, context: str, help: str | None = None, **options) -> Any:
+    """Add the flag of term ``name`` to a subcommand's ``parser``: its spelling, its type (lists
+    written ``a,b,c``), its choices and its default in ``context`` all from the glossary, its
+    help the term's meaning (or ``help``) and default. ``options`` go to ``add_argument``."""
+    t = term(name)
+    if t.type == "bool":
+        options.setdefault("action", "store_true")
+    else:
+        options.setdefault("type", cli_type(name))
+        if t.choices and not t.type.startswith("list["):
+            options.setdefault("choices", t.choices)
+            options["type"] = str
+        options.setdefault("metavar", t.name.upper() if not t.choices else None)
+    value = options.pop("default", default(name, DEFAULT_BUDGET, context))
+    shown = "" if value in (None, False, []) or options.get("required") else \
+        f" (default: {','.join(map(str, value)) if isinstance(value, list) else value})"
+    return parser.add_argument(t.flag, default=value, help=(help or t.meaning) + shown, **options)
+
+
+# --- the presets as a table (the README's budget table) -------------------------------------------
+
+def shown(value: Any) -> str:
+    """A default as the budget table writes it: ``None``, ``[4, 8]``, ``alpha_shape``."""
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(shown(v) for v in value) + "]"
+    return "None" if value is None else str(value)
+
+
+def budget_table(declared: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The presets: one row per parameter and group of chapters whose values differ between the
+    budgets — ``parameter, chapters, class, cpu, gpu`` (values as :func:`shown` writes them).
+    ``declared`` maps each chapter (in the book's order) to the parameters it declares."""
+    rows: dict[tuple, dict[str, str]] = {}
+    for name in TERMS:
+        for chapter, names in declared.items():
+            if name not in names:
+                continue
+            values = tuple(shown(default(name, b, chapter)) for b in BUDGETS)
+            if len(set(values)) == 1:
+                continue
+            row = rows.setdefault((name, values), dict(parameter=name, chapters="", **dict(zip(BUDGETS, values))))
+            row["chapters"] = ", ".join(filter(None, [row["chapters"], chapter]))
+    return list(rows.values())
+
+
+def budget_markdown(rows: list[dict[str, str]]) -> str:
+    """:func:`budget_table`'s rows as the README's Markdown table."""
+    lines = ["| parameter | chapters | class | cpu (default) | gpu |", "| --- | --- | --- | --- | --- |"]
+    lines += [f"| `{r['parameter']}` | {r['chapters']} | `{r['class']}` | `{r['cpu']}` | `{r['gpu']}` |" for r in rows]
+    return "\n".join(lines)
