@@ -321,7 +321,7 @@ def test_a_budget_gives_each_chapter_its_values_and_says_so_at_the_top_of_the_pa
     execute_chapters(root, ["pruning"], {"k_max": 3}, budget="class", progress=False)
     page = nbformat.read(root / "book/chapters/pruning.ipynb", as_version=4)
     printed = "".join(o.get("text", "") for c in page.cells for o in c.get("outputs", []))
-    assert printed.split() == ["1016", "2", "3"]  # the class budget's values; an explicit parameter wins
+    assert printed.split() == ["504", "2", "3"]  # the class budget's values; an explicit parameter wins
     assert page.cells[0].source == "# A chapter" and page.cells[1].source == BUDGET_NOTES["class"]
     assert "class build" in BUDGET_NOTES["class"] and "intervals are wider" in BUDGET_NOTES["class"]
     execute_chapters(root, ["pruning"], budget="cpu", progress=False)  # the default: the notebook's own values
@@ -340,9 +340,9 @@ def test_lab_copies_carry_the_budgets_values_and_keep_a_students_edits(tmp_path,
     folder = lab_folder(root, "class")
     nb = nbformat.read(folder / "pruning.ipynb", as_version=4)
     injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
-    assert len(injected) == 1 and "eval_tokens = 1016" in injected[0].source and "seeds = 2" in injected[0].source
+    assert len(injected) == 1 and "eval_tokens = 504" in injected[0].source and "seeds = 2" in injected[0].source
     assert "class build" in nb.cells[1].source
-    (folder / "pruning.ipynb").write_text((folder / "pruning.ipynb").read_text().replace("1016", "2032"))
+    (folder / "pruning.ipynb").write_text((folder / "pruning.ipynb").read_text().replace("= 504", "= 2032"))
     lab_folder(root, "class")
     assert "2032" in (folder / "pruning.ipynb").read_text() and "kept" in capsys.readouterr().err
     with pytest.raises(ValueError, match="parameter budget must be a string from class, cpu, gpu; got 'laptop'"):

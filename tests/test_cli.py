@@ -1,4 +1,5 @@
 """The command line: one clear error line, one flag vocabulary, and the same tables as the library."""
+import argparse
 import json
 import os
 import signal
@@ -82,6 +83,58 @@ def test_no_hidden_aliases(capsys):
                 ["alpha", "--estimator", "shape"]):
         with pytest.raises(SystemExit):
             parse_args(old)
+
+
+def test_the_help_lists_every_subcommand_and_they_register_one_way():
+    from zones import cli
+
+    for name, command in cli.COMMANDS.items():
+        assert f"zones {name} " in cli.__doc__, f"the module docstring does not list zones {name}"
+        assert isinstance(command, cli.Command) and callable(command.add_arguments) and callable(command.run)
+    assert set(cli.COMMANDS) == set(next(a for a in build_parser()._actions if a.dest == "command").choices)
+
+
+def test_a_subcommand_in_its_own_module_registers_in_one_line():
+    import types
+
+    from zones import cli
+
+    module = types.ModuleType("zones.fake")
+    module.__doc__ = "do a fake thing\n\nLonger description."
+    module.add_arguments = lambda p: p.add_argument("--refresh", action="store_true")
+    module.run = lambda args: 3 if args.refresh else 0
+    command = cli.Command.of(module)
+    assert command.help == "do a fake thing" and command.description.startswith("do a fake thing")
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    assert command.run(parser.parse_args(["--refresh"])) == 3
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["prune", "--seeds", "abc"], "zones prune: error: argument --seeds: must be an integer >= 1 or None; got 'abc'"),
+    (["prune", "--seeds", "0,1"], "zones prune: error: argument --seeds: must be an integer >= 1 or None; got '0,1'"),
+    (["ablate", "--eval-tokens", "-5"], "zones ablate: error: argument --eval-tokens: must be a number of tokens"),
+    (["train", "--depths", "8,x"], "zones train: error: argument --depths: must be a list of ints >= 1 or None"),
+    (["export", "--remove", "3,a", "--out", "x"], "zones export: error: argument --remove: must be a list of ints"),
+    (["book", "--budget", "laptop"], "zones book: error: argument --budget: invalid choice: 'laptop'"),
+])
+def test_a_bad_flag_value_is_one_line_naming_the_flag(capsys, argv, expected):
+    with pytest.raises(SystemExit) as exit:
+        parse_args(argv)
+    err = capsys.readouterr().err.strip()
+    assert exit.value.code == 2 and err.startswith(expected) and "\n" not in err, err
+
+
+def test_flags_take_the_glossarys_values():
+    args = parse_args(["prune", "--strategies", "zone_aware,last_n", "--eval-tokens", "0", "--seeds", "3"])
+    assert args.strategies == ["zone_aware", "last_n"] and args.eval_tokens is None and args.seeds == 3
+    defaults = parse_args(["prune"])
+    assert (defaults.eval_tokens, defaults.calibration_tokens, defaults.seeds, defaults.k_max) == (3060, 510, 8, 8)
+    assert parse_args(["ablate"]).eval_tokens == 6120 and parse_args(["heal", "--out", "x"]).heal_tokens == 8192
+    assert parse_args(["train", "--depths", "4,6"]).depths == [4, 6] and parse_args(["train"]).seeds is None
+    assert parse_args(["sweep", "--models", "a,b"]).models == ["a", "b"]
+    lab = parse_args(["lab", "--budget", "class", "--no-browser"])
+    assert lab.budget == "class" and lab.lab_args == ["--no-browser"]
 
 
 def test_unknown_options_are_refused_except_for_lab(capsys):

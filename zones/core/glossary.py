@@ -140,22 +140,22 @@ TERMS: dict[str, Term] = _terms(
          "None, the profile's)", {"cpu": by("stdlib", train=None)}),
     Term("seq_len", "int", "tokens per window (zones train: the training window; None, the profile's)",
          {"cpu": by(256, sublayers=128, train=None),
-          "class": by(128, train=None),
+          "class": by(64, train=None),
           "gpu": by(256, **dict.fromkeys(ABLATION_CHAPTERS, 1024), train=None)}, minimum=2),
     Term("batch_size", "int", "windows per forward (zones train: per step; None, the profile's)",
          {"cpu": by(8, depth_series=16, train=None),
           "gpu": by(16, depth_series=32, train=None)}, minimum=1),
     Term("eval_tokens", "tokens", "scored tokens of the eval split per model; None (or 0): the whole split",
          {"cpu": by(6120, pruning=3060, prune=3060, healing=1530, sublayers=762, depth_series=8128),
-          "class": by(1016, healing=762, sublayers=508),
+          "class": by(504, healing=378, sublayers=252, depth_series=1016),
           "gpu": by(None, pruning=16320, healing=16320, sublayers=16320)}),
     Term("calibration_tokens", "tokens", "tokens of the calibration split (disjoint from eval) that the "
          "strategies plan on; zones ablate --split calibration scores them; None (or 0): the whole split",
          {"cpu": by(510, sublayers=127, ablate=6120),
-          "class": by(254, sublayers=127, ablate=6120),
+          "class": by(126, ablate=6120),
           "gpu": by(8160, predictors=8184, sublayers=2040, ablate=6120)}),
     Term("heal_tokens", "tokens", "healing budget: calibration tokens each pruned model is healed on",
-         {"cpu": by(1020, heal=8192), "class": by(508, heal=8192), "gpu": by(51000, heal=8192)}),
+         {"cpu": by(1020, heal=8192), "class": by(252, heal=8192), "gpu": by(51000, heal=8192)}),
     Term("series_eval_tokens", "tokens", "held-out tokens scored per trained model of the depth series",
          {"cpu": 2032, "class": 508, "gpu": None}),
     Term("split", "str", "the windows zones ablate scores", {"cpu": "eval"}, choices=("eval", "calibration")),
@@ -170,8 +170,8 @@ TERMS: dict[str, Term] = _terms(
     Term("reference", "str", "the strategy every other is compared with at the same budget", {"cpu": "zone_aware"}),
     Term("strategy", "str", "one pruning strategy that picks the blocks to remove", {"cpu": None}, optional=True),
     Term("k_max", "int", "largest number of blocks removed (sublayers: budgets of 1..k_max blocks' parameters)",
-         {"cpu": by(8, sublayers=2), "class": by(4, sublayers=1), "gpu": by(8, sublayers=4)}, minimum=1),
-    Term("k_values", "list[int]", "the numbers of blocks removed", {"cpu": [4, 8], "class": [2, 4]}, minimum=1),
+         {"cpu": by(8, sublayers=2), "class": by(3, sublayers=1), "gpu": by(8, sublayers=4)}, minimum=1),
+    Term("k_values", "list[int]", "the numbers of blocks removed", {"cpu": [4, 8], "class": [2, 3]}, minimum=1),
     Term("k", "int", "the number of blocks the strategy removes", {"cpu": None}, minimum=1, optional=True),
     Term("remove", "list[int]", "the blocks to remove, by index (0 = first)", {"cpu": None}, minimum=0,
          optional=True),
@@ -392,11 +392,12 @@ def _element(t: Term, element: str, value: Any, fail) -> Any:
 
 def parse_text(name: str, text: str, *, commas: bool = False) -> Any:
     """A value of ``name`` written as text: YAML (``--param eval_tokens=6120``, ``models=[a, b]``,
-    ``null``), or with ``commas=True`` (a command-line flag) a list written ``a,b,c``. A text that
-    is not YAML is a one-line error naming the parameter."""
+    ``null``), or with ``commas=True`` (a command-line flag) a list written ``a,b,c`` (models are
+    always split at commas; a string parameter keeps its text). A text that is not YAML is a
+    one-line error naming the parameter."""
     t = term(name)
-    listed = t.type.startswith("list[") or t.type == "models"
-    if commas and listed and not text.lstrip().startswith("["):
+    listed = t.type.startswith("list[") and commas or t.type == "models"  # models=a,b is two models anywhere
+    if listed and not text.lstrip().startswith("["):
         parts = [part.strip() for part in text.split(",") if part.strip()]
         value: Any = parts if t.type in ("list[str]", "models") else [_scalar(part) for part in parts]
     else:
@@ -406,8 +407,8 @@ def parse_text(name: str, text: str, *, commas: bool = False) -> Any:
             mark = getattr(err, "problem", None) or str(err).splitlines()[0]
             raise ValueError(f"parameter {t.name}: {text!r} is not a value ({mark}); write e.g. "
                              f"{t.name}={_example(t)}") from None
-        if commas and t.type == "str" and not isinstance(value, str) and value is not None:
-            value = text  # a name that YAML would read as a number or a date is still a name
+        if t.type == "str" and not isinstance(value, str) and value is not None:
+            value = text.strip()  # a name that YAML would read as a number or a date is still a name
     if t.type == "float" and isinstance(value, str):
         value = _float(value)  # YAML 1.1 reads 2e-4 as a string
     return check_value(t.name, value)
