@@ -260,7 +260,8 @@ TERMS: dict[str, Term] = _terms(
     Term("budget", "str", "the presets every chapter runs with: class (minutes, wider intervals), cpu (two "
          "cores), gpu (a GPU)", {"cpu": DEFAULT_BUDGET}, choices=BUDGETS),
     Term("only", "list[str]", "execute only these chapters", {"cpu": []}),
-    Term("param", "list[str]", "NAME=VALUE: a chapter parameter (a YAML value), checked against this glossary",
+    Term("param", "list[str]", "NAME=VALUE: a chapter parameter (a YAML value), checked against the glossary "
+         "(zones.core.glossary)",
          {"cpu": []}),
     Term("no_execute", "bool", "rebuild the HTML from chapters already executed", {"cpu": False}),
 )
