@@ -128,12 +128,31 @@ def test_recipe_knobs_change_what_they_say():
 # --- every strategy on a tiny model ------------------------------------------------------------
 
 def test_every_strategy_returns_valid_plans(model, windows):
+    """The common check, over every registered strategy of both kinds: block plans hold k
+    distinct blocks in range; sublayer plans are nested prefixes of distinct sublayers that
+    remove k blocks' parameters (or None where the order never gets there)."""
     ev, cal = windows
     ctx = PruningContext(model, cal, alpha=fake_alpha(np.linspace(0.1, 0.5, N_LAYERS)), batch_size=2,
                          progress=False)
+    sublayer_ctx = PruningContext(model, cal, batch_size=2, progress=False)   # the real α table: every role
     k_max = N_LAYERS - 2
+    assert {s.kind for s in STRATEGIES.values()} == {"block", "sublayer"}
     for strategy in STRATEGIES.values():
         for seed in (0, 1):
+            if strategy.kind == "sublayer":
+                plans = strategy.plan(sublayer_ctx, 2, seed)
+                block = sublayer_ctx.block_params()
+                sizes = sublayer_ctx.sublayer_params().set_index(["layer", "part"])["n_params"]
+                reached = [p for p in plans if p is not None]
+                assert reached, strategy.name
+                for k, plan in enumerate(plans, start=1):
+                    if plan is None:
+                        continue
+                    assert len(set(plan)) == len(plan) and all(0 <= l < N_LAYERS and p in ("attn", "mlp")
+                                                               for l, p in plan), strategy.name
+                    assert sum(sizes[s] for s in plan) >= (1 - strategies.TOLERANCE) * k * block
+                    assert plan == reached[-1][:len(plan)]   # nested: one removal order
+                continue
             plans = strategy.plan(ctx, k_max, seed)
             assert len(plans) == k_max
             for k, plan in enumerate(plans, start=1):
@@ -148,6 +167,29 @@ def test_every_strategy_returns_valid_plans(model, windows):
     assert {"last_n_keep_last", "random_protected"} <= set(sweep_module.DEFAULT_STRATEGIES) <= set(STRATEGIES)
     for k, plan in enumerate(STRATEGIES["angular"].plan(ctx, k_max), start=1):
         assert plan == list(range(plan[0], plan[0] + k))  # one contiguous run
+
+
+def test_the_common_check_refuses_a_bad_plan_of_either_kind(model, windows):
+    _, cal = windows
+    ctx = PruningContext(model, cal, batch_size=2, progress=False)
+    try:
+        register_strategy("twice_test", kind="sublayer")(lambda ctx, target, seed: [(1, "attn"), (1, "attn")])
+        register_strategy("out_of_range_test", kind="sublayer")(lambda ctx, target, seed: [(N_LAYERS, "mlp")])
+        register_strategy("repeat_block_test")(lambda ctx, k_max, seed: [[1]] + [[1, 1]] * (k_max - 1))
+        with pytest.raises(StrategyError, match="a sublayer twice"):
+            STRATEGIES["twice_test"].plan(ctx, 1)
+        with pytest.raises(StrategyError, match="blocks 0..7"):
+            STRATEGIES["out_of_range_test"].plan(ctx, 1)
+        with pytest.raises(StrategyError, match="distinct"):
+            STRATEGIES["repeat_block_test"].plan(ctx, 2)
+        # a block sweep takes block strategies only, and says which kind a name is
+        with pytest.raises(StrategyError, match="'attn_drop' is a sublayer strategy"):
+            strategies.get_strategy("attn_drop")
+        with pytest.raises(StrategyError, match="unknown strategy"):
+            sweep_module.check_strategy_names(["zone_aware", "attn_drop"])
+    finally:
+        for name in ("twice_test", "out_of_range_test", "repeat_block_test"):
+            STRATEGIES.pop(name, None)
 
 
 @pytest.mark.parametrize("name", ["random", "random_protected"])

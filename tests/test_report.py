@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from zones.analysis import lifecycle, profile
+from zones.analysis.importance import strongest
 from zones.report import (
     alpha_profile,
     claims,
@@ -18,7 +20,7 @@ from zones.report import (
     spectral_lifecycle,
     verdicts,
 )
-from zones.report.format import rounded, rounded_to
+from zones.report.format import fmt_interval, rounded, rounded_to
 
 NAN = float("nan")
 
@@ -33,67 +35,11 @@ def test_save_writes_strict_json_and_plain_values(tmp_path):
     assert common.plain({"a": np.bool_(True)}) == {"a": True}
 
 
-def test_unit_bootstrap_covers_a_known_slope_and_is_nan_with_too_few_units():
-    rng = np.random.default_rng(1)
-    x = np.linspace(0, 1, 30)
-    y = 0.3 * x + rng.normal(0, 0.05, x.size)
-    est, low, high = common.unit_bootstrap([x, y], alpha_profile._slope)
-    assert low < 0.3 < high and low < est < high and high - low < 0.2
-    assert math.isnan(common.unit_bootstrap([x[:2], y[:2]], alpha_profile._slope)[1])
-    # strata: each resampled on its own
-    est, low, high = common.unit_bootstrap([np.array([1.0, 1.2, 0.8]), np.array([0.0, 0.1, -0.1])],
-                                           lambda a, b, axis=-1: a.mean(axis) - b.mean(axis), paired=False)
-    assert est == pytest.approx(1.0) and 0.7 < low < 1.0 < high < 1.3
-
-
-@pytest.mark.parametrize("low, high, side", [(0.1, 0.2, "above"), (-0.2, -0.1, "below"), (-0.1, 0.1, "straddles"),
-                                             (NAN, 0.1, "undefined")])
-def test_interval_side(low, high, side):
-    assert common.interval_side(low, high, 0.0) == side
-
-
 # --- alpha profile ---------------------------------------------------------------------------------
 
 def _alpha_table(values: dict[str, np.ndarray]) -> pd.DataFrame:
     rows = [dict(layer=i, role=role, alpha_shape=float(v)) for role, vs in values.items() for i, v in enumerate(vs)]
     return pd.DataFrame(rows)
-
-
-def test_depth_trend_says_rises_falls_or_flat():
-    rng = np.random.default_rng(0)
-    x = np.linspace(0, 1, 24)
-    table = _alpha_table({"q": 0.22 + 0.26 * x + rng.normal(0, 0.02, x.size),
-                          "k": 0.5 - 0.2 * x + rng.normal(0, 0.02, x.size),
-                          "v": 0.4 + np.tile([0.05, -0.05], 12)})
-    trend = alpha_profile.depth_trend(table).set_index("role")
-    assert trend.loc["q", "trend"] == "rises" and trend.loc["q", "rise_low"] < 0.26 < trend.loc["q", "rise_high"]
-    assert trend.loc["q", "first_fit"] == pytest.approx(0.22, abs=0.03)
-    assert trend.loc["k", "trend"] == "falls"
-    assert trend.loc["v", "trend"] == "flat within noise"
-    assert alpha_profile.trend_word(NAN, NAN) == "undefined"
-
-
-def test_qk_vo_asymmetry_branches():
-    rng = np.random.default_rng(0)
-    wavy, flat = np.sin(np.linspace(0, 3, 20)), 0.01 * rng.normal(size=20)
-
-    def profile(qk, vo):
-        return pd.DataFrame([dict(layer=i, group=g, value=v) for g, vs in (("Q/K", qk), ("V/O", vo))
-                             for i, v in enumerate(vs)])
-
-    assert alpha_profile.qk_vo_asymmetry(profile(wavy, flat))["asymmetry"] == "Q/K larger"
-    assert alpha_profile.qk_vo_asymmetry(profile(flat, wavy))["asymmetry"] == "V/O larger"
-    noise = rng.normal(size=20)
-    same = alpha_profile.qk_vo_asymmetry(profile(noise, noise[::-1]))  # equal spread, other order
-    assert same["asymmetry"] == "not separable" and same["ratio_low"] < 1 < same["ratio_high"]
-    missing = alpha_profile.qk_vo_asymmetry(profile(wavy, flat).query("group == 'Q/K'"))
-    assert missing["asymmetry"] == "undefined"
-    for result in (alpha_profile.qk_vo_asymmetry(profile(wavy, flat)), same, missing):
-        assert alpha_profile.asymmetry_sentence(result)  # every branch has its sentence
-    # group_profile averages the roles of a group per layer
-    table = _alpha_table({"q": np.array([1.0, 2.0]), "k": np.array([3.0, 4.0]), "v": np.array([0.0, 0.0])})
-    groups = alpha_profile.group_profile(table).set_index(["layer", "group"])["value"]
-    assert groups[(0, "Q/K")] == 2.0 and groups[(1, "Q/K")] == 3.0 and groups[(1, "V/O")] == 0.0
 
 
 # --- layer ablation --------------------------------------------------------------------------------
@@ -106,13 +52,13 @@ def _ablation(delta, half_width):
 
 def test_first_blocks_matter_most_branches():
     twelve = np.full(12, 0.1)
-    holds = layer_ablation.first_blocks_matter_most(_ablation(np.r_[2.0, twelve[1:]], 0.05))
+    holds = verdicts.first_blocks_matter_most(_ablation(np.r_[2.0, twelve[1:]], 0.05))
     assert holds["verdict"] == "holds" and holds["first_blocks"] == "0–1" and holds["top_first"] == 0
-    fails = layer_ablation.first_blocks_matter_most(_ablation(np.r_[0.1, 0.1, twelve[2:-1], 3.0], 0.05))
+    fails = verdicts.first_blocks_matter_most(_ablation(np.r_[0.1, 0.1, twelve[2:-1], 3.0], 0.05))
     assert fails["verdict"] == "does not hold" and fails["top_later"] == 11
-    close = layer_ablation.first_blocks_matter_most(_ablation(np.r_[1.0, 0.1, twelve[2:-1], 0.9], 0.2))
+    close = verdicts.first_blocks_matter_most(_ablation(np.r_[1.0, 0.1, twelve[2:-1], 0.9], 0.2))
     assert close["verdict"] == "inconclusive"
-    no_intervals = layer_ablation.first_blocks_matter_most(
+    no_intervals = verdicts.first_blocks_matter_most(
         _ablation(np.r_[2.0, twelve[1:]], 0.05).drop(columns=["delta_loss_low", "delta_loss_high"]))
     assert no_intervals["verdict"] == "inconclusive" and math.isnan(no_intervals["top_first_low"])
     for result in (holds, fails, close):
@@ -120,12 +66,12 @@ def test_first_blocks_matter_most_branches():
     # the costliest later block is separated from block 0, but a cheaper one with a wide interval is not
     wide = _ablation(np.r_[1.0, 0.1, twelve[2:-2], 0.5, 0.3], 0.05)
     wide.loc[11, "delta_loss_high"] = 1.2
-    reach = layer_ablation.first_blocks_matter_most(wide)
+    reach = verdicts.first_blocks_matter_most(wide)
     text = layer_ablation.first_blocks_sentence(reach)
     assert reach["verdict"] == "inconclusive" and reach["top_later"] == 10 and reach["reach_later"] == 11
     assert "the interval of block 11" in text and "their intervals overlap" not in text
     with pytest.raises(ValueError, match="too few blocks"):
-        layer_ablation.first_blocks_matter_most(_ablation([1.0], 0.1))
+        verdicts.first_blocks_matter_most(_ablation([1.0], 0.1))
 
 
 def test_ablation_numbers_count_blocks_without_a_detectable_cost():
@@ -143,17 +89,7 @@ def test_ablation_numbers_count_blocks_without_a_detectable_cost():
 @pytest.mark.parametrize("low, high, phrase", [(0.2, 0.8, "larger"), (-0.8, -0.2, "smaller"),
                                                (-0.2, 0.5, "does not detectably"), (NAN, NAN, "cannot be computed")])
 def test_rho_verdict_branches(low, high, phrase):
-    assert phrase in importance_vs_alpha.rho_verdict(dict(rho=0.3, ci_low=low, ci_high=high), "m", "α")
-
-
-def test_strongest_counts_the_estimators_not_separable_from_it():
-    rhos = pd.DataFrame(dict(estimator=["a", "b", "c", "d"], role="weighted", rho=[0.6, -0.7, 0.1, NAN],
-                             ci_low=[0.3, -0.9, -0.2, NAN], ci_high=[0.8, -0.4, 0.3, NAN]))
-    best = importance_vs_alpha.strongest(rhos)
-    assert best["estimator"] == "b" and best["n_close"] == 0  # 0.6's interval does not reach −0.7
-    rhos.loc[0, ["rho", "ci_low", "ci_high"]] = [-0.6, -0.8, -0.3]
-    assert importance_vs_alpha.strongest(rhos)["close"] == ["a (weighted)"]
-    assert importance_vs_alpha.strongest(rhos.assign(rho=NAN)) is None
+    assert phrase in verdicts.rho_verdict(dict(rho=0.3, ci_low=low, ci_high=high), "m", "α")
 
 
 # --- lifecycle -------------------------------------------------------------------------------------
@@ -170,20 +106,21 @@ def _compression(early, late, steps=10):
 
 
 def test_wave_reversal_branches():
+    wave = lambda grid, depth: spectral_lifecycle.wave_claim_row(lifecycle.wave_reversal(grid, depth))
     fast = lambda t: min(0.5, 0.2 * t)
     slow = lambda t: 0.09 * t
-    holds = spectral_lifecycle.wave_reversal(_compression(fast, slow), 4)
+    holds = wave(_compression(fast, slow), 4)
     assert holds["verdict"] == "holds" and holds["leader"] == "early"
     assert holds["peak_low"] > 0 and holds["after_high"] < 0
-    never_overtaken = spectral_lifecycle.wave_reversal(_compression(fast, lambda t: 0.02 * t), 4)
+    never_overtaken = wave(_compression(fast, lambda t: 0.02 * t), 4)
     assert never_overtaken["verdict"] == "does not hold" and never_overtaken["after_low"] > 0
     # the late half compresses first: the rule names it, and the claim does not hold
-    late_first = spectral_lifecycle.wave_reversal(_compression(lambda t: 0.0, slow), 4)
+    late_first = wave(_compression(lambda t: 0.0, slow), 4)
     assert late_first["verdict"] == "does not hold" and late_first["leader"] == "late"
     assert late_first["trough_high"] < 0
     # step 0 (g = 0 for every resample) is excluded: the peak's interval is not pinned at 0
     assert late_first["peak_high"] < 0 and late_first["peak_step"] > 0
-    mixed = spectral_lifecycle.wave_reversal(_compression((lambda t: min(0.9, 0.3 * t), lambda t: 0.0), lambda t: 0.3), 4)
+    mixed = wave(_compression((lambda t: min(0.9, 0.3 * t), lambda t: 0.0), lambda t: 0.3), 4)
     assert mixed["verdict"] == "inconclusive" and mixed["reason"] == verdicts.BLOCKS
 
 
@@ -203,13 +140,14 @@ def _snapshots(exponent: float, depths=(4, 8, 16), noise=0.02, seed=0):
 
 
 def test_delta_alpha_exponent_branches():
-    holds = spectral_lifecycle.delta_alpha_exponent(_snapshots(0.26))
+    exponent = lambda snaps: spectral_lifecycle.exponent_claim_row(lifecycle.delta_alpha_exponent(snaps))
+    holds = exponent(_snapshots(0.26))
     assert holds["verdict"] == "holds" and holds["low"] < 0.26 < holds["high"] and holds["n_late"] == [3, 3, 3]
-    steep = spectral_lifecycle.delta_alpha_exponent(_snapshots(1.0))
+    steep = exponent(_snapshots(1.0))
     assert steep["verdict"] == "does not hold" and steep["exponent"] == pytest.approx(1.0, abs=0.05)
-    noisy = spectral_lifecycle.delta_alpha_exponent(_snapshots(0.26, noise=0.3, depths=(4, 5), seed=2))
+    noisy = exponent(_snapshots(0.26, noise=0.3, depths=(4, 5), seed=2))
     assert noisy["verdict"] == "inconclusive" and noisy["low"] < 0 < 0.26 < noisy["high"]
-    one = spectral_lifecycle.delta_alpha_exponent(_snapshots(0.26, depths=(4,)))
+    one = exponent(_snapshots(0.26, depths=(4,)))
     assert one["verdict"] == "inconclusive" and math.isnan(one["exponent"])
 
 
@@ -227,7 +165,7 @@ def test_lifecycle_sentences():
     assert "at least as much" not in mixed
     gradient = pd.DataFrame(dict(depth=6, group="Q/K", step=[0, 10, 20, 30, 40],
                                  gradient=[0.0, -0.05, -0.01, 0.01, 0.005]))
-    assert spectral_lifecycle.zero_crossings(gradient, 6) == [30]
+    assert lifecycle.zero_crossings(gradient, 6) == [30]
     waves = pd.DataFrame([dict(depth=4, group="Q/K", leader="none", peak_step=0, trough_step=0, reversed=False),
                           dict(depth=6, group="Q/K", leader="late", peak_step=30, trough_step=10, reversed=False),
                           dict(depth=8, group="Q/K", leader="early", peak_step=10, trough_step=40, reversed=True)])
@@ -272,7 +210,7 @@ def test_verdict_carries_its_reason_and_compares_as_a_word():
     # 4 blocks: the smallest two-sided permutation p is 1/12, so p < 0.02 is out of reach whatever the budget
     (0.75, 1.0, 0.083, 4, claims.OPEN, "blocks")])
 def test_score_rho(low, high, p, n, verdict, reason):
-    scored = claims.score_rho(0.8, low, high, p, n)
+    scored = verdicts.score_rho(0.8, low, high, p, n)
     assert scored == verdict and scored.reason == reason
 
 
@@ -294,13 +232,25 @@ def test_score_ratio_magnitude(low, high, verdict):
 
 @pytest.mark.parametrize("winners, verdict", [
     (["last_n", "last_n", "tie", "zone_aware", "zone_aware"], claims.HOLDS),   # the paper's crossover
+    # a tie after Last-N's last win, even after zone-aware's first win: zone-aware is never behind there
+    (["last_n", "zone_aware", "tie", "tie", "zone_aware"], claims.HOLDS),
+    # a Last-N win after zone-aware's first win: they trade places, there is no single crossover
+    (["last_n", "zone_aware", "last_n", "zone_aware", "zone_aware"], claims.FAILS),
     (["zone_aware"] * 5, claims.FAILS),                                        # ahead from k = 1: no crossover
     (["tie", "zone_aware", "last_n", "tie", "last_n"], claims.FAILS),           # Last-N ahead at the largest k
     (["last_n", "tie", "tie", "tie", "tie"], claims.OPEN),                     # ties hide whether they cross
+    (["last_n", "zone_aware", "tie", "tie", "tie"], claims.OPEN),              # not ahead at the largest k
     ({}, claims.OPEN)])
 def test_score_crossover(winners, verdict):
     table = dict(enumerate(winners, start=1)) if isinstance(winners, list) else winners
     assert verdicts.score_crossover(table) == verdict
+
+
+def test_the_crossover_rule_says_what_its_code_does_with_ties_and_losses():
+    words = verdicts.score_crossover.rule
+    assert "every zone-aware win comes after Last-N's last win" in words
+    assert "not separable from Last-N (a tie) but never behind" in words or "never behind it" in words
+    assert "a zone-aware win comes before a Last-N win" in words
 
 
 @pytest.mark.parametrize("low, high, verdict", [(10.0, 30.0, claims.HOLDS), (82.0, 252.0, claims.HOLDS),
@@ -308,7 +258,7 @@ def test_score_crossover(winners, verdict):
                                                 (NAN, NAN, claims.OPEN)])
 def test_score_gap(low, high, verdict):
     # a gap larger than the paper's (130× [82, 252]) bears "up to 23.7×" out; it does not contradict it
-    assert claims.score_gap(low, high) == verdict
+    assert verdicts.score_gap(low, high) == verdict
 
 
 @pytest.mark.parametrize("leader, low, high, verdict", [("early", -0.2, -0.1, claims.HOLDS),
@@ -317,60 +267,52 @@ def test_score_gap(low, high, verdict):
                                                         ("early", -0.1, 0.1, claims.OPEN),
                                                         ("neither", -0.2, -0.1, claims.OPEN)])
 def test_score_wave(leader, low, high, verdict):
-    assert claims.score_wave(leader, low, high) == verdict
+    assert verdicts.score_wave(leader, low, high) == verdict
 
 
 @pytest.mark.parametrize("shape, verdict", [("rises", claims.HOLDS), ("inverted U", claims.HOLDS),
                                             ("falls", claims.FAILS), ("U-shaped", claims.FAILS),
                                             ("not separable", claims.OPEN), ("undefined", claims.OPEN)])
 def test_score_shape(shape, verdict):
-    assert claims.score_shape(shape) == verdict
+    assert verdicts.score_shape(shape) == verdict
 
 
 def test_score_exponent_is_never_firm_on_snapshot_jitter_alone():
     for word in ("holds", "does not hold", "inconclusive"):
-        scored = claims.score_exponent(word)
+        scored = verdicts.score_exponent(word)
         assert scored == claims.OPEN and scored.reason == verdicts.SEEDS
 
 
-def test_profile_shape_branches():
-    x = np.linspace(0, 1, 16)
+def test_sentences_of_the_profile_and_the_strongest_rho():
     rng = np.random.default_rng(0)
-    noise = rng.normal(0, 0.005, x.size)
-    shape = lambda y: alpha_profile.profile_shape(_alpha_table({"q": y}), "q", n_resamples=300)
-    assert shape(0.2 + 0.3 * x + noise)["shape"] == "rises"
-    bump = shape(0.2 + x * (1 - x) + noise)
-    assert bump["shape"] == "inverted U" and 0.4 < bump["vertex"] < 0.6
-    assert shape(0.5 - 0.3 * x + noise)["shape"] == "falls"
-    assert shape(0.5 - x * (1 - x) + noise)["shape"] == "U-shaped"
-    assert shape(0.3 + 0.05 * rng.normal(size=x.size))["shape"] == "not separable"
-    assert shape(np.array([0.1, 0.2]))["shape"] == "undefined"
+    wavy, flat = np.sin(np.linspace(0, 3, 20)), 0.01 * rng.normal(size=20)
+    groups = pd.DataFrame([dict(layer=i, group=g, value=v) for g, vs in (("Q/K", wavy), ("V/O", flat))
+                           for i, v in enumerate(vs)])
+    noise = rng.normal(size=20)
+    same = pd.DataFrame([dict(layer=i, group=g, value=v) for g, vs in (("Q/K", noise), ("V/O", noise[::-1]))
+                         for i, v in enumerate(vs)])
+    for found in (groups, same, groups.query("group == 'Q/K'")):
+        assert alpha_profile.asymmetry_sentence(profile.qk_vo_asymmetry(found))  # every branch has its sentence
     # the first block the largest while the line rises: the sentence says both
     x30 = np.linspace(0, 1, 30)
     spike = 0.2 + 0.3 * x30 + rng.normal(0, 0.005, x30.size)
     spike[0] = 0.55
-    text = alpha_profile.shape_sentence(shape(spike))
+    shape = profile.profile_shape(_alpha_table({"q": spike}), "q", n_resamples=300)
+    text = alpha_profile.shape_sentence(shape)
     assert text.startswith("The first block has the largest value of all") and "carried by the later blocks" in text
+    rhos = pd.DataFrame(dict(estimator=[f"e{i}" for i in range(56)], role="weighted",
+                             rho=np.linspace(-0.5, 0.6, 56), ci_low=np.linspace(-0.7, 0.3, 56),
+                             ci_high=np.linspace(-0.2, 0.8, 56), p_value=np.r_[np.full(55, 0.5), 0.004]))
+    text = importance_vs_alpha.strongest_text([dict(model="m", strongest=strongest(rhos))])
+    assert "largest of 56" in text and "p = 0.22" in text
 
 
 def test_first_blocks_sentence_ranks_every_first_block():
     delta = np.r_[3.0, 0.3, 0.05, np.full(26, 0.1), 0.5]   # block 0 1st, block 29 2nd, block 1 3rd, block 2 last
-    result = layer_ablation.first_blocks_matter_most(_ablation(delta, 0.01))
+    result = verdicts.first_blocks_matter_most(_ablation(delta, 0.01))
     text = layer_ablation.first_blocks_sentence(result)
     assert result["verdict"] == "holds" and result["first_ranks"] == {0: 1, 1: 3, 2: 30}
     assert "block 2 30th" in text and "block 1 3rd" in text and "(here 0–2) matter most" not in text
-
-
-def test_holm_and_the_strongest_of_many_is_adjusted():
-    assert importance_vs_alpha.holm([0.01, 0.04, 0.03, NAN, 0.005]) == pytest.approx([0.03, 0.06, 0.06, NAN, 0.02],
-                                                                            nan_ok=True)
-    rhos = pd.DataFrame(dict(estimator=[f"e{i}" for i in range(56)], role="weighted",
-                             rho=np.linspace(-0.5, 0.6, 56), ci_low=np.linspace(-0.7, 0.3, 56),
-                             ci_high=np.linspace(-0.2, 0.8, 56), p_value=np.r_[np.full(55, 0.5), 0.004]))
-    best = importance_vs_alpha.strongest(rhos)
-    assert best["n_tested"] == 56 and best["p_holm"] == pytest.approx(56 * 0.004) and best["n_significant"] == 0
-    text = importance_vs_alpha.strongest_text([dict(model="m", strongest=best)])
-    assert "largest of 56" in text and "p = 0.22" in text
 
 
 def test_a_rounded_column_is_not_padded():
@@ -388,14 +330,30 @@ def test_score_claims_without_chapters_marks_every_claim_not_measured():
 
 
 def test_adding_a_claim_is_one_registry_entry():
-    extra = claims.Claim("extra", "a new claim", "its figure", "its rule", "healing",
+    @verdicts.rule("holds never; inconclusive (budget) always")
+    def score_extra(low, high):
+        return verdicts.Verdict(verdicts.OPEN, verdicts.BUDGET)
+
+    extra = claims.Claim("extra", "a new claim", "its figure", score_extra, "healing",
                          lambda tables: [dict(ours="x", interval="[1, 2]", model="m", corpus="c", chapter="healing",
-                                              verdict=verdicts.Verdict(verdicts.OPEN, verdicts.BUDGET))]
+                                              verdict=score_extra(1, 2))]
                          if "healing" in tables else [])
     scores = claims.score_claims({"healing": {}}, registry=[*claims.REGISTRY, extra])
     row = scores[scores["claim"] == "a new claim"].iloc[0]
     assert row["verdict"] == claims.OPEN and "token budget" in row["reason"]
+    assert row["rule"] == "holds never; inconclusive (budget) always"
     assert claims.score_claims({}, registry=[extra])["verdict"].tolist() == [claims.MISSING]
+    with pytest.raises(TypeError, match="rule function"):   # words written apart from the code are refused
+        claims.Claim("loose", "a claim", "a figure", "its rule, typed again", "healing", lambda tables: [])
+
+
+def test_each_rule_is_written_once_beside_the_code_that_applies_it():
+    for claim in claims.REGISTRY:
+        assert claim.rule == claim.score.rule == claims.RULES[claim.key]
+        assert claim.score.__doc__.startswith(f"Rule: {claim.rule}.")   # the docstring states the same words
+    assert list(claims.rules_table()["rule"]) == [c.score.rule for c in claims.REGISTRY]
+    # a rule states how it decides, never a result of this book
+    assert all("10³" not in c.rule for c in claims.REGISTRY)
 
 
 # --- the chapters' run() on tiny models, and the scorecard page reading what they wrote ------------------
@@ -457,7 +415,7 @@ def test_scorecard_page_scores_the_tables_the_chapters_wrote(tiny_model_dir, tmp
     # The rows are the chapters' numbers: the α profile of the Q projection, Last-N and its fair variant.
     rise = scores[scores["claim"] == claims.CLAIMS["rise"]].iloc[0]
     q = alpha["shape_claim"].iloc[0]
-    assert rise["interval"] == f"rise {claims.interval_text(q['rise_low'], q['rise_high'])}"
+    assert rise["interval"] == f"rise {fmt_interval(None, q['rise_low'], q['rise_high'])}"
     ratio_rows = scores[scores["claim"] == claims.CLAIMS["direction"]]
     assert ratio_rows["ours"].str.startswith(("ΔPPL(last_n)", "ΔPPL(last_n_keep_last)")).all() and len(ratio_rows) == 2
     page = (tmp_path / "claims.ipynb").read_text()

@@ -14,10 +14,12 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from zones.analysis.bootstrap import interval_side
 from zones.measure.stats import LEVEL, N_RESAMPLES, SEED, paired_bootstrap
 from zones.pruning.sweep import WINDOW_COLUMNS, canonical_removed
 
 COLLAPSE_RATIO = 1e3  # a ΔPPL ratio above this says one arm collapsed, not how much better the other is
+PRUNED = "pruned"     # the stage of a healing comparison before healing
 
 
 class _Windows:
@@ -241,6 +243,46 @@ def compare_strategies(table: pd.DataFrame, numerator: str = "last_n", denominat
                          "status": status, "winner": winner}).reset_index(drop=True)
 
 
+def reference_comparisons(table: pd.DataFrame, window_losses: pd.DataFrame, ours: str,
+                          references: Sequence[str]) -> pd.DataFrame:
+    """:func:`compare_strategies` ``(reference, ours)`` for each reference present, stacked:
+    ``reference, ours, k, reference_delta_ppl, ours_delta_ppl, ratio, ratio_low, ratio_high,
+    status, winner`` (ratio = ΔPPL(reference) / ΔPPL(ours): above 1, ours removed blocks more
+    cheaply)."""
+    present = set(table["strategy"])
+    parts = []
+    for reference in [r for r in references if r in present and r != ours]:
+        c = compare_strategies(table, reference, ours, window_losses)
+        parts.append(c.rename(columns={reference: "reference_delta_ppl", ours: "ours_delta_ppl"})
+                     .assign(reference=reference, ours=ours)
+                     [["reference", "ours", "k", "reference_delta_ppl", "ours_delta_ppl", "ratio", "ratio_low",
+                       "ratio_high", "status", "winner"]])
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+        columns=["reference", "ours", "k", "reference_delta_ppl", "ours_delta_ppl", "ratio", "ratio_low",
+                 "ratio_high", "status", "winner"])
+
+
+def worst_best_gaps(table: pd.DataFrame, window_losses: pd.DataFrame, best: pd.DataFrame) -> pd.DataFrame:
+    """Per k, how many times the worst strategy's ΔPPL is the best's, with its paired interval:
+    :func:`best_sets` columns plus ``worst_best_ratio, worst_best_ratio_low, worst_best_ratio_high,
+    gap_status`` (``compare_strategies(worst, best)`` at that k; ``collapsed`` where the best's
+    ΔPPL interval reaches 0 or the ratio exceeds the collapse limit)."""
+    out = best.copy()
+    cache: dict[tuple[str, str], pd.DataFrame] = {}
+    ratio, low, high, status = [], [], [], []
+    for row in best.itertuples():
+        key = (row.worst, row.best)
+        if row.worst == row.best:
+            ratio.append(1.0), low.append(1.0), high.append(1.0), status.append("ratio")
+            continue
+        if key not in cache:
+            cache[key] = compare_strategies(table, row.worst, row.best, window_losses).set_index("k")
+        at = cache[key].loc[row.k]
+        ratio.append(float(at["ratio"])), low.append(float(at["ratio_low"])), high.append(float(at["ratio_high"]))
+        status.append(str(at["status"]))
+    return out.assign(worst_best_ratio=ratio, worst_best_ratio_low=low, worst_best_ratio_high=high, gap_status=status)
+
+
 def crossover_k(comparison: pd.DataFrame, winner: str = "zone_aware") -> int | None:
     """The smallest k from which ``winner`` wins at every larger k of the comparison, if it
     loses somewhere before it; ``None`` when there is no such switch (it always or never
@@ -267,3 +309,76 @@ def best_by_k(summary: pd.DataFrame, strategies: Sequence[str] | None = None) ->
                          worst=worst["strategy"], worst_delta_ppl=float(worst["delta_ppl"]),
                          worst_best_ratio=float(ratio)))
     return pd.DataFrame(rows)
+
+
+def healing_intervals(arms: pd.DataFrame, window_losses: pd.DataFrame, stages: Sequence[str], *, reference: str,
+                      ours: str, n_resamples: int = N_RESAMPLES, level: float = LEVEL,
+                      seed: int = SEED) -> dict[str, pd.DataFrame]:
+    """Every interval of a healing comparison from one paired bootstrap over the eval windows.
+
+    ``arms``: ``strategy, seed, k, removed`` (each strategy's plan per seed and k).
+    ``window_losses``: ``stage, removed, window, nll, n_tokens`` (``stage`` ``"full"`` for the
+    full model, :data:`PRUNED` before healing, else the healing method). Returns
+
+    * ``delta``: ``strategy, k, stage, delta_loss, delta_loss_low, delta_loss_high, delta_ppl,
+      n_seeds`` (Δloss in nats against the full model; the median over seeds);
+    * ``gain``: ``strategy, k, method, gain, gain_low, gain_high`` (Δloss after − before;
+      negative: healing helped);
+    * ``comparison``: ``k, stage, reference, ours, difference, difference_low,
+      difference_high, winner`` (difference = Δloss(reference) − Δloss(ours); winner is the
+      strategy whose interval side it is on, or ``"neither"``).
+    """
+    full = window_losses[window_losses["stage"] == "full"].sort_values("window")
+    tokens = full["n_tokens"].to_numpy(dtype=np.float64)
+    pivot = window_losses[window_losses["stage"] != "full"].pivot_table(
+        index=["stage", "removed"], columns="window", values="nll")
+    keys = list(pivot.index)
+    data = np.vstack([full["nll"].to_numpy()[None], pivot.to_numpy()])
+    row = {key: i + 1 for i, key in enumerate(keys)}
+    groups, labels = [], []
+    for (strategy, k), part in arms.groupby(["strategy", "k"], sort=False):
+        for stage in stages:
+            groups.append([row[(stage, canonical_removed(r))] for r in part["removed"]])
+            labels.append(("delta", strategy, int(k), stage, len(part)))
+    index = {label[1:4]: i for i, label in enumerate(labels)}
+    pairs = []
+    for (strategy, k, stage, _), i in ((label[1:], i) for i, label in enumerate(labels)):
+        if stage != PRUNED:
+            pairs.append((("gain", strategy, k, stage), i, index[(strategy, k, PRUNED)]))
+    for k in sorted(arms["k"].unique()):
+        for stage in stages:
+            if (reference, int(k), stage) in index and (ours, int(k), stage) in index:
+                pairs.append((("comparison", None, int(k), stage), index[(reference, int(k), stage)],
+                              index[(ours, int(k), stage)]))
+
+    def statistic(nll, n):
+        # (variants, [resamples,] windows): the resamples sit between variants and windows
+        loss = nll.sum(-1) / n.sum(-1)                       # (variants, [resamples])
+        delta = loss[1:] - loss[:1]
+        medians = np.stack([np.median(delta[[g - 1 for g in group]], axis=0) for group in groups])
+        diffs = np.stack([medians[a] - medians[b] for _, a, b in pairs]) if pairs else medians[:0]
+        return np.concatenate([medians, diffs])
+
+    interval = paired_bootstrap(statistic, (data, np.broadcast_to(tokens, data.shape)), n_resamples=n_resamples,
+                                level=level, seed=seed)
+    est, low, high = interval.estimate, interval.low, interval.high
+    base = float(full["nll"].sum() / tokens.sum())
+    delta = pd.DataFrame([dict(strategy=s, k=k, stage=stage, delta_loss=est[i], delta_loss_low=low[i],
+                               delta_loss_high=high[i], delta_ppl=float(np.exp(base + est[i]) - np.exp(base)),
+                               n_seeds=n) for i, (_, s, k, stage, n) in enumerate(labels)])
+    offset = len(labels)
+    gain = pd.DataFrame([dict(strategy=s, k=k, method=stage, gain=est[offset + j], gain_low=low[offset + j],
+                              gain_high=high[offset + j])
+                         for j, ((kind, s, k, stage), _, _) in enumerate(pairs) if kind == "gain"],
+                        columns=["strategy", "k", "method", "gain", "gain_low", "gain_high"])
+    comparison = []
+    for j, ((kind, _, k, stage), _, _) in enumerate(pairs):
+        if kind != "comparison":
+            continue
+        side = interval_side(low[offset + j], high[offset + j], 0.0)
+        comparison.append(dict(k=k, stage=stage, reference=reference, ours=ours, difference=est[offset + j],
+                               difference_low=low[offset + j], difference_high=high[offset + j],
+                               winner={"above": ours, "below": reference}.get(side, "neither")))
+    comparison = pd.DataFrame(comparison, columns=["k", "stage", "reference", "ours", "difference",
+                                                   "difference_low", "difference_high", "winner"])
+    return dict(delta=delta, gain=gain, comparison=comparison)

@@ -27,17 +27,18 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
+from zones.analysis.profile import trend_word
 from zones.core.cache import atomic_write_text
 from zones.pruning import COLLAPSE_RATIO
-from zones.report import healing
-from zones.report.common import ChapterResult, interval_side, read_summary, save
+from zones.report.common import ChapterResult, read_summary, save
 from zones.report.format import fmt_interval, fmt_num, fmt_p, fmt_ratio
-from zones.report.layer_ablation import first_blocks_matter_most
 from zones.report.verdicts import (
-    BLOCKS,
     BUDGET,
     FAILS,
+    HEALING_CLAIM,
+    HEALING_PAPER,
     HOLDS,
+    LAST_N_KEEP_LAST,
     MISSING,
     OPEN,
     OURS,
@@ -48,19 +49,24 @@ from zones.report.verdicts import (
     PAPER_RATIO,
     PAPER_RHO,
     PAPER_RHO_P,
-    SEEDS,
     UNDEFINED,
     VERDICTS,
     Verdict,
     finite,
+    first_blocks_matter_most,
     from_word,
-    interval_text,
     min_permutation_p,
     ratio_interval_text,
+    score_after_healing,
+    score_asymmetry,
     score_crossover,
+    score_exponent,
+    score_gap,
     score_ratio_direction,
     score_ratio_magnitude,
-    side_verdict,
+    score_rho,
+    score_shape,
+    score_wave,
     verdict_phrase,
 )
 
@@ -76,92 +82,40 @@ __all__ = ["CHAPTERS", "CLAIMS", "COLUMNS", "Claim", "FAILS", "HOLDS", "MISSING"
            "scorecard_html", "summary_markdown", "verdict_counts", "verdict_phrase"]
 
 
+PAPER_SOURCE, BOOK_SOURCE = "paper", "beyond the paper"   # whose claim a row scores
+
+
 @dataclass(frozen=True)
 class Claim:
-    """One claim of the paper, as the scorecard tests it.
+    """One claim, as the scorecard tests it.
 
-    ``key`` names it; ``claim`` and ``paper`` are what the paper asserts and its figure;
-    ``rule`` the stated rule; ``chapter`` the chapter that measures it (its "not measured"
-    row and its link); ``rows(tables)`` returns its scored rows (dicts with ``ours, interval,
-    model, corpus, chapter, verdict``) from :func:`load_tables`' dict, or ``[]`` when the
-    chapter did not write what it reads.
+    ``key`` names it; ``claim`` and ``paper`` are what is asserted and the paper's figure;
+    ``score`` is the rule function that decides (``zones.report.verdicts``; its words,
+    ``score.rule``, are the claim's :attr:`rule`, written once beside the code); ``chapter``
+    the chapter that measures it (its "not measured" row and its link); ``rows(tables)``
+    returns its scored rows (dicts with ``ours, interval, model, corpus, chapter, verdict``)
+    from :func:`load_tables`' dict, or ``[]`` when the chapter did not write what it reads;
+    ``source``: :data:`PAPER_SOURCE` for the paper's claims, :data:`BOOK_SOURCE` for the
+    book's own claims beyond the paper.
     """
 
     key: str
     claim: str
     paper: str
-    rule: str
+    score: Callable[..., Any]
     chapter: str
     rows: Callable[[Tables], list[dict]]
+    source: str = PAPER_SOURCE
 
+    def __post_init__(self):
+        if not isinstance(getattr(self.score, "rule", None), str):
+            raise TypeError(f"claim {self.key!r}: its score must be a rule function (zones.report.verdicts.rule), "
+                            f"so the page prints the words of the code that decides")
 
-# --- the rules (each tested branch by branch in tests/test_report.py) -------------------------------------
-
-def score_rho(rho: float, low: float, high: float, p_value: float, n_blocks: int | None = None) -> Verdict:
-    """Claim "α predicts importance, ρ = 0.69–0.84 with p < 0.02": holds if the interval lies
-    at or above 0.69 and p < 0.02; does not hold if it lies below 0.69; otherwise
-    inconclusive, for ``blocks`` when with ``n_blocks`` blocks even a perfect ordering cannot
-    reach p < 0.02 (the smallest two-sided permutation p is 2 / n!) or the interval is
-    undefined with few blocks, else for ``budget``."""
-    few = n_blocks is not None and min_permutation_p(int(n_blocks)) >= PAPER_RHO_P
-    side = interval_side(low, high, PAPER_RHO[0])
-    if side == "below":
-        return Verdict(FAILS)
-    if few:
-        return Verdict(OPEN, BLOCKS)
-    if side == "above" or (side == "straddles" and low == PAPER_RHO[0]):
-        return Verdict(HOLDS) if p_value < PAPER_RHO_P else Verdict(OPEN, BUDGET)
-    return Verdict(OPEN, UNDEFINED if side == "undefined" else BUDGET)
-
-
-def score_gap(low: float, high: float) -> Verdict:
-    """Claim "the choice of strategy matters: worst-vs-best gaps up to 23.7×": the largest
-    worst/best ΔPPL ratio over k. Holds if its interval lies above 1 and reaches 23.7 (a gap at
-    least as large as the paper's: "up to 23.7×" is then borne out, or exceeded); does not hold
-    if it lies wholly below 23.7 (the gaps here stay smaller than the paper's); inconclusive if
-    it is undefined (the best arm's ΔPPL interval reaches 0) or reaches 23.7 but contains 1
-    (budget)."""
-    if not finite(low, high):
-        return Verdict(OPEN, UNDEFINED)
-    if high < PAPER_GAP:
-        return Verdict(FAILS)
-    if low > 1:
-        return Verdict(HOLDS)
-    return Verdict(OPEN, BUDGET)
-
-
-def score_wave(leader: str, after_low: float, after_high: float, reason: str = BLOCKS) -> Verdict:
-    """Claim "a compression wave runs from early to late layers, then reverses", from
-    ``lifecycle.wave_reversal`` (step 0 excluded): holds if the early half led and the later
-    minimum's interval lies below 0; does not hold if the late half led, or the early half led
-    and the later minimum's interval lies above 0; inconclusive (``reason``, the layers per
-    half) otherwise."""
-    side = interval_side(after_low, after_high, 0.0)
-    if leader == "late" or (leader == "early" and side == "above"):
-        return Verdict(FAILS)
-    if leader == "early" and side == "below":
-        return Verdict(HOLDS)
-    return Verdict(OPEN, reason if reason else BLOCKS)
-
-
-def score_shape(shape: str) -> Verdict:
-    """Claim "the α profile rises with depth (an inverted U in deeper models)", from
-    ``alpha_profile.profile_shape``: holds for ``rises`` or ``inverted U``; does not hold for
-    ``falls`` or ``U-shaped``; inconclusive otherwise (blocks: the weights are all there is,
-    so only more blocks would narrow it)."""
-    if shape in ("rises", "inverted U"):
-        return Verdict(HOLDS)
-    if shape in ("falls", "U-shaped"):
-        return Verdict(FAILS)
-    return Verdict(OPEN, UNDEFINED if shape == "undefined" else BLOCKS)
-
-
-def score_exponent(word: str) -> Verdict:  # noqa: ARG001 (the word is shown in ``ours``)
-    """Claim "Δα ∝ L^0.26": the chapter's rule (``lifecycle.delta_alpha_exponent``) reads an
-    interval that covers snapshot jitter only, from one training run per depth; a firm verdict
-    needs runs with several seeds, so the scorecard says inconclusive (seeds) and shows the
-    jitter-only verdict in ``ours``."""
-    return Verdict(OPEN, SEEDS)
+    @property
+    def rule(self) -> str:
+        """The stated rule: the words attached to :attr:`score`."""
+        return self.score.rule
 
 
 # --- rows --------------------------------------------------------------------------------------------------
@@ -189,7 +143,7 @@ def _rho_rows(tables: Tables) -> list[dict]:
             n = int(n) if n is not None and finite(float(n)) else None
             floor = f"; with {n} blocks the smallest p is {fmt_num(min_permutation_p(n), 2)}" if n else ""
             ours = f"ρ = {fmt_num(r['rho'], 2)}, {fmt_p(r['p_value'])} ({role} {estimator}, chosen in advance{floor})"
-            rows.append(_row(ours, interval_text(r["ci_low"], r["ci_high"], 2), str(r["model"]),
+            rows.append(_row(ours, fmt_interval(None, r["ci_low"], r["ci_high"]), str(r["model"]),
                              _corpus(tables, chapter), chapter,
                              score_rho(r["rho"], r["ci_low"], r["ci_high"], r["p_value"], n)))
     return rows
@@ -260,6 +214,9 @@ def _gap_rows(tables: Tables) -> list[dict]:
                  score_gap(top["worst_best_ratio_low"], top["worst_best_ratio_high"]))]
 
 
+TREND_SHAPES = {"rises": "rises", "falls": "falls", "flat within noise": "not separable", "undefined": "undefined"}
+
+
 def _shape_rows(tables: Tables) -> list[dict]:
     alpha = tables.get("alpha_profile", {})
     model = str(alpha.get("summary", {}).get("model", "–"))
@@ -268,13 +225,13 @@ def _shape_rows(tables: Tables) -> list[dict]:
         ours = (f"{r['role']}-projection α: {r['shape']}; rise {fmt_interval(r['rise'], r['rise_low'], r['rise_high'], signed=True)}, "
                 f"curvature {fmt_interval(r['curvature'], r['curvature_low'], r['curvature_high'], signed=True)}; "
                 f"largest at block {int(r['top_block'])}")
-        return [_row(ours, f"rise {interval_text(r['rise_low'], r['rise_high'])}", model, "– (weights only)",
+        return [_row(ours, f"rise {fmt_interval(None, r['rise_low'], r['rise_high'])}", model, "– (weights only)",
                      "alpha_profile", score_shape(str(r["shape"])))]
     if "trend" in alpha and "q" in set(alpha["trend"]["role"]):
         r = alpha["trend"].set_index("role").loc["q"]
         ours = f"Q-projection α {r['first_fit']:.2f} → {r['last_fit']:.2f} (fitted), rise {fmt_num(r['rise'])}"
-        return [_row(ours, interval_text(r["rise_low"], r["rise_high"]), model, "– (weights only)", "alpha_profile",
-                     side_verdict(interval_side(r["rise_low"], r["rise_high"], 0.0), "above", BLOCKS))]
+        return [_row(ours, fmt_interval(None, r["rise_low"], r["rise_high"]), model, "– (weights only)", "alpha_profile",
+                     score_shape(TREND_SHAPES[trend_word(r["rise_low"], r["rise_high"])]))]
     return []
 
 
@@ -294,7 +251,7 @@ def _first_rows(tables: Tables) -> list[dict]:
                     + (f"; ranks of blocks {r['first_blocks']} by ΔLoss: "
                        f"{', '.join(str(rank) for rank in r['first_ranks'].values())} of {r['n_blocks']}"
                        if len(r.get("first_ranks", {})) > 1 else ""))
-            rows.append(_row(ours, interval_text(r["top_first_low"], r["top_first_high"]), str(model),
+            rows.append(_row(ours, fmt_interval(None, r["top_first_low"], r["top_first_high"]), str(model),
                              _corpus(tables, chapter), chapter, from_word(r["verdict"], BUDGET)))
     return rows
 
@@ -309,8 +266,8 @@ def _asymmetry_rows(tables: Tables) -> list[dict]:
         for r in life["asymmetry_claim"].to_dict("records"):
             found.append((r, f"trained depth {int(r['depth'])}", _corpus(tables, "spectral_lifecycle"),
                           "spectral_lifecycle"))
-    return [_row(f"std(Q/K) / std(V/O) = {a['ratio']:.3g}", interval_text(a["ratio_low"], a["ratio_high"]), model,
-                 corpus, chapter, side_verdict(interval_side(a["ratio_low"], a["ratio_high"], 1.0), "above", BLOCKS))
+    return [_row(f"std(Q/K) / std(V/O) = {a['ratio']:.3g}", fmt_interval(None, a["ratio_low"], a["ratio_high"]), model,
+                 corpus, chapter, score_asymmetry(a["ratio_low"], a["ratio_high"]))
             for a, model, corpus, chapter in found]
 
 
@@ -326,7 +283,7 @@ def _wave_rows(tables: Tables) -> list[dict]:
                         f"{fmt_interval(r.get('trough', math.nan), r.get('trough_low', math.nan), r.get('trough_high', math.nan))})",
                 "neither": "neither half led beyond its interval"}[leader]
         ours = f"Q/K, step 0 excluded: {lead}; later min g = {fmt_num(r['after'])}"
-        rows.append(_row(ours, f"later min g {interval_text(r['after_low'], r['after_high'])}",
+        rows.append(_row(ours, f"later min g {fmt_interval(None, r['after_low'], r['after_high'])}",
                          f"trained depth {int(r['depth'])}", _corpus(tables, "spectral_lifecycle"),
                          "spectral_lifecycle", score_wave(leader, r["after_low"], r["after_high"])))
     return rows
@@ -339,66 +296,49 @@ def _exponent_rows(tables: Tables) -> list[dict]:
     r = life["delta_alpha_claim"].iloc[0]
     ours = (f"b = {fmt_num(r['exponent'])} (depths {r['depths']}, {r['group']} matrices); by the snapshot-jitter "
             f"interval alone the claim {verdict_phrase(str(r['verdict']))}")
-    return [_row(ours, f"{interval_text(r['low'], r['high'])} (snapshot jitter only)", "trained series",
+    return [_row(ours, f"{fmt_interval(None, r['low'], r['high'])} (snapshot jitter only)", "trained series",
                  _corpus(tables, "spectral_lifecycle"), "spectral_lifecycle", score_exponent(str(r["verdict"])))]
 
 
+def _healing_rows(tables: Tables) -> list[dict]:
+    """One row per healing method, read from ``healing/verdict.csv``."""
+    found = tables.get("healing", {})
+    if "verdict" not in found:
+        return []
+    rows = []
+    for r in found["verdict"].to_dict("records"):
+        ours = (f"Δloss({LAST_N_KEEP_LAST}) − Δloss({OURS}) after {r['method']} healing at k = {int(r['k'])}: "
+                f"{fmt_num(r['difference'], 3, signed=True)} nats")
+        rows.append(_row(ours, fmt_interval(None, r["difference_low"], r["difference_high"]), str(r["model"]),
+                         str(r["corpus"]), "healing",
+                         score_after_healing(float(r["difference_low"]), float(r["difference_high"]))))
+    return rows
+
+
 REGISTRY: list[Claim] = [
-    Claim("rho", "α predicts importance", f"ρ = {PAPER_RHO[0]}–{PAPER_RHO[1]}, p < {PAPER_RHO_P}",
-          f"ρ of the α chosen in advance (the chapter's parameter, not the best of the table); holds if its 95% "
-          f"interval lies at or above {PAPER_RHO[0]} and p < {PAPER_RHO_P}; does not hold if it lies below "
-          f"{PAPER_RHO[0]}; inconclusive otherwise: for the number of blocks when even a perfect ordering of n "
-          f"blocks cannot reach p < {PAPER_RHO_P} (the smallest two-sided permutation p is 2/n!), else for the "
-          f"budget", "importance_vs_alpha", _rho_rows),
+    Claim("rho", "α predicts importance", f"ρ = {PAPER_RHO[0]}–{PAPER_RHO[1]}, p < {PAPER_RHO_P}", score_rho,
+          "importance_vs_alpha", _rho_rows),
     Claim("direction", "zone-aware pruning removes blocks more cheaply than Last-N",
-          "ΔPPL(Last-N) / ΔPPL(zone-aware) > 1 at large k",
-          "ratio = ΔPPL(Last-N) / ΔPPL(zone-aware) at the largest k; holds if its 95% interval lies above 1; does "
-          "not hold if below 1; inconclusive (budget) if it contains 1", "pruning",
+          "ΔPPL(Last-N) / ΔPPL(zone-aware) > 1 at large k", score_ratio_direction, "pruning",
           _ratio_rows(score_ratio_direction)),
     Claim("magnitude", "… by 1.1×–3.6×", f"{PAPER_RATIO[0]}×–{PAPER_RATIO[1]}× lower ΔPPL than Last-N",
-          f"the same ratio; holds if its 95% interval lies inside [{PAPER_RATIO[0]}, {PAPER_RATIO[1]}]; does not "
-          f"hold if it lies wholly above {PAPER_RATIO[1]} (a collapsed Last-N gives > 10³, not the paper's range) "
-          f"or wholly below {PAPER_RATIO[0]}; inconclusive (budget) if it crosses either end", "pruning",
-          _ratio_rows(score_ratio_magnitude)),
+          score_ratio_magnitude, "pruning", _ratio_rows(score_ratio_magnitude)),
     Claim("crossover", "Last-N is better at small k, zone-aware from k ≈ 6",
-          f"crossover at k ≈ {PAPER_CROSSOVER_K} (Pythia-410M)",
-          "the separable winner at each k (paired Δloss interval excludes 0); holds if Last-N wins at some k and "
-          "zone-aware at every k after Last-N's last win; does not hold if zone-aware wins from k = 1 with Last-N "
-          "never ahead, or Last-N is ahead at the largest k; inconclusive (budget) otherwise", "pruning",
-          _crossover_rows),
-    Claim("healed", healing.CLAIM, healing.PAPER, healing.HEALING_RULE, "healing", healing.healing_rows),
-    Claim("gap", "the choice of strategy matters: worst-vs-best gaps up to 23.7×", f"up to {PAPER_GAP}×",
-          f"the largest worst/best ΔPPL ratio over k; holds if its 95% interval lies above 1 and reaches "
-          f"{PAPER_GAP} or beyond (gaps at least as large as the paper's); does not hold if it lies wholly below "
-          f"{PAPER_GAP}; inconclusive if it is undefined (the best arm's ΔPPL interval reaches 0) or contains 1",
+          f"crossover at k ≈ {PAPER_CROSSOVER_K} (Pythia-410M)", score_crossover, "pruning", _crossover_rows),
+    Claim("healed", HEALING_CLAIM, HEALING_PAPER, score_after_healing, "healing", _healing_rows),
+    Claim("gap", "the choice of strategy matters: worst-vs-best gaps up to 23.7×", f"up to {PAPER_GAP}×", score_gap,
           "pruning", _gap_rows),
     Claim("rise", "the α profile rises with depth (an inverted U in deeper models)",
-          f"Pythia-410M Q-projection α: {PAPER_Q_PROFILE[0]} → {PAPER_Q_PROFILE[1]}",
-          "over relative depth, with blocks resampled: holds if the fitted parabola's curvature interval lies "
-          "below 0 with its turn inside the depth (inverted U) or the fitted line's rise interval lies above 0; "
-          "does not hold if the rise's interval lies below 0 or the profile is U-shaped; inconclusive (blocks) "
-          "otherwise", "alpha_profile", _shape_rows),
+          f"Pythia-410M Q-projection α: {PAPER_Q_PROFILE[0]} → {PAPER_Q_PROFILE[1]}", score_shape, "alpha_profile",
+          _shape_rows),
     Claim("first", "the first blocks matter most", "the first blocks have the largest ΔLoss",
-          "holds if the costliest block is one of the first ⌈L/10⌉ and its ΔLoss interval lies above every later "
-          "block's; does not hold if a later block's interval lies above all of theirs; inconclusive (budget) "
-          "otherwise", "layer_ablation", _first_rows),
+          first_blocks_matter_most, "layer_ablation", _first_rows),
     Claim("asymmetry", "Q/K carry the depth dependence, V/O stay flat", "Q/K vary with depth, V/O flat",
-          "std over blocks of the Q/K α profile / that of V/O; holds if its 95% interval lies above 1; does not "
-          "hold if below 1; inconclusive (blocks) otherwise", "alpha_profile", _asymmetry_rows),
+          score_asymmetry, "alpha_profile", _asymmetry_rows),
     Claim("wave", "a compression wave runs from early to late layers, then reverses",
-          "early layers compress first; the gradient later reverses",
-          "g = mean compression of the first half of the layers − the second half's, at every snapshot after "
-          "step 0; the leading half is the one whose extreme (max g for early, min g for late) has an interval "
-          "excluding 0, the earlier one if both; holds if the early half led and the interval of g's later "
-          "minimum lies below 0; does not hold if the late half led, or the early half led and that interval lies "
-          "above 0 (no reversal); inconclusive (blocks: layers per half) otherwise", "spectral_lifecycle",
-          _wave_rows),
-    Claim("exponent", "Δα ∝ L^0.26", f"b = {PAPER_EXPONENT} (R² = 0.99)",
-          f"b = log–log slope of Δα (averaged over the last quarter's snapshots) on depth; its interval resamples "
-          f"snapshots, so it covers snapshot jitter only: by that interval the claim would hold if it contains "
-          f"{PAPER_EXPONENT} and lies above 0 and not hold if it excludes {PAPER_EXPONENT}, but with one training "
-          f"run per depth the verdict is inconclusive (seeds) until several seeds are trained",
-          "spectral_lifecycle", _exponent_rows),
+          "early layers compress first; the gradient later reverses", score_wave, "spectral_lifecycle", _wave_rows),
+    Claim("exponent", "Δα ∝ L^0.26", f"b = {PAPER_EXPONENT} (R² = 0.99)", score_exponent, "spectral_lifecycle",
+          _exponent_rows),
 ]
 
 CLAIMS = {c.key: c.claim for c in REGISTRY}

@@ -42,62 +42,21 @@ from zones.pruning import (
     PruningContext,
     alpha_zones,
     best_sets,
-    compare_strategies,
     crossover_k,
     pairwise_differences,
     pruning_sweep,
     summarize_pruning,
 )
+from zones.pruning.compare import reference_comparisons, worst_best_gaps
 from zones.report.common import NAN, ChapterResult, save
 from zones.report.format import fmt_interval, fmt_num, fmt_ratio
-from zones.report.verdicts import PAPER_RATIO, score_ratio_direction, score_ratio_magnitude, verdict_phrase
+from zones.report.verdicts import OURS, PAPER_RATIO, score_ratio_direction, score_ratio_magnitude, verdict_phrase
 from zones.spectra import alpha_table
 
-OURS = "zone_aware"
 REFERENCES = ("last_n", "last_n_keep_last", "random", "random_protected")   # compared with ours, in this order
 
 
 # --- tables ------------------------------------------------------------------------------------------
-
-def comparisons(table: pd.DataFrame, window_losses: pd.DataFrame, ours: str = OURS,
-                references: Sequence[str] = REFERENCES) -> pd.DataFrame:
-    """``zones.pruning.compare_strategies(reference, ours)`` for each reference present, stacked:
-    ``reference, ours, k, reference_delta_ppl, ours_delta_ppl, ratio, ratio_low, ratio_high,
-    status, winner`` (ratio = ΔPPL(reference) / ΔPPL(ours): above 1, ours removed blocks more
-    cheaply)."""
-    present = set(table["strategy"])
-    parts = []
-    for reference in [r for r in references if r in present and r != ours]:
-        c = compare_strategies(table, reference, ours, window_losses)
-        parts.append(c.rename(columns={reference: "reference_delta_ppl", ours: "ours_delta_ppl"})
-                     .assign(reference=reference, ours=ours)
-                     [["reference", "ours", "k", "reference_delta_ppl", "ours_delta_ppl", "ratio", "ratio_low",
-                       "ratio_high", "status", "winner"]])
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
-        columns=["reference", "ours", "k", "reference_delta_ppl", "ours_delta_ppl", "ratio", "ratio_low",
-                 "ratio_high", "status", "winner"])
-
-
-def gaps(table: pd.DataFrame, window_losses: pd.DataFrame, best: pd.DataFrame) -> pd.DataFrame:
-    """Per k, how many times the worst strategy's ΔPPL is the best's, with its paired interval:
-    ``best_sets`` columns plus ``worst_best_ratio, worst_best_ratio_low, worst_best_ratio_high,
-    gap_status`` (``compare_strategies(worst, best)`` at that k; ``collapsed`` where the best's
-    ΔPPL interval reaches 0 or the ratio exceeds the collapse limit)."""
-    out = best.copy()
-    cache: dict[tuple[str, str], pd.DataFrame] = {}
-    ratio, low, high, status = [], [], [], []
-    for row in best.itertuples():
-        key = (row.worst, row.best)
-        if row.worst == row.best:
-            ratio.append(1.0), low.append(1.0), high.append(1.0), status.append("ratio")
-            continue
-        if key not in cache:
-            cache[key] = compare_strategies(table, row.worst, row.best, window_losses).set_index("k")
-        at = cache[key].loc[row.k]
-        ratio.append(float(at["ratio"])), low.append(float(at["ratio_low"])), high.append(float(at["ratio_high"]))
-        status.append(str(at["status"]))
-    return out.assign(worst_best_ratio=ratio, worst_best_ratio_low=low, worst_best_ratio_high=high, gap_status=status)
-
 
 def interval_table(summary: pd.DataFrame, strategies: Sequence[str], value: str = "delta_loss") -> pd.DataFrame:
     """Strategies (rows) × k (columns), each cell ``"0.19 [0.12, 0.27]"`` (``value`` with its
@@ -331,7 +290,6 @@ def findings(table: pd.DataFrame, summary: pd.DataFrame, pairwise: pd.DataFrame,
     out["recipe_text"] = recipe_text(pairwise, k_max, [r for r in recipe if r in present], ours)
     out["seeds_text"] = seeds_text(summary, k_max) or "no seeded strategy was run"
     out["behind_text"] = behind_text(comparison, ours)
-    out["behind_text"] = behind_text(comparison, ours)
     return out
 
 
@@ -342,7 +300,8 @@ def run(model: str = "smollm2-135m", corpus: str = "stdlib", seq_len: int = 256,
     """The chapter: plans and scores every strategy (``zones.pruning.pruning_sweep``, cached)
     → ``pruning.csv`` (every strategy, seed and k), ``window_losses.csv`` (per eval window),
     ``by_strategy.csv`` (per strategy and k, with intervals), ``pairwise.csv``, ``best.csv``
-    (:func:`gaps`), ``crossover.csv`` (:func:`comparisons`) and ``summary.json``."""
+    (``zones.pruning.compare.worst_best_gaps``), ``crossover.csv``
+    (``zones.pruning.compare.reference_comparisons``) and ``summary.json``."""
     started = time.time()
     strategies = list(DEFAULT_STRATEGIES + RECIPE_ABLATIONS if strategies is None else strategies)
     missing = [s for s in (OURS, "last_n") if s not in strategies]
@@ -363,8 +322,8 @@ def run(model: str = "smollm2-135m", corpus: str = "stdlib", seq_len: int = 256,
     main = [s for s in strategies if s not in RECIPE_ABLATIONS]
     summary = summarize_pruning(table, windows)
     pairwise = pairwise_differences(table, windows)
-    best = gaps(table, windows, best_sets(table, windows, strategies=main))
-    comparison = comparisons(table, windows)
+    best = worst_best_gaps(table, windows, best_sets(table, windows, strategies=main))
+    comparison = reference_comparisons(table, windows, OURS, REFERENCES)
 
     zone_params = STRATEGIES[OURS].params
     profile = PruningContext(loaded.model, alpha=alpha).layer_alpha(zone_params["estimator"], zone_params["role"])
