@@ -15,6 +15,7 @@ registers every strategy, block and sublayer.
 """
 from __future__ import annotations
 
+from zones.pruning import sublayers  # noqa: E402,F401  registers the sublayer strategies
 from zones.pruning.compare import (
                       COLLAPSE_RATIO,
                       best_by_k,
@@ -63,8 +64,6 @@ from zones.pruning.sweep import (
                       pruning_sweep,
                       pruning_table,
 )
-
-from zones.pruning import sublayers  # noqa: E402,F401  registers the sublayer strategies
 
 __all__ = [
     "COLLAPSE_RATIO", "best_by_k", "best_sets", "compare_strategies", "crossover_k", "pairwise_differences",

@@ -51,7 +51,6 @@ from zones.measure.sublayers import (
     normalize_removal,
     removal_params,
     removed_sublayers,
-    sublayer_params,
 )
 from zones.pruning.strategies import (
     BLOCK,

@@ -76,10 +76,9 @@ CHAPTERS = ("alpha_profile", "layer_ablation", "importance_vs_alpha", "pruning",
 LAST_N = ("last_n", "last_n_keep_last")   # the claim's reference: literal Last-N, and as practitioners use it
 Tables = Mapping[str, Mapping[str, Any]]
 
-__all__ = ["CHAPTERS", "CLAIMS", "COLUMNS", "Claim", "FAILS", "HOLDS", "MISSING", "OPEN", "PAPER", "REGISTRY",
-           "RULES", "claim_counts", "load_tables", "rules_table", "run", "score_claims", "score_crossover",
-           "score_gap", "score_ratio_direction", "score_ratio_magnitude", "score_rho", "score_wave",
-           "scorecard_html", "summary_markdown", "verdict_counts", "verdict_phrase"]
+__all__ = ["BOOK_SOURCE", "CHAPTERS", "CLAIMS", "COLUMNS", "Claim", "PAPER_SOURCE", "REGISTRY", "RULES", "claim_counts",
+           "claim_outcomes", "load_tables", "rules_table", "run", "score_claims", "scorecard_html", "summary_markdown",
+           "verdict_counts"]
 
 
 PAPER_SOURCE, BOOK_SOURCE = "paper", "beyond the paper"   # whose claim a row scores
@@ -342,7 +341,6 @@ REGISTRY: list[Claim] = [
 ]
 
 CLAIMS = {c.key: c.claim for c in REGISTRY}
-PAPER = {c.key: c.paper for c in REGISTRY}
 RULES = {c.key: c.rule for c in REGISTRY}
 
 

@@ -91,10 +91,6 @@ def verdict_table(comparison: pd.DataFrame, methods: Sequence[str], model: str, 
 # Sentences
 # --------------------------------------------------------------------------------------------
 
-def _nats(est, low, high) -> str:
-    return fmt_interval(est, low, high, unit="nats", signed=True)
-
-
 def findings(delta: pd.DataFrame, gain: pd.DataFrame, comparison: pd.DataFrame, verdicts: pd.DataFrame,
              methods: Sequence[str]) -> dict[str, Any]:
     """The numbers and sentences the page glues."""
@@ -105,14 +101,16 @@ def findings(delta: pd.DataFrame, gain: pd.DataFrame, comparison: pd.DataFrame, 
             r = delta[(delta["strategy"] == strategy) & (delta["k"] == k_max) & (delta["stage"] == stage)]
             if len(r):
                 r = r.iloc[0]
-                out[f"dloss_{strategy}_{stage}_kmax"] = _nats(r["delta_loss"], r["delta_loss_low"],
-                                                              r["delta_loss_high"])
+                out[f"dloss_{strategy}_{stage}_kmax"] = fmt_interval(r["delta_loss"], r["delta_loss_low"],
+                                                                     r["delta_loss_high"], unit="nats", signed=True)
     texts: list[str] = []
     for stage in [PRUNED, *methods]:
-        part = comparison[comparison["stage"] == stage].sort_values("k")
-        said = "; ".join(f"k = {int(r['k'])}: d = {_nats(r['difference'], r['difference_low'], r['difference_high'])}"
-                         f" ({'neither separable' if r['winner'] == 'neither' else r['winner'] + ' ahead'})"
-                         for r in part.to_dict("records"))
+        parts = []
+        for r in comparison[comparison["stage"] == stage].sort_values("k").to_dict("records"):
+            d = fmt_interval(r["difference"], r["difference_low"], r["difference_high"], unit="nats", signed=True)
+            ahead = "neither separable" if r["winner"] == "neither" else r["winner"] + " ahead"
+            parts.append(f"k = {int(r['k'])}: d = {d} ({ahead})")
+        said = "; ".join(parts)
         out[f"comparison_{stage}_text"] = said or "not measured"
         if stage != PRUNED:
             texts.append(f"{stage}: {said or 'not measured'}")
@@ -124,9 +122,8 @@ def findings(delta: pd.DataFrame, gain: pd.DataFrame, comparison: pd.DataFrame, 
         v = verdicts.iloc[0]
         out["verdict"] = str(v["verdict"])
         phrase = {"holds": "holds", "does not hold": "does not hold"}.get(v["verdict"], "is inconclusive at this budget")
-        out["verdict_text"] = (f"at k = {int(v['k'])} after {v['method']} healing, d = "
-                               f"{_nats(v['difference'], v['difference_low'], v['difference_high'])}: the claim "
-                               f"{phrase}")
+        d = fmt_interval(v["difference"], v["difference_low"], v["difference_high"], unit="nats", signed=True)
+        out["verdict_text"] = f"at k = {int(v['k'])} after {v['method']} healing, d = {d}: the claim {phrase}"
     else:
         out["verdict"], out["verdict_text"] = "not measured", "not measured (no healing method ran)"
     return out
@@ -208,7 +205,7 @@ def run(model: str = "smollm2-135m", corpus: str = "stdlib", seq_len: int = 256,
 
 def shown_delta(delta: pd.DataFrame, strategies: Sequence[str], stages: Sequence[str]) -> pd.DataFrame:
     """Δloss with its interval as text: one row per strategy, one column per (k, stage)."""
-    df = delta.assign(text=[_nats(a, b, c) for a, b, c in
+    df = delta.assign(text=[fmt_interval(a, b, c, unit="nats", signed=True) for a, b, c in
                             zip(delta["delta_loss"], delta["delta_loss_low"], delta["delta_loss_high"])],
                       column=[f"k = {k}, {stage}" for k, stage in zip(delta["k"], delta["stage"])])
     columns = [f"k = {k}, {stage}" for k in sorted(delta["k"].unique()) for stage in stages]
@@ -218,7 +215,8 @@ def shown_delta(delta: pd.DataFrame, strategies: Sequence[str], stages: Sequence
 
 def shown_gain(gain: pd.DataFrame, strategies: Sequence[str]) -> pd.DataFrame:
     """The gain of healing with its interval as text: one row per strategy, one column per (k, method)."""
-    df = gain.assign(text=[_nats(a, b, c) for a, b, c in zip(gain["gain"], gain["gain_low"], gain["gain_high"])],
+    df = gain.assign(text=[fmt_interval(a, b, c, unit="nats", signed=True)
+                           for a, b, c in zip(gain["gain"], gain["gain_low"], gain["gain_high"])],
                      column=[f"k = {k}, {m}" for k, m in zip(gain["k"], gain["method"])])
     columns = list(dict.fromkeys(f"k = {k}, {m}" for k, m in sorted(zip(gain["k"], gain["method"]))))
     return df.pivot(index="strategy", columns="column", values="text").reindex(index=list(strategies),
