@@ -358,7 +358,10 @@ def tokens_per_second(model: nn.Module, windows: Windows, removals: Sequence[str
     removed sublayers compute nothing) run one forward (with its LM head) over the same first
     batch of windows,
     in turn, so load on the machine affects all alike. Columns: ``removed, seconds`` (median),
-    ``tokens_per_s``, ``speedup`` (full model's seconds over this one's). Not a test (timing).
+    ``tokens_per_s``, ``speedup`` (full model's median seconds over this one's), ``speedup_min,
+    speedup_max`` (the range of the speed-up over the repeats, each repeat's full-model time
+    over its own: the spread a reader can put beside the ratio; equal with one repeat) and
+    ``repeats``. Not a test (timing).
     """
     repeats = check_int(repeats, "repeats", min=1)
     ids = windows.input_ids[:batch_size].to(model_device(model))
@@ -373,6 +376,11 @@ def tokens_per_second(model: nn.Module, windows: Windows, removals: Sequence[str
                     model(input_ids=ids, use_cache=False)  # end to end: blocks, final norm and LM head
                     times[v].append(time.perf_counter() - start)
     full = float(np.median(times[""]))
-    rows = [dict(removed=v, seconds=float(np.median(t)), tokens_per_s=ids.numel() / float(np.median(t)),
-                 speedup=full / float(np.median(t))) for v, t in times.items()]
-    return pd.DataFrame(rows, columns=["removed", "seconds", "tokens_per_s", "speedup"])
+    rows = []
+    for v, t in times.items():
+        paired = np.asarray(times[""]) / np.asarray(t)   # repeat by repeat: the same load on both
+        rows.append(dict(removed=v, seconds=float(np.median(t)), tokens_per_s=ids.numel() / float(np.median(t)),
+                         speedup=full / float(np.median(t)), speedup_min=float(paired.min()),
+                         speedup_max=float(paired.max()), repeats=int(repeats)))
+    return pd.DataFrame(rows, columns=["removed", "seconds", "tokens_per_s", "speedup", "speedup_min", "speedup_max",
+                                       "repeats"])

@@ -1,5 +1,5 @@
-"""The paper's claims, tested: one row per claim and per model (and corpus), each scored by
-a stated rule from the tables the chapters wrote.
+"""The paper's claims, and the book's own claims beyond the paper, tested: one row per claim
+and per model (and corpus), each scored by a stated rule from the tables the chapters wrote.
 
 The chapters write their tables to ``<results>/<chapter>/``; :func:`load_tables` reads them
 back and :func:`score_claims` applies the rules of :data:`REGISTRY`. A verdict
@@ -7,15 +7,16 @@ back and :func:`score_claims` applies the rules of :data:`REGISTRY`. A verdict
 
 * ``holds``: the 95% interval of our figure agrees with the claim as the rule says;
 * ``does not hold``: the interval excludes what the paper claims;
-* ``inconclusive``: the interval is too wide to tell, with the reason in ``reason``: the
-  token budget, the number of blocks (layers), the number of training runs (seeds), or an
-  undefined interval;
+* ``inconclusive``: the interval is too wide to tell, with the reason in ``reason``: the limit
+  that binds, decided from the data by ``zones.report.verdicts.binding_limit`` (the eval
+  tokens, the blocks or layers, the training runs, or an undefined interval);
 * ``not measured``: the chapter that measures it was not run.
 
 Each claim of the paper is split into what it asserts (the direction of the Last-N ratio,
 its magnitude, the crossover), and each part is one :class:`Claim` of :data:`REGISTRY`: its
 words, the paper's figure, its rule, and the function that turns the chapters' tables into
-rows. Adding a claim is adding one entry to :data:`REGISTRY`.
+rows. Adding a claim is adding one entry to :data:`REGISTRY`; a claim of the book's own, beyond
+the paper, is one ``Claim.beyond(key, claim, score, chapter, rows)`` entry, listed apart.
 """
 from __future__ import annotations
 
@@ -29,14 +30,12 @@ import pandas as pd
 
 from zones.analysis.profile import trend_word
 from zones.core.cache import atomic_write_text
-from zones.pruning import COLLAPSE_RATIO
+from zones.pruning import COLLAPSE_RATIO, RECIPE_ABLATIONS
 from zones.report.common import ChapterResult, read_summary, save
 from zones.report.format import fmt_interval, fmt_num, fmt_p, fmt_ratio
 from zones.report.verdicts import (
-    BUDGET,
     FAILS,
     HEALING_CLAIM,
-    HEALING_PAPER,
     HOLDS,
     LAST_N_KEEP_LAST,
     MISSING,
@@ -52,6 +51,7 @@ from zones.report.verdicts import (
     UNDEFINED,
     VERDICTS,
     Verdict,
+    binding_limit,
     finite,
     first_blocks_matter_most,
     from_word,
@@ -70,7 +70,8 @@ from zones.report.verdicts import (
     verdict_phrase,
 )
 
-COLUMNS = ["claim", "paper", "ours", "interval", "model", "corpus", "chapter", "rule", "verdict", "reason"]
+COLUMNS = ["claim", "source", "paper", "ours", "interval", "model", "corpus", "chapter", "rule", "verdict", "reason",
+           "note"]
 CHAPTERS = ("alpha_profile", "layer_ablation", "importance_vs_alpha", "pruning", "healing", "depth_series",
             "spectral_lifecycle")
 LAST_N = ("last_n", "last_n_keep_last")   # the claim's reference: literal Last-N, and as practitioners use it
@@ -116,11 +117,28 @@ class Claim:
         """The stated rule: the words attached to :attr:`score`."""
         return self.score.rule
 
+    @classmethod
+    def beyond(cls, key: str, claim: str, score: Callable[..., Any], chapter: str,
+               rows: Callable[[Tables], list[dict]]) -> "Claim":
+        """A claim of the book's own, beyond the paper (no figure of the paper to set beside it)."""
+        return cls(key, claim, "– (beyond the paper)", score, chapter, rows, BOOK_SOURCE)
+
 
 # --- rows --------------------------------------------------------------------------------------------------
 
-def _row(ours: str, interval: str, model: str, corpus: str, chapter: str, verdict: Verdict) -> dict:
-    return dict(ours=ours, interval=interval, model=model, corpus=corpus, chapter=chapter, verdict=verdict)
+def _row(ours: str, interval: str, model: str, corpus: str, chapter: str, verdict: Verdict, note: str = "") -> dict:
+    return dict(ours=ours, interval=interval, model=model, corpus=corpus, chapter=chapter, verdict=verdict,
+                note=note)
+
+
+def _summary(tables: Tables, chapter: str) -> Mapping[str, Any]:
+    return tables.get(chapter, {}).get("summary", {})
+
+
+def _tokens(tables: Tables, chapter: str) -> int | None:
+    """The eval tokens a chapter scored (its summary's ``n_tokens``), if it says."""
+    n = _summary(tables, chapter).get("n_tokens")
+    return int(n) if isinstance(n, (int, float)) and finite(float(n)) else None
 
 
 def _corpus(tables: Tables, chapter: str, default: str = "–") -> str:
@@ -168,10 +186,28 @@ def _ratio_rows(score: Callable[[float, float], Verdict]) -> Callable[[Tables], 
         at_max = crossover[(crossover["k"] == k_max) & crossover["reference"].isin(LAST_N)]
         return [_row(f"ΔPPL({r['reference']}) / ΔPPL({r['ours']}) at k = {k_max}: {_ratio_shown(r)}",
                      ratio_interval_text(r["ratio_low"], r["ratio_high"]),
-                     f"{_pruning_model(tables)} (vs {r['reference']})",
-                     _corpus(tables, "pruning"), "pruning", score(r["ratio_low"], r["ratio_high"]))
+                     f"{_pruning_model(tables)} (vs {r['reference']})", _corpus(tables, "pruning"), "pruning",
+                     score(r["ratio_low"], r["ratio_high"], ratio=r["ratio"], tokens=_tokens(tables, "pruning")),
+                     _behind_note(tables, k_max))
                 for r in at_max.to_dict("records")]
     return rows
+
+
+def _behind_note(tables: Tables, k: int) -> str:
+    """Which of the pruning chapter's strategies (its recipe ablations left out) are separably
+    ahead of zone-aware at k, by the paired Δloss difference: the direction claim can hold
+    against Last-N while zone-aware is behind others, and the row says so."""
+    pairwise = tables.get("pruning", {}).get("pairwise")
+    if pairwise is None:
+        return ""
+    at = pairwise[pairwise["k"] == k]
+    ahead = [*at.loc[(at["strategy_a"] == OURS) & (at["diff_low"] > 0), "strategy_b"],
+             *at.loc[(at["strategy_b"] == OURS) & (at["diff_high"] < 0), "strategy_a"]]
+    ahead = [s for s in dict.fromkeys(ahead) if s not in RECIPE_ABLATIONS]
+    if not ahead:
+        return f"at k = {k} no other strategy is separably ahead of {OURS}"
+    listed = ahead[0] if len(ahead) == 1 else ", ".join(ahead[:-1]) + f" and {ahead[-1]}"
+    return f"at k = {k}, {OURS} is separably behind {listed} (paired Δloss intervals)"
 
 
 def _crossover_rows(tables: Tables) -> list[dict]:
@@ -190,8 +226,8 @@ def _crossover_rows(tables: Tables) -> list[dict]:
         ours = (f"{reference} separably ahead at k = {listed(behind)}; {OURS} separably ahead at k = "
                 f"{listed(ahead)} (k = 1–{max(winners)})")
         rows.append(_row(ours, "paired Δloss intervals per k", f"{_pruning_model(tables)} (vs {reference})",
-                         _corpus(tables, "pruning"),
-                         "pruning", score_crossover(winners, OURS, reference)))
+                         _corpus(tables, "pruning"), "pruning",
+                         score_crossover(winners, OURS, reference, tokens=_tokens(tables, "pruning"))))
     return rows
 
 
@@ -210,7 +246,7 @@ def _gap_rows(tables: Tables) -> list[dict]:
     return [_row(f"{shown} at k = {int(top['k'])} ({top['worst']} / {top['best']})",
                  ratio_interval_text(top["worst_best_ratio_low"], top["worst_best_ratio_high"]),
                  _pruning_model(tables), _corpus(tables, "pruning"), "pruning",
-                 score_gap(top["worst_best_ratio_low"], top["worst_best_ratio_high"]))]
+                 score_gap(top["worst_best_ratio_low"], top["worst_best_ratio_high"], tokens=_tokens(tables, "pruning")))]
 
 
 TREND_SHAPES = {"rises": "rises", "falls": "falls", "flat within noise": "not separable", "undefined": "undefined"}
@@ -225,12 +261,12 @@ def _shape_rows(tables: Tables) -> list[dict]:
                 f"curvature {fmt_interval(r['curvature'], r['curvature_low'], r['curvature_high'], signed=True)}; "
                 f"largest at block {int(r['top_block'])}")
         return [_row(ours, f"rise {fmt_interval(None, r['rise_low'], r['rise_high'])}", model, "– (weights only)",
-                     "alpha_profile", score_shape(str(r["shape"])))]
+                     "alpha_profile", score_shape(str(r["shape"]), n_blocks=int(r["n_blocks"])))]
     if "trend" in alpha and "q" in set(alpha["trend"]["role"]):
         r = alpha["trend"].set_index("role").loc["q"]
         ours = f"Q-projection α {r['first_fit']:.2f} → {r['last_fit']:.2f} (fitted), rise {fmt_num(r['rise'])}"
         return [_row(ours, fmt_interval(None, r["rise_low"], r["rise_high"]), model, "– (weights only)", "alpha_profile",
-                     score_shape(TREND_SHAPES[trend_word(r["rise_low"], r["rise_high"])]))]
+                     score_shape(TREND_SHAPES[trend_word(r["rise_low"], r["rise_high"])], n_blocks=int(r["n_blocks"])))]
     return []
 
 
@@ -250,8 +286,10 @@ def _first_rows(tables: Tables) -> list[dict]:
                     + (f"; ranks of blocks {r['first_blocks']} by ΔLoss: "
                        f"{', '.join(str(rank) for rank in r['first_ranks'].values())} of {r['n_blocks']}"
                        if len(r.get("first_ranks", {})) > 1 else ""))
+            tokens = int(part["n_tokens"].iloc[0]) if "n_tokens" in part else None
             rows.append(_row(ours, fmt_interval(None, r["top_first_low"], r["top_first_high"]), str(model),
-                             _corpus(tables, chapter), chapter, from_word(r["verdict"], BUDGET)))
+                             _corpus(tables, chapter), chapter,
+                             from_word(r["verdict"], *binding_limit("windows", tokens=tokens))))
     return rows
 
 
@@ -266,7 +304,7 @@ def _asymmetry_rows(tables: Tables) -> list[dict]:
             found.append((r, f"trained depth {int(r['depth'])}", _corpus(tables, "spectral_lifecycle"),
                           "spectral_lifecycle"))
     return [_row(f"std(Q/K) / std(V/O) = {a['ratio']:.3g}", fmt_interval(None, a["ratio_low"], a["ratio_high"]), model,
-                 corpus, chapter, score_asymmetry(a["ratio_low"], a["ratio_high"]))
+                 corpus, chapter, score_asymmetry(a["ratio_low"], a["ratio_high"], n_layers=int(a["n_layers"])))
             for a, model, corpus, chapter in found]
 
 
@@ -284,7 +322,8 @@ def _wave_rows(tables: Tables) -> list[dict]:
         ours = f"Q/K, step 0 excluded: {lead}; later min g = {fmt_num(r['after'])}"
         rows.append(_row(ours, f"later min g {fmt_interval(None, r['after_low'], r['after_high'])}",
                          f"trained depth {int(r['depth'])}", _corpus(tables, "spectral_lifecycle"),
-                         "spectral_lifecycle", score_wave(leader, r["after_low"], r["after_high"])))
+                         "spectral_lifecycle", score_wave(leader, r["after_low"], r["after_high"],
+                                                          n_layers=int(r["n_early"]) + int(r["n_late"]))))
     return rows
 
 
@@ -293,10 +332,14 @@ def _exponent_rows(tables: Tables) -> list[dict]:
     if "delta_alpha_claim" not in life:
         return []
     r = life["delta_alpha_claim"].iloc[0]
+    trained = {int(d): int(n) for d, n in (pair.split(":") for pair in str(r.get("seeds_trained", "")).split(",")
+                                           if ":" in pair)}
     ours = (f"b = {fmt_num(r['exponent'])} (depths {r['depths']}, {r['group']} matrices); by the snapshot-jitter "
             f"interval alone the claim {verdict_phrase(str(r['verdict']))}")
+    verdict = score_exponent(str(r["verdict"]), runs_resampled=int(r.get("runs_resampled", 1)),
+                             seeds_trained=trained or None)
     return [_row(ours, f"{fmt_interval(None, r['low'], r['high'])} (snapshot jitter only)", "trained series",
-                 _corpus(tables, "spectral_lifecycle"), "spectral_lifecycle", score_exponent(str(r["verdict"])))]
+                 _corpus(tables, "spectral_lifecycle"), "spectral_lifecycle", verdict)]
 
 
 def _healing_rows(tables: Tables) -> list[dict]:
@@ -310,7 +353,8 @@ def _healing_rows(tables: Tables) -> list[dict]:
                 f"{fmt_num(r['difference'], 3, signed=True)} nats")
         rows.append(_row(ours, fmt_interval(None, r["difference_low"], r["difference_high"]), str(r["model"]),
                          str(r["corpus"]), "healing",
-                         score_after_healing(float(r["difference_low"]), float(r["difference_high"]))))
+                         score_after_healing(float(r["difference_low"]), float(r["difference_high"]),
+                                             difference=float(r["difference"]), tokens=_tokens(tables, "healing"))))
     return rows
 
 
@@ -324,7 +368,6 @@ REGISTRY: list[Claim] = [
           score_ratio_magnitude, "pruning", _ratio_rows(score_ratio_magnitude)),
     Claim("crossover", "Last-N is better at small k, zone-aware from k ≈ 6",
           f"crossover at k ≈ {PAPER_CROSSOVER_K} (Pythia-410M)", score_crossover, "pruning", _crossover_rows),
-    Claim("healed", HEALING_CLAIM, HEALING_PAPER, score_after_healing, "healing", _healing_rows),
     Claim("gap", "the choice of strategy matters: worst-vs-best gaps up to 23.7×", f"up to {PAPER_GAP}×", score_gap,
           "pruning", _gap_rows),
     Claim("rise", "the α profile rises with depth (an inverted U in deeper models)",
@@ -338,6 +381,8 @@ REGISTRY: list[Claim] = [
           "early layers compress first; the gradient later reverses", score_wave, "spectral_lifecycle", _wave_rows),
     Claim("exponent", "Δα ∝ L^0.26", f"b = {PAPER_EXPONENT} (R² = 0.99)", score_exponent, "spectral_lifecycle",
           _exponent_rows),
+    # the book's own claims, beyond the paper: one line each
+    Claim.beyond("healed", HEALING_CLAIM, score_after_healing, "healing", _healing_rows),
 ]
 
 CLAIMS = {c.key: c.claim for c in REGISTRY}
@@ -382,8 +427,8 @@ def score_claims(tables: Tables, registry: list[Claim] | None = None) -> pd.Data
                           verdict=Verdict(MISSING))]
         for row in found:
             verdict = row["verdict"]
-            rows.append(dict(row, claim=claim.claim, paper=claim.paper, rule=claim.rule, verdict=str(verdict),
-                             reason=getattr(verdict, "why", "")))
+            rows.append(dict(row, claim=claim.claim, source=claim.source, paper=claim.paper, rule=claim.rule,
+                             verdict=str(verdict), reason=getattr(verdict, "why", ""), note=row.get("note", "")))
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -393,22 +438,28 @@ def verdict_counts(scores: pd.DataFrame) -> dict[str, int]:
 
 
 def claim_outcomes(scores: pd.DataFrame) -> pd.DataFrame:
-    """One row per claim (in :data:`REGISTRY` order): ``claim, outcome, models, chapter`` where
-    ``outcome`` is the common verdict of its rows, or ``mixed`` when they differ."""
+    """One row per claim (in :data:`REGISTRY` order): ``claim, source, outcome, models,
+    chapter, verdicts, notes`` where ``outcome`` is the common verdict of its rows, or ``mixed``
+    when they differ, and ``notes`` the rows' notes (what the verdict alone does not say)."""
     rows = []
     for claim, part in scores.groupby("claim", sort=False):
         verdicts = list(dict.fromkeys(part["verdict"]))
-        rows.append(dict(claim=claim, outcome=verdicts[0] if len(verdicts) == 1 else "mixed",
+        rows.append(dict(claim=claim, source=str(part["source"].iloc[0]),
+                         outcome=verdicts[0] if len(verdicts) == 1 else "mixed",
                          models="; ".join(dict.fromkeys(m for m in part["model"] if m != "–")) or "–",
                          chapter=str(part["chapter"].iloc[0]),
-                         verdicts="; ".join(f"{m}: {v}" for m, v in zip(part["model"], part["verdict"]))))
-    return pd.DataFrame(rows, columns=["claim", "outcome", "models", "chapter", "verdicts"])
+                         verdicts="; ".join(f"{m}: {v}" for m, v in zip(part["model"], part["verdict"])),
+                         notes="; ".join(dict.fromkeys(n for n in part["note"].fillna("") if n))))
+    return pd.DataFrame(rows, columns=["claim", "source", "outcome", "models", "chapter", "verdicts", "notes"])
 
 
-def claim_counts(scores: pd.DataFrame) -> dict[str, int]:
-    """How many *claims* have each outcome of :func:`claim_outcomes` (``mixed`` included)."""
-    outcomes = claim_outcomes(scores)["outcome"]
-    return {v: int((outcomes == v).sum()) for v in (*VERDICTS, "mixed")}
+def claim_counts(scores: pd.DataFrame, source: str | None = PAPER_SOURCE) -> dict[str, int]:
+    """How many *claims* (of ``source``; ``None``: all) have each outcome of
+    :func:`claim_outcomes` (``mixed`` included)."""
+    outcomes = claim_outcomes(scores)
+    if source is not None:
+        outcomes = outcomes[outcomes["source"] == source]
+    return {v: int((outcomes["outcome"] == v).sum()) for v in (*VERDICTS, "mixed")}
 
 
 def _badge(verdict: str) -> str:
@@ -417,27 +468,39 @@ def _badge(verdict: str) -> str:
 
 
 def summary_markdown(scores: pd.DataFrame, link_prefix: str = "chapters/") -> str:
-    """The front page's verdict list (MyST Markdown): one line per claim with a badge for its
-    outcome, the verdict per model and a link to the chapter that measured it (``{doc}`` links
-    relative to the including page: ``link_prefix`` + chapter)."""
-    lines = []
-    for r in claim_outcomes(scores).itertuples():
-        measured = r.models != "–"
-        # link only a chapter that ran: a book built without it has no such page to link
-        where = f"{{doc}}`{r.chapter} <{link_prefix}{r.chapter}>`" if measured else f"the {r.chapter} chapter"
-        detail = r.verdicts if r.outcome == "mixed" else f"on {r.models}" if measured else "no chapter ran"
-        lines.append(f"- {_badge(r.outcome)} **{r.claim}**: {detail} ({where})")
-    counts = claim_counts(scores)
+    """The front page's verdict list (MyST Markdown): the paper's claims, then the book's own
+    claims beyond the paper, one line per claim with a badge for its outcome, the verdict per
+    model, what the verdict alone does not say (the rows' notes) and a link to the chapter that
+    measured it (``{doc}`` links relative to the including page: ``link_prefix`` + chapter)."""
+    outcomes = claim_outcomes(scores)
+
+    def lines(source: str) -> list[str]:
+        found = []
+        for r in outcomes[outcomes["source"] == source].itertuples():
+            measured = r.models != "–"
+            # link only a chapter that ran: a book built without it has no such page to link
+            where = f"{{doc}}`{r.chapter} <{link_prefix}{r.chapter}>`" if measured else f"the {r.chapter} chapter"
+            detail = r.verdicts if r.outcome == "mixed" else f"on {r.models}" if measured else "no chapter ran"
+            note = f"; but {r.notes}" if r.notes and r.outcome in (HOLDS, "mixed") else f"; {r.notes}" if r.notes else ""
+            found.append(f"- {_badge(r.outcome)} **{r.claim}**: {detail}{note} ({where})")
+        return found
+
     def verb(n: int, one: str, many: str) -> str:   # "1 holds", "2 hold"
         return f"{n} {one if n == 1 else many}"
 
-    head = (f"Of the {len(lines)} claims the scorecard tests, {verb(counts[HOLDS], 'holds', 'hold')}, "
+    paper, book = lines(PAPER_SOURCE), lines(BOOK_SOURCE)
+    counts = claim_counts(scores, PAPER_SOURCE)
+    head = (f"Of the paper's {len(paper)} claims the scorecard tests, {verb(counts[HOLDS], 'holds', 'hold')}, "
             f"{verb(counts[FAILS], 'does not hold', 'do not hold')}, "
             f"{verb(counts[OPEN], 'is inconclusive', 'are inconclusive')}, "
             f"{verb(counts['mixed'], 'differs between models', 'differ between models')} and "
             f"{verb(counts[MISSING], 'was not measured', 'were not measured')} "
             f"({{doc}}`the scorecard <{link_prefix}claims>`):")
-    return head + "\n\n" + "\n".join(lines) + "\n"
+    text = head + "\n\n" + "\n".join(paper) + "\n"
+    if book:
+        text += ("\nBeyond the paper, the book tests claims of its own (the paper does not make them), scored "
+                 "by rules stated the same way:\n\n" + "\n".join(book) + "\n")
+    return text
 
 
 class ScorecardTable:
@@ -456,9 +519,11 @@ class ScorecardTable:
     def _cells(r: Mapping[str, Any]) -> list[str]:
         text = lambda key: html.escape(str(r.get(key, "")) if r.get(key, "") == r.get(key, "") else "")
         small = lambda words: f'<br><span class="zones-small">{words}</span>' if words else ""
-        return [f"<strong>{text('claim')}</strong>{small('paper: ' + text('paper'))}",
+        figure = ("paper: " + text("paper")) if r.get("source", PAPER_SOURCE) == PAPER_SOURCE else "beyond the paper"
+        interval = small("95% interval: " + text("interval")) if r.get("interval") not in ("–", None) else ""
+        return [f"<strong>{text('claim')}</strong>{small(figure)}",
                 _badge(str(r["verdict"])) + small(text("reason")),
-                f"{text('ours')}{small('95% interval: ' + text('interval')) if r.get('interval') not in ('–', None) else ''}",
+                f"{text('ours')}{interval}{small('note: ' + text('note')) if text('note') else ''}",
                 f"{text('model')}{small(text('corpus')) if r.get('corpus') not in ('–', None) else ''}"]
 
     def _repr_html_(self) -> str:
@@ -475,8 +540,9 @@ class ScorecardTable:
         return self.scores[["claim", "verdict", "ours", "interval", "model"]].to_string(index=False)
 
 
-SCORECARD_CAPTION = ("Table 1. The paper's claims: our figure and its 95% interval beside the paper's, "
-                     "for each model and corpus, with the verdict of the claim's rule and, when inconclusive, why.")
+SCORECARD_CAPTION = ("Table 1. The paper's claims, then the book's own claims beyond the paper: our figure and its 95% "
+                     "interval beside the paper's, for each model and corpus, with the verdict of the claim's rule "
+                     "and, when inconclusive, the limit that binds.")
 
 
 def scorecard_html(scores: pd.DataFrame, caption: str = SCORECARD_CAPTION) -> ScorecardTable:
@@ -491,13 +557,17 @@ def run(results_dir: str = "results", out_dir: str = "results/claims",
     ``summary_file``, also :func:`summary_markdown` there (the front page includes it)."""
     tables = load_tables(results_dir)
     scores = score_claims(tables)
-    counts, per_claim = verdict_counts(scores), claim_counts(scores)
+    counts, per_claim = verdict_counts(scores), claim_counts(scores, PAPER_SOURCE)
     outcomes = claim_outcomes(scores)
-    numbers = dict(n_rows=int(len(scores)), n_claims=int(len(outcomes)), n_holds=per_claim[HOLDS],
-                   n_fails=per_claim[FAILS], n_open=per_claim[OPEN], n_mixed=per_claim["mixed"],
-                   n_missing=per_claim[MISSING], rows_holds=counts[HOLDS], rows_fails=counts[FAILS],
-                   rows_open=counts[OPEN], chapters_found=", ".join(tables) or "none")
-    summary = dict(results_dir=str(results_dir), chapters=list(tables), counts=counts, claim_counts=per_claim)
+    book = outcomes[outcomes["source"] == BOOK_SOURCE]
+    numbers = dict(n_rows=int(len(scores)), n_claims=int((outcomes["source"] == PAPER_SOURCE).sum()),
+                   n_holds=per_claim[HOLDS], n_fails=per_claim[FAILS], n_open=per_claim[OPEN],
+                   n_mixed=per_claim["mixed"], n_missing=per_claim[MISSING], rows_holds=counts[HOLDS],
+                   rows_fails=counts[FAILS], rows_open=counts[OPEN], chapters_found=", ".join(tables) or "none",
+                   n_book=int(len(book)),
+                   book_text="; ".join(f"{r.claim}: {r.outcome}" for r in book.itertuples()) or "none")
+    summary = dict(results_dir=str(results_dir), chapters=list(tables), counts=counts, claim_counts=per_claim,
+                   book_claim_counts=claim_counts(scores, BOOK_SOURCE))
     out = save(out_dir, dict(claims=scores, outcomes=outcomes), summary)
     if summary_file is not None:
         atomic_write_text(Path(summary_file), summary_markdown(scores))
@@ -506,5 +576,6 @@ def run(results_dir: str = "results", out_dir: str = "results/claims",
 
 
 def rules_table() -> pd.DataFrame:
-    """``claim, paper, rule``: the stated rule of every claim (the page prints it)."""
-    return pd.DataFrame([dict(claim=c.claim, paper=c.paper, rule=c.rule) for c in REGISTRY])
+    """``claim, source, paper, rule``: the stated rule of every claim (the page prints it), the
+    words attached to the function that applies it."""
+    return pd.DataFrame([dict(claim=c.claim, source=c.source, paper=c.paper, rule=c.rule) for c in REGISTRY])

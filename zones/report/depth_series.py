@@ -15,8 +15,11 @@ every run with paired intervals, and ρ(ΔLoss, α) per run and pooled per depth
 """
 from __future__ import annotations
 
+from typing import Mapping
+
 import pandas as pd
 
+from zones.analysis.bootstrap import interval_side
 from zones.analysis.importance import importance_frame, rho_table
 from zones.analysis.pooled import rho_by_run, rho_pooled, seed_agreement
 from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES
@@ -42,6 +45,35 @@ def _with_run_columns(frame: pd.DataFrame, runs) -> pd.DataFrame:
     frame.insert(1, "depth", [labels[m][0] for m in frame["model"]])
     frame.insert(2, "seed", [labels[m][1] for m in frame["model"]])
     return frame
+
+
+def depth_verdict(pooled: Mapping, runs: pd.DataFrame, alpha_name: str) -> str:
+    """The chapter's sentence on one depth: ρ pooled over its seeds (a ``rho_pooled`` row) read
+    beside each seed's own ρ (its ``rho_by_run`` rows).
+
+    Rule: a tendency is stated only when the pooled interval excludes 0 and, with several
+    seeds, every seed's own interval excludes 0 on the same side; when the pooled interval
+    excludes 0 but a seed's does not, the sentence says the seeds disagree; with one seed it
+    says that run-to-run variation is not measured. The intervals resample blocks."""
+    depth, n_runs = pooled["depth"], len(runs)
+    side = interval_side(pooled["ci_low"], pooled["ci_high"], 0.0)
+    pooled_rho = fmt_rho(pooled["rho"], pooled["ci_low"], pooled["ci_high"])
+    if side == "undefined":
+        return f"On depth {depth} ρ cannot be computed (too few blocks, or a constant α or ΔLoss)."
+    if n_runs < 2:
+        return (rho_verdict(dict(pooled), f"depth {depth}", alpha_name)[:-1]
+                + " (one training run: whether another seed agrees is not measured).")
+    seeds = "; ".join(f"seed {int(r.seed)}: {fmt_rho(r.rho, r.ci_low, r.ci_high)}" for r in runs.itertuples())
+    if side == "straddles":
+        return (f"On depth {depth}, pooled over its {n_runs} seeds ({pooled_rho}), the interval includes zero: the "
+                f"block's {alpha_name} does not detectably predict its importance ({seeds}).")
+    agree = all(interval_side(r.ci_low, r.ci_high, 0.0) == side for r in runs.itertuples())
+    direction = "larger" if side == "above" else "smaller"
+    if agree:
+        return (f"On depth {depth}, pooled over its {n_runs} seeds ({pooled_rho}) and in every seed alone ({seeds}), "
+                f"the interval excludes zero: blocks with a {direction} {alpha_name} tend to matter more.")
+    return (f"On depth {depth}, pooled over its {n_runs} seeds, the interval excludes zero ({pooled_rho}), but not "
+            f"every seed's does ({seeds}): the seeds disagree, so a tendency across training runs is not shown.")
 
 
 def _numbers(profile, series, frame, rho_runs, pooled, agreement, config, alpha_role, alpha_estimator) -> dict:
@@ -76,8 +108,8 @@ def _numbers(profile, series, frame, rho_runs, pooled, agreement, config, alpha_
                                  for r in agreement.itertuples() if r.n_seeds > 1) or "one seed per depth",
         n_positive=int((rho_runs["rho"] > 0).sum()), n_detected=int((rho_runs["ci_low"] > 0).sum()),
         alpha_role_name=alpha_role, alpha_estimator_name=alpha_estimator,
-        verdict=" ".join(rho_verdict(dict(ci_low=r.ci_low, ci_high=r.ci_high), f"depth {r.depth} (pooled seeds)",
-                                     alpha_name) for r in pooled.itertuples() if r.depth != "all"))
+        verdict=" ".join(depth_verdict(r._asdict(), rho_runs[rho_runs["depth"] == int(r.depth)], alpha_name)
+                         for r in pooled.itertuples() if r.depth != "all"))
 
 
 def _shown_runs(series: pd.DataFrame) -> pd.DataFrame:

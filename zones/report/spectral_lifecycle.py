@@ -16,26 +16,30 @@ The verdicts are ``zones.report.verdicts``' rules (``score_wave``, ``score_expon
 """
 from __future__ import annotations
 
+from collections import Counter
+from typing import Mapping
+
 import numpy as np
 import pandas as pd
 
 from zones.analysis import lifecycle
+from zones.analysis.bootstrap import interval_side
 from zones.analysis.lifecycle import delta_alpha_exponent, wave_reversal, zero_crossings
 from zones.analysis.profile import qk_vo_asymmetry
 from zones.measure.stats import N_RESAMPLES
 from zones.report.common import NAN, ChapterResult, save
 from zones.report.format import fmt_interval
 from zones.report.verdicts import (
-    BLOCKS,
     PAPER_EXPONENT,
-    SEEDS,
     Verdict,
+    binding_limit,
     from_word,
+    score_exponent,
     score_exponent_interval,
     score_wave,
     verdict_phrase,
 )
-from zones.series import series_snapshots, series_summary, train_series
+from zones.series import series_configs, series_snapshots, series_summary, train_series
 from zones.series.checkpoints import lifecycle_snapshots
 
 WAVE_TOLERANCE = 0.02        # a half "leads" when the gradient exceeds this (zones.analysis.lifecycle.wave_summary)
@@ -96,34 +100,67 @@ def asymmetry_sentence(claims_table: pd.DataFrame) -> str:
             + f": {verdict}.")
 
 
+def _span(values) -> str:
+    """``"8–16"`` (or ``"8"`` for one value)."""
+    low, high = min(values), max(values)
+    return f"{low}" if low == high else f"{low}–{high}"
+
+
 def dissociation(gradient: pd.DataFrame, snapshots: pd.DataFrame, depth: int, estimator: str,
-                 group: str = lifecycle.ALL) -> dict:
+                 group: str = lifecycle.ALL, exponent: Mapping | None = None) -> dict:
     """Rank gradient a transient, α gradient lasting? For the run of ``depth``
     (``zones.analysis.lifecycle.gradient_persistence``): ``wave_share`` and ``alpha_share`` in
-    percent, ``halfway_step`` and the sentence ``dissociation_text``. Rule: the paper's
-    dissociation shows if wave_share < ``TRANSIENT_SHARE`` and alpha_share > ``LASTING_SHARE``."""
+    percent, ``halfway_step``, ``halfway_text`` (which step of how many) and the sentence
+    ``dissociation_text``. Rule: the pattern of the paper's dissociation shows if wave_share <
+    ``TRANSIENT_SHARE`` and alpha_share > ``LASTING_SHARE``; the sentence says it is one run
+    with so many snapshots, and, given the Δα ``exponent`` row, whether b's interval lies on
+    the paper's side of 0."""
     shares = lifecycle.gradient_persistence(gradient, snapshots, depth, estimator, group)
     wave_share, alpha_share = shares["wave_share"], shares["alpha_share"]
-    shows = wave_share < TRANSIENT_SHARE and alpha_share > LASTING_SHARE
-    text = ("the rank gradient was a transient and the α gradient formed early and stayed: the dissociation the "
-            "paper reports" if shows else
-            "rank and α did not separate into a transient and a lasting gradient as clearly as in the paper")
+    n_snapshots = int(snapshots.loc[snapshots["depth"] == depth, "step"].nunique())
+    one_run = f"one run of depth {depth}, {n_snapshots} snapshots"
+    if wave_share < TRANSIENT_SHARE and alpha_share > LASTING_SHARE:
+        text = (f"in {one_run}, the rank gradient faded and the α gradient formed early and stayed: the pattern "
+                f"the paper calls a dissociation, seen once, not yet a finding across runs")
+    else:
+        text = (f"in {one_run}, rank and α did not separate into a transient and a lasting gradient as the "
+                f"paper's dissociation would")
+    if exponent is not None and interval_side(exponent["low"], exponent["high"], 0.0) == "below":
+        text += (f"; and Δα here shrinks with depth (b = {fmt_interval(exponent['exponent'], exponent['low'], exponent['high'])}), "
+                 f"the opposite sign of the paper's {PAPER_EXPONENT}")
+    halfway = f"step {shares['halfway_step']} of {shares['steps']} (the snapshot nearest the middle of training)"
     return dict(wave_share=100 * wave_share, alpha_share=100 * alpha_share, halfway_step=shares["halfway_step"],
-                dissociation_text=text)
+                halfway_text=halfway, dissociation_text=text)
 
 
 def wave_claim_row(wave: dict) -> dict:
     """``zones.analysis.lifecycle.wave_reversal``'s statistics with the verdict of
     ``zones.report.verdicts.score_wave`` (``verdict``, ``reason``): a row of ``wave_claim.csv``."""
-    verdict = score_wave(wave["leader"], wave["after_low"], wave["after_high"], BLOCKS)
+    verdict = wave_verdict(wave)
     return dict(wave, verdict=str(verdict), reason=verdict.reason)
 
 
-def exponent_claim_row(exponent: dict) -> dict:
+def wave_verdict(wave: Mapping) -> Verdict:
+    """``zones.report.verdicts.score_wave`` of a ``wave_claim`` row (its layers: both halves)."""
+    return score_wave(str(wave["leader"]), wave["after_low"], wave["after_high"],
+                      n_layers=int(wave["n_early"]) + int(wave["n_late"]))
+
+
+def seeds_text(seeds_trained: Mapping[int, int]) -> str:
+    """``"8:2,12:2,16:1"``: the runs the series has at each depth (a table cell)."""
+    return ",".join(f"{int(d)}:{int(n)}" for d, n in sorted(seeds_trained.items()))
+
+
+def exponent_claim_row(exponent: dict, seeds_trained: Mapping[int, int], runs_resampled: int = 1) -> dict:
     """``zones.analysis.lifecycle.delta_alpha_exponent``'s b with the word of
-    ``zones.report.verdicts.score_exponent_interval`` (``verdict``) and what its interval covers."""
+    ``zones.report.verdicts.score_exponent_interval`` (``verdict``), what its interval covers
+    (``interval_covers``), the runs per depth it resamples (``runs_resampled``) and the runs the
+    series has per depth (``seeds_trained``, :func:`seeds_text`)."""
+    covers = (f"snapshot jitter of one run per depth (seed 0), not run-to-run variation; the series has "
+              f"{', '.join(f'{n} at depth {d}' for d, n in sorted(seeds_trained.items()))}"
+              if runs_resampled < 2 else f"snapshot jitter of {runs_resampled} runs per depth")
     return dict(exponent, verdict=score_exponent_interval(exponent["low"], exponent["high"]),
-                interval_covers="snapshot jitter only (one training run per depth)")
+                interval_covers=covers, runs_resampled=int(runs_resampled), seeds_trained=seeds_text(seeds_trained))
 
 
 def _series_snapshots(profile, depths, train_overrides, checkpoints) -> tuple[pd.DataFrame, dict]:
@@ -135,19 +172,24 @@ def _series_snapshots(profile, depths, train_overrides, checkpoints) -> tuple[pd
             snapshots.insert(0, "depth", int(snapshots["layer"].max()) + 1)
         steps = sorted(int(s) for s in snapshots["step"].unique())
         gaps = np.diff(steps)
-        return snapshots, dict(depths=sorted(int(d) for d in snapshots["depth"].unique()), steps=steps[-1],
-                               snapshot_every=int(np.median(gaps)) if len(gaps) else 0,
-                               snapshot_fraction=NAN, final_heldout_loss={})
+        depth_list = sorted(int(d) for d in snapshots["depth"].unique())
+        return snapshots, dict(depths=depth_list, steps=steps[-1], snapshot_every=int(np.median(gaps)) if len(gaps) else 0,
+                               snapshot_fraction=NAN, final_heldout_loss={}, seeds_trained={d: 1 for d in depth_list},
+                               tokens_per_run=NAN)
     # one training run per depth (seed 0: the depth series' first seed, read from its cache);
     # mixing seeds within a depth would blur the snapshots' trajectory
     overrides = dict(train_overrides or {})
     seeds = None if "seed" in overrides else [0]
     runs = train_series(depths, profile, seeds=seeds, progress=False, **overrides)
     series = series_summary(runs)
+    # the runs the series has at each depth (the depth-series chapter trains them all), read from its configs
+    trained = Counter(c.depth for c in series_configs(profile, depths, None, **overrides))
     return series_snapshots(runs), dict(
         depths=[int(d) for d in series["depth"]], steps=int(runs[0].config.steps),
         snapshot_every=int(runs[0].config.snapshot_every), snapshot_fraction=float(series["snapshot_fraction"].max()),
-        final_heldout_loss={int(d): float(v) for d, v in zip(series["depth"], series["final_heldout_loss"])})
+        final_heldout_loss={int(d): float(v) for d, v in zip(series["depth"], series["final_heldout_loss"])},
+        seeds_trained={int(d): int(n) for d, n in trained.items()},
+        tokens_per_run=float(runs[0].config.steps * runs[0].config.tokens_per_step))
 
 
 def run(profile: str = "cpu", depths=None, train_overrides: dict | None = None, estimator: str = "alpha_shape",
@@ -178,7 +220,7 @@ def run(profile: str = "cpu", depths=None, train_overrides: dict | None = None, 
     asym_claim = pd.DataFrame([dict(depth=d, **qk_vo_asymmetry(final[(final["depth"] == d)], n_resamples=n_resamples, seed=seed))
                                for d in depth_list])
     exponent = exponent_claim_row(delta_alpha_exponent(snapshots, estimator, delta_group, n_resamples=n_resamples,
-                                                       seed=seed))
+                                                       seed=seed), facts["seeds_trained"])
     exponent_claim = pd.DataFrame([dict(exponent, depths=",".join(map(str, exponent["depths"])),
                                         n_late=",".join(map(str, exponent["n_late"])),
                                         paper_exponent=PAPER_EXPONENT)])
@@ -198,7 +240,7 @@ def run(profile: str = "cpu", depths=None, train_overrides: dict | None = None, 
                    wave_peak=float(deep_wave["peak"]), wave_peak_low=float(deep_wave["peak_low"]),
                    wave_peak_high=float(deep_wave["peak_high"]), wave_after=float(deep_wave["after"]),
                    wave_after_low=float(deep_wave["after_low"]), wave_after_high=float(deep_wave["after_high"]),
-                   wave_verdict=verdict_phrase(from_word(str(deep_wave["verdict"]), BLOCKS)),
+                   wave_verdict=verdict_phrase(wave_verdict(deep_wave)),
                    wave_leader=str(deep_wave["leader"]),
                    peak_position=float(peak["peak_position"]), delta_group_name=delta_group,
                    peak_shape=peak_shape(float(peak["peak_position"])),
@@ -210,14 +252,20 @@ def run(profile: str = "cpu", depths=None, train_overrides: dict | None = None, 
                    asymmetry_text=asymmetry_sentence(asym_claim),
                    exponent=float(fit["exponent"]), r2=float(fit["r2"]), paper_exponent=float(fit["paper_exponent"]),
                    late_exponent=exponent["exponent"], late_exponent_low=exponent["low"],
-                   late_exponent_high=exponent["high"], exponent_verdict=verdict_phrase(from_word(exponent["verdict"], SEEDS)),
-                   exponent_scorecard=verdict_phrase(Verdict("inconclusive", SEEDS)),
-                   **dissociation(gradient, snapshots, deepest, estimator, delta_group))
+                   late_exponent_high=exponent["high"],
+                   exponent_verdict=verdict_phrase(from_word(exponent["verdict"], *binding_limit(
+                       "snapshots", runs_resampled=1, seeds_trained=facts["seeds_trained"]))),
+                   exponent_scorecard=verdict_phrase(score_exponent(exponent["verdict"], runs_resampled=1,
+                                                                    seeds_trained=facts["seeds_trained"])),
+                   exponent_covers=exponent["interval_covers"], depth_range=_span(depth_list), n_depths=len(depth_list),
+                   tokens_per_run=facts["tokens_per_run"],
+                   **dissociation(gradient, snapshots, deepest, estimator, delta_group, exponent))
     summary = dict(profile=profile, depths=depth_list, steps=steps, estimator=estimator, delta_group=delta_group,
                    exponent=float(fit["exponent"]), r2=float(fit["r2"]), paper_exponent=float(fit["paper_exponent"]),
                    late_exponent=exponent,
                    delta_alpha={int(d): float(v) for d, v in zip(chosen["depth"], chosen["delta_alpha"])},
                    final_heldout_loss=facts["final_heldout_loss"], snapshot_fraction_max=facts["snapshot_fraction"],
+                   seeds_trained=facts["seeds_trained"],
                    source="checkpoints" if checkpoints else f"zones train --profile {profile}")
     tables = dict(snapshots=snapshots, compression=compression, wave_gradient=gradient, wave_summary=waves,
                   alpha_grid=alpha_grid, final_profile=final, delta_alpha=deltas, asymmetry=spreads,

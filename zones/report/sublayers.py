@@ -42,7 +42,7 @@ from zones.pruning.sublayers import (
     tokens_per_second,
 )
 from zones.report.common import ChapterResult, save
-from zones.report.format import fmt_interval
+from zones.report.format import fmt_interval, fmt_ratio
 from zones.report.verdicts import rho_verdict
 from zones.series import series_sublayer_rho
 from zones.series.runs import SUBLAYER_RHO_COLUMNS
@@ -104,6 +104,27 @@ def asymmetry(long: pd.DataFrame, *, n_resamples: int = N_RESAMPLES, seed: int =
     side = interval_side(found["low"], found["high"], 0.0)
     verdict = {"below": "attention costs less", "above": "attention costs more"}.get(side, "not separable")
     return dict(found, verdict=verdict)
+
+
+def speed_text(speed: pd.DataFrame) -> str:
+    """The measured speed-ups (``zones.pruning.sublayers.tokens_per_second``), each with the range
+    of its repeats, and what that range says: above 1 (faster in every repeat), below 1
+    (slower in every repeat), or including 1 (not separable from the full model's speed). A
+    timing on a shared machine, not a paired interval: the words say so."""
+    rows = speed[speed["strategy"] != "full model"]
+    if rows.empty:
+        return "no speed measured."
+    repeats = int(rows["repeats"].iloc[0])
+    if repeats < 2:
+        listed = "; ".join(f"{r.strategy} {fmt_ratio(r.speedup)}" for r in rows.itertuples())
+        return f"{listed} (one repeat each: no spread was measured, so none of these is a finding)"
+    parts = []
+    for r in rows.itertuples():
+        word = {"above": "faster in every repeat", "below": "slower in every repeat"}.get(
+            interval_side(r.speedup_min, r.speedup_max, 1.0), "not separable from 1×")
+        parts.append(f"{r.strategy} {fmt_ratio(r.speedup)} (range over {repeats} repeats "
+                     f"{fmt_ratio(r.speedup_min)}–{fmt_ratio(r.speedup_max)}: {word})")
+    return "; ".join(parts)
 
 
 def budget_text(k: int) -> str:
@@ -210,14 +231,14 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = SEQ_LEN
                                 f"nats, KL {fmt_interval(r['kl'], r['kl_low'], r['kl_high'])}, top-1 "
                                 f"{fmt_interval(100 * r['top1'], 100 * r['top1_low'], 100 * r['top1_high'])}%)"
                                 for _, r in cheapest.iterrows()),
-        speed_text="; ".join(f"{r['strategy']} {r['speedup']:.2f}×" for _, r in speed.iterrows()
-                             if r["strategy"] != "full model"))
+        speed_text=speed_text(speed))
     summary = dict(corpus=corpus, seq_len=seq_len, eval_tokens=eval_tokens, calibration_tokens=calibration_tokens,
                    k_max=k_max, reference=reference, alpha_estimator=alpha_estimator, models=per_model)
     numbers["block_agreement_text"] = (
         f"Over the single-block ablations of {first['model']}, KL from the full model and ΔLoss rank the blocks with "
         f"Spearman ρ = {fmt_interval(kl_rho.rho, kl_rho.ci_low, kl_rho.ci_high)}." if kl_rho is not None else
-        "The KL and top-1 of every single-block ablation are not measured at this budget (block_agreement=True).")
+        f"The KL and top-1 of every single-block ablation are not measured in this build (block_agreement="
+        f"{block_agreement}; a build with block_agreement=True measures them).")
     numbers["series_text"] = series_text(series)
     tables = dict(importance=importance, rho=rhos, plans=scored, differences=diffs, speed=speed, series_rho=series)
     if agreement_by_block is not None:
