@@ -661,3 +661,39 @@ def test_default_model_table_matches_direct_evaluation(user_cache):
     with skip_blocks(loaded.model, [29, 28]):
         ppl = evaluate_loss(loaded.model, ev).ppl
     assert table.loc[table.k == 2, "delta_ppl"].item() == pytest.approx(ppl - base, rel=1e-4)
+
+
+def test_with_two_seeds_one_statistic_decides_and_the_words_follow_it():
+    """Two seeds of random: one cheap, one close to collapse. Their median Δloss is below
+    zone-aware's, while the median of their ΔPPL (the mean of a small and a huge one) is above
+    it: the ΔPPL shown is the one at the median Δloss, so ratio, winner and words agree."""
+    from zones.report import pruning as chapter
+
+    rng = np.random.default_rng(0)
+    n_windows, tokens, base = 12, 100, 3.0
+    noise = rng.normal(0, 0.01, n_windows)
+
+    def windows(rise):
+        return [(w, tokens * (base + rise + noise[w])) for w in range(n_windows)]
+
+    sets = {"": 0.0, "1": 1.4, "2": 0.05, "3": 2.5}      # zone_aware removes 1; random's seeds remove 2 and 3
+    window_losses = pd.DataFrame([dict(removed=r, window=w, nll=nll, n_tokens=tokens)
+                                  for r, rise in sets.items() for w, nll in windows(rise)])
+    base_ppl = np.exp(base + noise.mean())
+    rows = []
+    for strategy, seed, removed in (("zone_aware", 0, "1"), ("random", 0, "2"), ("random", 1, "3")):
+        loss = window_losses.loc[window_losses["removed"] == removed, "nll"].sum() / (tokens * n_windows)
+        ppl = np.exp(loss)
+        rows.append(dict(model="m", strategy=strategy, k=1, seed=seed, removed=removed, ppl=ppl, base_ppl=base_ppl,
+                         delta_ppl=ppl - base_ppl, delta_loss=np.log(ppl / base_ppl), n_tokens=tokens * n_windows))
+    table = pd.DataFrame(rows)
+    summary = summarize_pruning(table, window_losses, n_resamples=300).set_index("strategy")
+    assert summary.loc["random", "delta_loss"] < summary.loc["zone_aware", "delta_loss"]
+    assert summary.loc["random", "delta_ppl"] < summary.loc["zone_aware", "delta_ppl"]      # the same order
+    assert table.loc[table["strategy"] == "random", "delta_ppl"].median() > summary.loc["zone_aware", "delta_ppl"]
+    comparison = compare.reference_comparisons(table, window_losses, "zone_aware", ["random"])
+    row = comparison.iloc[0]
+    assert row["winner"] == "random" and row["ratio"] < 1 and row["ratio_high"] < 1
+    words = chapter.behind_text(comparison)
+    assert "random at k = 1" in words and "×)" in words
+    assert "median Δloss" in chapter.seeds_text(summarize_pruning(table, window_losses, n_resamples=300), 1)

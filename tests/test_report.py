@@ -140,7 +140,7 @@ def _snapshots(exponent: float, depths=(4, 8, 16), noise=0.02, seed=0):
 
 
 def test_delta_alpha_exponent_branches():
-    exponent = lambda snaps: spectral_lifecycle.exponent_claim_row(lifecycle.delta_alpha_exponent(snaps))
+    exponent = lambda snaps: spectral_lifecycle.exponent_claim_row(lifecycle.delta_alpha_exponent(snaps), {4: 1})
     holds = exponent(_snapshots(0.26))
     assert holds["verdict"] == "holds" and holds["low"] < 0.26 < holds["high"] and holds["n_late"] == [3, 3, 3]
     steep = exponent(_snapshots(1.0))
@@ -184,17 +184,27 @@ def test_dissociation_rule():
     snaps = _snapshots(0.26, depths=(4,))
     gradient = pd.DataFrame(dict(depth=4, group="Q/K", step=[0, 50, 100], gradient=[0.0, 0.4, 0.05]))
     shown = spectral_lifecycle.dissociation(gradient, snaps, 4, "alpha_shape")
-    assert shown["wave_share"] == pytest.approx(12.5) and "the dissociation the paper reports" in shown["dissociation_text"]
+    text = shown["dissociation_text"]
+    assert shown["wave_share"] == pytest.approx(12.5)
+    # one run is a pattern seen once, not "the dissociation the paper reports"
+    assert "one run of depth 4, 11 snapshots" in text and "seen once" in text and "paper reports" not in text
+    assert shown["halfway_text"] == "step 50 of 100 (the snapshot nearest the middle of training)"
     lasting = gradient.assign(gradient=[0.0, 0.4, 0.4])
     assert "did not separate" in spectral_lifecycle.dissociation(lasting, snaps, 4, "alpha_shape")["dissociation_text"]
+    # a Δα exponent of the opposite sign is said beside it
+    opposite = spectral_lifecycle.dissociation(gradient, snaps, 4, "alpha_shape", exponent=
+                                               dict(exponent=-0.4, low=-0.6, high=-0.2))["dissociation_text"]
+    assert "the opposite sign of the paper's 0.26" in opposite
+    assert "opposite" not in spectral_lifecycle.dissociation(
+        gradient, snaps, 4, "alpha_shape", exponent=dict(exponent=-0.1, low=-0.3, high=0.2))["dissociation_text"]
 
 
 # --- claims ----------------------------------------------------------------------------------------
 
 def test_verdict_carries_its_reason_and_compares_as_a_word():
     v = verdicts.Verdict(verdicts.OPEN, verdicts.BLOCKS)
-    assert v == "inconclusive" and v.reason == "blocks" and "too few blocks" in v.why
-    assert verdicts.verdict_phrase(v).startswith("is inconclusive (too few blocks")
+    assert v == "inconclusive" and v.reason == "blocks" and v.why.startswith("the blocks")
+    assert verdicts.verdict_phrase(v).startswith("is inconclusive (the blocks")
     assert verdicts.verdict_phrase(verdicts.Verdict(verdicts.HOLDS)) == "holds"
     with pytest.raises(ValueError, match="needs a reason"):
         verdicts.Verdict(verdicts.OPEN)
@@ -204,8 +214,9 @@ def test_verdict_carries_its_reason_and_compares_as_a_word():
 
 
 @pytest.mark.parametrize("low, high, p, n, verdict, reason", [
-    (0.70, 0.90, 0.001, 30, claims.HOLDS, ""), (0.75, 0.95, 0.05, 30, claims.OPEN, "budget"),
-    (0.1, 0.6, 0.001, 30, claims.FAILS, ""), (0.5, 0.9, 0.001, 30, claims.OPEN, "budget"),
+    # ρ's interval resamples blocks and its p permutes them: an open verdict is bound by the blocks
+    (0.70, 0.90, 0.001, 30, claims.HOLDS, ""), (0.75, 0.95, 0.05, 30, claims.OPEN, "blocks"),
+    (0.1, 0.6, 0.001, 30, claims.FAILS, ""), (0.5, 0.9, 0.001, 30, claims.OPEN, "blocks"),
     (NAN, NAN, NAN, 30, claims.OPEN, "undefined"),
     # 4 blocks: the smallest two-sided permutation p is 1/12, so p < 0.02 is out of reach whatever the budget
     (0.75, 1.0, 0.083, 4, claims.OPEN, "blocks")])
@@ -340,7 +351,7 @@ def test_adding_a_claim_is_one_registry_entry():
                          if "healing" in tables else [])
     scores = claims.score_claims({"healing": {}}, registry=[*claims.REGISTRY, extra])
     row = scores[scores["claim"] == "a new claim"].iloc[0]
-    assert row["verdict"] == claims.OPEN and "token budget" in row["reason"]
+    assert row["verdict"] == claims.OPEN and row["reason"].startswith("the eval tokens")
     assert row["rule"] == "holds never; inconclusive (budget) always"
     assert claims.score_claims({}, registry=[extra])["verdict"].tolist() == [claims.MISSING]
     with pytest.raises(TypeError, match="rule function"):   # words written apart from the code are refused
@@ -489,7 +500,7 @@ def test_crossover_text_claims_only_separable_wins(winners, phrase):
 
 @pytest.mark.parametrize("low, high, direction, magnitude", [
     (1.2, 2.0, "holds", "holds"), (0.5, 0.9, "does not hold", "does not hold"),
-    (0.9, 1.6, "is inconclusive (the interval is too wide", "is inconclusive (the interval is too wide"),
+    (0.9, 1.6, "is inconclusive (the eval tokens", "is inconclusive (the eval tokens"),
     (2e5, 9e5, "holds", "does not hold")])
 def test_claim_text_uses_the_scorecard_rules(low, high, direction, magnitude):
     from zones.report import pruning
@@ -566,9 +577,14 @@ def test_score_claims_reads_every_chapter_table(tmp_path):
     assert scores.loc[scores["claim"] == claims.CLAIMS["rho"], "interval"].item() == "[0.72, 0.90]"
     assert claims.verdict_counts(scores)[claims.HOLDS] == 5
     counts = claims.claim_counts(scores)   # claims, not rows
-    assert counts[claims.HOLDS] == 2 and counts["mixed"] == 3 and counts[claims.MISSING] == 3   # rise, first, healed
+    assert counts[claims.HOLDS] == 2 and counts["mixed"] == 3 and counts[claims.MISSING] == 2   # rise, first
+    assert claims.claim_counts(scores, claims.BOOK_SOURCE)[claims.MISSING] == 1                  # healed: the book's
+    assert set(scores.loc[scores["claim"] == verdicts.HEALING_CLAIM, "source"]) == {claims.BOOK_SOURCE}
     front = claims.summary_markdown(scores)
-    assert front.count("\n- ") == len(claims.REGISTRY) and f"Of the {len(claims.REGISTRY)} claims" in front
+    n_paper = sum(c.source == claims.PAPER_SOURCE for c in claims.REGISTRY)
+    assert front.count("\n- ") == len(claims.REGISTRY) and f"Of the paper's {n_paper} claims" in front
+    paper_part, book_part = front.split("Beyond the paper")
+    assert verdicts.HEALING_CLAIM in book_part and verdicts.HEALING_CLAIM not in paper_part
     assert "1 is inconclusive" in front   # counts agree with their verb
     cards = claims.scorecard_html(scores)._repr_html_()
     assert cards.count("<tr>") == len(scores) + 1 and 'data-label="verdict"' in cards and "<caption>" in cards
@@ -614,3 +630,70 @@ def test_column_chunks_keep_every_k_visible():
     parts = pruning.column_chunks(wide)
     assert [list(p.columns) for p in parts] == [[f"k = {k}" for k in range(1, 5)], [f"k = {k}" for k in range(5, 9)]]
     assert all(list(p.index) == ["a", "b", "c"] for p in parts) and len(pruning.column_chunks(wide.iloc[:, :3])) == 1
+
+
+# --- the words follow the numbers on borderline tables ------------------------------------------------
+
+def test_the_binding_limit_is_read_from_the_data():
+    # ρ's interval resamples blocks: the blocks bind, whatever the token budget
+    assert verdicts.binding_limit("blocks", low=-0.1, high=0.5, n_units=12) == (
+        verdicts.BLOCKS, "it resamples the model's 12 blocks")
+    # an eval-window interval: the tokens bind, and the data say how many more would separate it
+    reason, detail = verdicts.binding_limit("windows", low=0.8, high=1.4, tokens=3060, estimate=1.1, threshold=1.0)
+    assert reason == verdicts.BUDGET and "3,060 tokens" in detail and "about 9.0× the tokens" in detail
+    # one run per depth: the seeds bind, and the words give the runs the series has
+    reason, detail = verdicts.binding_limit("snapshots", runs_resampled=1, seeds_trained={8: 2, 12: 2, 16: 1})
+    assert reason == verdicts.SEEDS and "one training run per depth" in detail
+    assert "2 at depth 8, 2 at depth 12 and 1 at depth 16" in detail
+    assert verdicts.binding_limit("blocks", low=NAN, high=0.2)[0] == verdicts.UNDEFINED
+
+
+@pytest.mark.parametrize("trained, said", [({8: 1, 12: 1, 16: 1}, "1 at depth 8, 1 at depth 12 and 1 at depth 16"),
+                                           ({8: 2, 12: 2, 16: 1}, "2 at depth 8, 2 at depth 12 and 1 at depth 16")])
+def test_the_exponent_verdict_reads_the_seeds_from_the_runs(trained, said):
+    verdict = verdicts.score_exponent("holds", runs_resampled=1, seeds_trained=trained)
+    assert verdict == claims.OPEN and verdict.reason == verdicts.SEEDS and said in verdict.why
+    row = spectral_lifecycle.exponent_claim_row(dict(exponent=0.3, low=0.1, high=0.5, depths=[8, 12, 16],
+                                                     n_late=[3, 3, 3], group="all"), trained)
+    assert said.replace(" and ", ", ") in row["interval_covers"].replace(" and ", ", ")
+    assert row["seeds_trained"] == ",".join(f"{d}:{n}" for d, n in trained.items())
+
+
+def test_rho_sentences_on_intervals_touching_zero():
+    touching = verdicts.rho_verdict(dict(rho=0.3, ci_low=0.0, ci_high=0.6, n=12), "m", "weighted α")
+    assert "includes zero" in touching and "its 12 blocks" in touching and "token budget" not in touching
+    assert "tend to matter more" not in touching
+    assert "tend to matter more" in verdicts.rho_verdict(dict(rho=0.3, ci_low=0.01, ci_high=0.6), "m", "α")
+
+
+def _runs(*intervals):
+    return pd.DataFrame([dict(depth=12, seed=s, model=f"depth 12, seed {s}", n_blocks=12, rho=(lo + hi) / 2,
+                              ci_low=lo, ci_high=hi) for s, (lo, hi) in enumerate(intervals)])
+
+
+def test_depth_sentences_with_one_seed_and_two():
+    from zones.report.depth_series import depth_verdict
+
+    pooled = dict(depth="12", n_runs=2, n_blocks=24, rho=0.6, ci_low=0.3, ci_high=0.8)
+    agree = depth_verdict(pooled, _runs((0.4, 0.9), (0.1, 0.8)), "weighted α")
+    assert "in every seed alone" in agree and "tend to matter more" in agree
+    # the seeds disagree: one seed's interval reaches below zero (or touches it)
+    for other in ((-0.46, 0.89), (0.0, 0.7)):
+        split = depth_verdict(pooled, _runs((0.6, 0.95), other), "weighted α")
+        assert "the seeds disagree" in split and "tend to matter more" not in split
+    one = depth_verdict(dict(pooled, n_runs=1, n_blocks=12), _runs((0.3, 0.8)), "weighted α")
+    assert "one training run" in one and "not measured" in one
+    touching = depth_verdict(dict(pooled, ci_low=0.0), _runs((0.4, 0.9), (0.1, 0.8)), "weighted α")
+    assert "includes zero" in touching and "tend to matter more" not in touching
+
+
+def test_speed_ups_come_with_their_spread_or_say_they_have_none():
+    from zones.report.sublayers import speed_text
+
+    speed = lambda lo, hi, n: pd.DataFrame([dict(strategy="full model", speedup=1.0, speedup_min=1.0, speedup_max=1.0,
+                                                 repeats=n),
+                                            dict(strategy="attn_drop", speedup=0.95, speedup_min=lo, speedup_max=hi,
+                                                 repeats=n)])
+    assert "range over 3 repeats 0.91×–1.0×: not separable from 1×" in speed_text(speed(0.91, 1.02, 3))
+    assert "faster in every repeat" in speed_text(speed(1.1, 1.3, 3))
+    assert "one repeat each: no spread was measured" in speed_text(speed(0.95, 0.95, 1))

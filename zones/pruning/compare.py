@@ -53,8 +53,11 @@ class _Windows:
 
 
 def _deltas(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Δloss and ΔPPL of each strategy (median over seeds) from :meth:`_Windows.arrays`
-    (with any resample axes between the seeds and the windows)."""
+    """Δloss and ΔPPL of each strategy from :meth:`_Windows.arrays` (with any resample axes
+    between the seeds and the windows). A seeded strategy's Δloss is its median over seeds,
+    and its ΔPPL the perplexity change at that median loss: one statistic decides, so ΔPPL
+    orders the strategies as Δloss does (with an even number of seeds the median of the seeds'
+    ΔPPL could name another winner; with an odd number both are the middle seed's)."""
     s = x.shape[0] - 2
     sums = x.sum(-1)
     loss = sums[:s] / sums[s + 1, 0]
@@ -65,8 +68,19 @@ def _deltas(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if x.shape[1] > 1:  # the median over seeds, for the strategies that have more than one
         seeded = np.isfinite(x[:s, 1].reshape(s, -1)[:, 0])
         out[0][seeded] = np.nanmedian(delta[seeded], axis=1)
-        out[1][seeded] = np.nanmedian(ppl[seeded], axis=1)
+        with np.errstate(over="ignore"):
+            out[1][seeded] = np.exp(np.nanmedian(loss[seeded], axis=1)) - np.exp(base)
     return out
+
+
+def _ppl_at_median(rows: pd.DataFrame) -> float:
+    """ΔPPL of one (strategy, k) at its median Δloss over seeds (:func:`_deltas`' point value):
+    the middle seed's ΔPPL for an odd count, the perplexity change at the mean of the two
+    middle Δloss for an even one."""
+    delta = rows["delta_loss"].to_numpy(dtype=float)
+    if len(delta) % 2:
+        return float(rows["delta_ppl"].to_numpy(dtype=float)[np.argsort(delta, kind="stable")[len(delta) // 2]])
+    return float(rows["base_ppl"].iloc[0] * np.expm1(np.median(delta)))
 
 
 def _ks_and_names(table: pd.DataFrame, strategies: Sequence[str] | None) -> tuple[list[int], list[str]]:
@@ -81,10 +95,11 @@ def summarize_pruning(table: pd.DataFrame, window_losses: pd.DataFrame | None = 
                       n_resamples: int = N_RESAMPLES, level: float = LEVEL, seed: int = SEED) -> pd.DataFrame:
     """One row per (strategy, k), seeds pooled. Strategy order is the table's.
 
-    ``delta_loss`` (nats, ln PPL ratio) and ``delta_ppl``: the median over seeds (the value
-    itself for an unseeded strategy), each with its ``level`` paired bootstrap interval over
-    eval windows (``_low``, ``_high``; the median over seeds inside every resample; NaN
-    without ``window_losses`` or with one window); ``delta_ppl_mean``, ``delta_ppl_q25``,
+    ``delta_loss`` (nats, ln PPL ratio): the median over seeds (the value itself for an unseeded
+    strategy), and ``delta_ppl``, the perplexity change at that median (so ΔPPL and Δloss name
+    the same winner), each with its ``level`` paired bootstrap interval over eval windows
+    (``_low``, ``_high``; the median over seeds inside every resample; NaN without
+    ``window_losses`` or with one window); ``delta_ppl_mean``, ``delta_ppl_q25``,
     ``delta_ppl_q75``, ``delta_ppl_min``, ``delta_ppl_max`` over seeds; ``ppl`` (median),
     ``base_ppl``, ``n_seeds``.
     """
@@ -92,13 +107,16 @@ def summarize_pruning(table: pd.DataFrame, window_losses: pd.DataFrame | None = 
     if "delta_loss" not in table.columns:  # a table written before the column existed
         table = table.assign(delta_loss=np.log(table["ppl"] / table["base_ppl"]))
     q = lambda p: (lambda x: float(np.quantile(x, p)))
-    out = (table.groupby(["strategy", "k"], sort=False)
+    groups = table.groupby(["strategy", "k"], sort=False)
+    out = (groups
            .agg(delta_loss=("delta_loss", "median"), delta_ppl=("delta_ppl", "median"),
                 delta_ppl_mean=("delta_ppl", "mean"), delta_ppl_q25=("delta_ppl", q(0.25)),
                 delta_ppl_q75=("delta_ppl", q(0.75)), delta_ppl_min=("delta_ppl", "min"),
                 delta_ppl_max=("delta_ppl", "max"), ppl=("ppl", "median"), base_ppl=("base_ppl", "first"),
                 n_seeds=("seed", "nunique"))
            .reset_index())
+    at_median = groups[["delta_loss", "delta_ppl", "base_ppl"]].apply(_ppl_at_median)
+    out["delta_ppl"] = [float(at_median.loc[(s, k)]) for s, k in zip(out["strategy"], out["k"])]
     out["strategy"] = pd.Categorical(out["strategy"], categories=order, ordered=True)
     out = out.sort_values(["strategy", "k"]).reset_index(drop=True)
     out["strategy"] = out["strategy"].astype(str)

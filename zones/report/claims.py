@@ -135,6 +135,12 @@ def _summary(tables: Tables, chapter: str) -> Mapping[str, Any]:
     return tables.get(chapter, {}).get("summary", {})
 
 
+def _count(row: Mapping[str, Any], *columns: str) -> int | None:
+    """The sum of a row's count columns, or None when one is missing (a table from an older build)."""
+    values = [row.get(c) for c in columns]
+    return int(sum(values)) if all(isinstance(v, (int, float)) and finite(float(v)) for v in values) else None
+
+
 def _tokens(tables: Tables, chapter: str) -> int | None:
     """The eval tokens a chapter scored (its summary's ``n_tokens``), if it says."""
     n = _summary(tables, chapter).get("n_tokens")
@@ -261,12 +267,12 @@ def _shape_rows(tables: Tables) -> list[dict]:
                 f"curvature {fmt_interval(r['curvature'], r['curvature_low'], r['curvature_high'], signed=True)}; "
                 f"largest at block {int(r['top_block'])}")
         return [_row(ours, f"rise {fmt_interval(None, r['rise_low'], r['rise_high'])}", model, "– (weights only)",
-                     "alpha_profile", score_shape(str(r["shape"]), n_blocks=int(r["n_blocks"])))]
+                     "alpha_profile", score_shape(str(r["shape"]), n_blocks=_count(r, "n_blocks")))]
     if "trend" in alpha and "q" in set(alpha["trend"]["role"]):
         r = alpha["trend"].set_index("role").loc["q"]
         ours = f"Q-projection α {r['first_fit']:.2f} → {r['last_fit']:.2f} (fitted), rise {fmt_num(r['rise'])}"
         return [_row(ours, fmt_interval(None, r["rise_low"], r["rise_high"]), model, "– (weights only)", "alpha_profile",
-                     score_shape(TREND_SHAPES[trend_word(r["rise_low"], r["rise_high"])], n_blocks=int(r["n_blocks"])))]
+                     score_shape(TREND_SHAPES[trend_word(r["rise_low"], r["rise_high"])], n_blocks=_count(r, "n_blocks")))]
     return []
 
 
@@ -304,7 +310,7 @@ def _asymmetry_rows(tables: Tables) -> list[dict]:
             found.append((r, f"trained depth {int(r['depth'])}", _corpus(tables, "spectral_lifecycle"),
                           "spectral_lifecycle"))
     return [_row(f"std(Q/K) / std(V/O) = {a['ratio']:.3g}", fmt_interval(None, a["ratio_low"], a["ratio_high"]), model,
-                 corpus, chapter, score_asymmetry(a["ratio_low"], a["ratio_high"], n_layers=int(a["n_layers"])))
+                 corpus, chapter, score_asymmetry(a["ratio_low"], a["ratio_high"], n_layers=_count(a, "n_layers")))
             for a, model, corpus, chapter in found]
 
 
@@ -323,7 +329,7 @@ def _wave_rows(tables: Tables) -> list[dict]:
         rows.append(_row(ours, f"later min g {fmt_interval(None, r['after_low'], r['after_high'])}",
                          f"trained depth {int(r['depth'])}", _corpus(tables, "spectral_lifecycle"),
                          "spectral_lifecycle", score_wave(leader, r["after_low"], r["after_high"],
-                                                          n_layers=int(r["n_early"]) + int(r["n_late"]))))
+                                                          n_layers=_count(r, "n_early", "n_late"))))
     return rows
 
 

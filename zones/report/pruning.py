@@ -239,15 +239,18 @@ def recipe_text(pairwise: pd.DataFrame, k: int, recipe: Sequence[str], ours: str
 
 
 def seeds_text(summary: pd.DataFrame, k: int, seeded: Sequence[str] = ("random", "random_protected")) -> str:
-    """Median and interquartile range over seeds of each seeded strategy's ΔPPL at k."""
+    """Each seeded strategy at k: its median Δloss over seeds (the statistic every comparison
+    decides by), the ΔPPL at that median, and the interquartile range of the seeds' ΔPPL."""
     parts = []
     for name in seeded:
         row = summary[(summary["strategy"] == name) & (summary["k"] == k)]
         if row.empty:
             continue
         r = row.iloc[0]
-        parts.append(f"{name}: median ΔPPL {fmt_interval(r['delta_ppl'], r['delta_ppl_low'], r['delta_ppl_high'])}, "
-                     f"interquartile range over its {int(r['n_seeds'])} seeds {fmt_num(r['delta_ppl_q25'])} to "
+        dloss = fmt_interval(r["delta_loss"], r["delta_loss_low"], r["delta_loss_high"], unit="nats")
+        parts.append(f"{name}: median Δloss {dloss}, ΔPPL at that median "
+                     f"{fmt_interval(r['delta_ppl'], r['delta_ppl_low'], r['delta_ppl_high'])}; interquartile range "
+                     f"of ΔPPL over its {int(r['n_seeds'])} seeds {fmt_num(r['delta_ppl_q25'])} to "
                      f"{fmt_num(r['delta_ppl_q75'])}")
     return "; ".join(parts)
 
