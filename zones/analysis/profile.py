@@ -70,8 +70,8 @@ def curvature(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
     return quadratic(x, y, axis)[..., 2]
 
 
-def profile_shape(table: pd.DataFrame, role: str = "q", estimator: str = "alpha_shape", *, n_resamples: int = N_RESAMPLES,
-                  seed: int = 0) -> dict:
+def profile_shape(table: pd.DataFrame, role: str = "q", estimator: str = "alpha_shape", *,
+                  n_resamples: int = N_RESAMPLES, seed: int = 0) -> dict:
     """The shape of one role's α profile over relative depth x = layer / (L − 1), with intervals
     (blocks resampled).
 

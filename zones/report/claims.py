@@ -252,7 +252,8 @@ def _gap_rows(tables: Tables) -> list[dict]:
     return [_row(f"{shown} at k = {int(top['k'])} ({top['worst']} / {top['best']})",
                  ratio_interval_text(top["worst_best_ratio_low"], top["worst_best_ratio_high"]),
                  _pruning_model(tables), _corpus(tables, "pruning"), "pruning",
-                 score_gap(top["worst_best_ratio_low"], top["worst_best_ratio_high"], tokens=_tokens(tables, "pruning")))]
+                 score_gap(top["worst_best_ratio_low"], top["worst_best_ratio_high"],
+                           tokens=_tokens(tables, "pruning")))]
 
 
 TREND_SHAPES = {"rises": "rises", "falls": "falls", "flat within noise": "not separable", "undefined": "undefined"}
@@ -263,7 +264,8 @@ def _shape_rows(tables: Tables) -> list[dict]:
     model = str(alpha.get("summary", {}).get("model", "–"))
     if "shape_claim" in alpha:
         r = alpha["shape_claim"].iloc[0]
-        ours = (f"{r['role']}-projection α: {r['shape']}; rise {fmt_interval(r['rise'], r['rise_low'], r['rise_high'], signed=True)}, "
+        rise = fmt_interval(r["rise"], r["rise_low"], r["rise_high"], signed=True)
+        ours = (f"{r['role']}-projection α: {r['shape']}; rise {rise}, "
                 f"curvature {fmt_interval(r['curvature'], r['curvature_low'], r['curvature_high'], signed=True)}; "
                 f"largest at block {int(r['top_block'])}")
         return [_row(ours, f"rise {fmt_interval(None, r['rise_low'], r['rise_high'])}", model, "– (weights only)",
@@ -271,8 +273,9 @@ def _shape_rows(tables: Tables) -> list[dict]:
     if "trend" in alpha and "q" in set(alpha["trend"]["role"]):
         r = alpha["trend"].set_index("role").loc["q"]
         ours = f"Q-projection α {r['first_fit']:.2f} → {r['last_fit']:.2f} (fitted), rise {fmt_num(r['rise'])}"
-        return [_row(ours, fmt_interval(None, r["rise_low"], r["rise_high"]), model, "– (weights only)", "alpha_profile",
-                     score_shape(TREND_SHAPES[trend_word(r["rise_low"], r["rise_high"])], n_blocks=_count(r, "n_blocks")))]
+        shape = TREND_SHAPES[trend_word(r["rise_low"], r["rise_high"])]
+        return [_row(ours, fmt_interval(None, r["rise_low"], r["rise_high"]), model, "– (weights only)",
+                     "alpha_profile", score_shape(shape, n_blocks=_count(r, "n_blocks")))]
     return []
 
 
@@ -323,7 +326,7 @@ def _wave_rows(tables: Tables) -> list[dict]:
         leader = str(r.get("leader", "early" if r["peak_low"] > 0 else "neither"))
         lead = {"early": f"the early half led (max g = {fmt_interval(r['peak'], r['peak_low'], r['peak_high'])})",
                 "late": f"the late half led (min g = "
-                        f"{fmt_interval(r.get('trough', math.nan), r.get('trough_low', math.nan), r.get('trough_high', math.nan))})",
+                        f"{fmt_interval(*(r.get(c, math.nan) for c in ('trough', 'trough_low', 'trough_high')))})",
                 "neither": "neither half led beyond its interval"}[leader]
         ours = f"Q/K, step 0 excluded: {lead}; later min g = {fmt_num(r['after'])}"
         rows.append(_row(ours, f"later min g {fmt_interval(None, r['after_low'], r['after_high'])}",
@@ -487,7 +490,7 @@ def summary_markdown(scores: pd.DataFrame, link_prefix: str = "chapters/") -> st
             # link only a chapter that ran: a book built without it has no such page to link
             where = f"{{doc}}`{r.chapter} <{link_prefix}{r.chapter}>`" if measured else f"the {r.chapter} chapter"
             detail = r.verdicts if r.outcome == "mixed" else f"on {r.models}" if measured else "no chapter ran"
-            note = f"; but {r.notes}" if r.notes and r.outcome in (HOLDS, "mixed") else f"; {r.notes}" if r.notes else ""
+            note = "" if not r.notes else f"; but {r.notes}" if r.outcome in (HOLDS, "mixed") else f"; {r.notes}"
             found.append(f"- {_badge(r.outcome)} **{r.claim}**: {detail}{note} ({where})")
         return found
 

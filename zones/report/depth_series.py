@@ -96,7 +96,8 @@ def _numbers(profile, series, frame, rho_runs, pooled, agreement, config, alpha_
         n_flattened=int(series["flattened"].sum()),
         n_tokens=int(frame["n_tokens"].iloc[0]),
         top_text="; ".join(f"{m}: block {int(l)}" for m, l in zip(top["model"], top["layer"])),
-        rho_text="; ".join(f"{r.model}: {fmt_rho(r.rho, r.ci_low, r.ci_high, r.p_value)}" for r in rho_runs.itertuples()),
+        rho_text="; ".join(f"{r.model}: {fmt_rho(r.rho, r.ci_low, r.ci_high, r.p_value)}"
+                           for r in rho_runs.itertuples()),
         pooled_text="; ".join(f"depth {r.depth} ({r.n_runs} runs): {fmt_rho(r.rho, r.ci_low, r.ci_high, r.p_value)}"
                               for r in pooled.itertuples() if r.depth != "all"),
         pooled_all_text=fmt_rho(*pooled.loc[pooled["depth"] == "all", ["rho", "ci_low", "ci_high", "p_value"]].iloc[0]),

@@ -121,7 +121,8 @@ def findings(delta: pd.DataFrame, gain: pd.DataFrame, comparison: pd.DataFrame, 
     if len(verdicts):
         v = verdicts.iloc[0]
         out["verdict"] = str(v["verdict"])
-        phrase = {"holds": "holds", "does not hold": "does not hold"}.get(v["verdict"], "is inconclusive at this budget")
+        phrase = {"holds": "holds", "does not hold": "does not hold"}.get(
+            v["verdict"], "is inconclusive at this budget (the interval resamples eval windows)")
         d = fmt_interval(v["difference"], v["difference_low"], v["difference_high"], unit="nats", signed=True)
         out["verdict_text"] = f"at k = {int(v['k'])} after {v['method']} healing, d = {d}: the claim {phrase}"
     else:

@@ -90,7 +90,8 @@ def _overlap(result: dict) -> str:
         return "there are no intervals to separate them"
     if result.get("reach_later", result["top_later"]) == result["top_later"]:
         return "their intervals overlap"
-    return f"the interval of {_block(result, 'reach_later')} reaches above the lower end of block {result['top_first']}'s"
+    return (f"the interval of {_block(result, 'reach_later')} reaches above the lower end of block "
+            f"{result['top_first']}'s")
 
 
 def first_blocks_sentence(result: dict) -> str:

@@ -126,8 +126,8 @@ def dissociation(gradient: pd.DataFrame, snapshots: pd.DataFrame, depth: int, es
         text = (f"in {one_run}, rank and α did not separate into a transient and a lasting gradient as the "
                 f"paper's dissociation would")
     if exponent is not None and interval_side(exponent["low"], exponent["high"], 0.0) == "below":
-        text += (f"; and Δα here shrinks with depth (b = {fmt_interval(exponent['exponent'], exponent['low'], exponent['high'])}), "
-                 f"the opposite sign of the paper's {PAPER_EXPONENT}")
+        b = fmt_interval(exponent["exponent"], exponent["low"], exponent["high"])
+        text += f"; and Δα here shrinks with depth (b = {b}), the opposite sign of the paper's {PAPER_EXPONENT}"
     halfway = f"step {shares['halfway_step']} of {shares['steps']} (the snapshot nearest the middle of training)"
     return dict(wave_share=100 * wave_share, alpha_share=100 * alpha_share, halfway_step=shares["halfway_step"],
                 halfway_text=halfway, dissociation_text=text)
@@ -173,7 +173,8 @@ def _series_snapshots(profile, depths, train_overrides, checkpoints) -> tuple[pd
         steps = sorted(int(s) for s in snapshots["step"].unique())
         gaps = np.diff(steps)
         depth_list = sorted(int(d) for d in snapshots["depth"].unique())
-        return snapshots, dict(depths=depth_list, steps=steps[-1], snapshot_every=int(np.median(gaps)) if len(gaps) else 0,
+        return snapshots, dict(depths=depth_list, steps=steps[-1],
+                               snapshot_every=int(np.median(gaps)) if len(gaps) else 0,
                                snapshot_fraction=NAN, final_heldout_loss={}, seeds_trained={d: 1 for d in depth_list},
                                tokens_per_run=NAN)
     # one training run per depth (seed 0: the depth series' first seed, read from its cache);

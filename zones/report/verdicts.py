@@ -317,8 +317,8 @@ def score_after_healing(low: float, high: float, *, difference: float | None = N
                         tokens: int | None = None) -> Verdict:
     """The healing chapter's claim, from the interval of d after healing (above 0: zone-aware's
     healed model is better)."""
-    return side_verdict(interval_side(low, high, 0.0), "above",
-                        *binding_limit("windows", low=low, high=high, tokens=tokens, estimate=difference, threshold=0.0))
+    limit = binding_limit("windows", low=low, high=high, tokens=tokens, estimate=difference, threshold=0.0)
+    return side_verdict(interval_side(low, high, 0.0), "above", *limit)
 
 
 # --- the α profile, block importance, the lifecycle --------------------------------------------------
@@ -444,8 +444,8 @@ def score_exponent(word: str, *, runs_resampled: int = 1, seeds_trained: Mapping
 __all__ = ["BLOCKS", "BUDGET", "FAILS", "FIRST_FRACTION", "HEALING_CLAIM", "HEALING_PAPER", "HOLDS",
            "LAST_N_KEEP_LAST", "MISSING", "OPEN", "OURS", "PAPER_CROSSOVER_K", "PAPER_EXPONENT", "PAPER_GAP",
            "PAPER_Q_PROFILE", "PAPER_RATIO", "PAPER_RHO", "PAPER_RHO_P", "REASONS", "SEEDS", "UNDEFINED",
-           "UNITS", "VERDICTS", "Verdict", "binding_limit", "finite", "first_blocks", "first_blocks_matter_most", "from_word",
-           "inconclusive", "min_permutation_p", "ratio_interval_text", "rho_verdict", "rule", "score_after_healing",
+           "UNITS", "VERDICTS", "Verdict", "binding_limit", "finite", "first_blocks", "first_blocks_matter_most",
+           "from_word", "inconclusive", "min_permutation_p", "ratio_interval_text", "rho_verdict", "rule", "score_after_healing",
            "score_asymmetry", "score_crossover", "score_exponent", "score_exponent_interval", "score_gap",
            "score_ratio_direction", "score_ratio_magnitude", "score_rho", "score_shape", "score_wave",
            "side_verdict", "verdict_phrase"]
