@@ -317,12 +317,15 @@ def _asymmetry_rows(tables: Tables) -> list[dict]:
             for a, model, corpus, chapter in found]
 
 
+def _records(tables: Tables, chapter: str, name: str) -> list[dict]:
+    """The rows of a chapter's table ``name`` as dicts (``[]`` when the chapter did not write it)."""
+    found = tables.get(chapter, {})
+    return found[name].to_dict("records") if name in found else []
+
+
 def _wave_rows(tables: Tables) -> list[dict]:
-    life = tables.get("spectral_lifecycle", {})
-    if "wave_claim" not in life:
-        return []
     rows = []
-    for r in life["wave_claim"].to_dict("records"):
+    for r in _records(tables, "spectral_lifecycle", "wave_claim"):
         leader = str(r.get("leader", "early" if r["peak_low"] > 0 else "neither"))
         lead = {"early": f"the early half led (max g = {fmt_interval(r['peak'], r['peak_low'], r['peak_high'])})",
                 "late": f"the late half led (min g = "
@@ -353,11 +356,8 @@ def _exponent_rows(tables: Tables) -> list[dict]:
 
 def _healing_rows(tables: Tables) -> list[dict]:
     """One row per healing method, read from ``healing/verdict.csv``."""
-    found = tables.get("healing", {})
-    if "verdict" not in found:
-        return []
     rows = []
-    for r in found["verdict"].to_dict("records"):
+    for r in _records(tables, "healing", "verdict"):
         ours = (f"Δloss({LAST_N_KEEP_LAST}) − Δloss({OURS}) after {r['method']} healing at k = {int(r['k'])}: "
                 f"{fmt_num(r['difference'], 3, signed=True)} nats")
         rows.append(_row(ours, fmt_interval(None, r["difference_low"], r["difference_high"]), str(r["model"]),
