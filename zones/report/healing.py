@@ -192,6 +192,7 @@ def run(model: str = "smollm2-135m", corpus: str = "stdlib", seq_len: int = 256,
                    n_tokens=eval_windows.n_scored_tokens, heal_tokens=heal_windows.n_scored_tokens,
                    calibration_tokens=calibration.n_scored_tokens, k_values=", ".join(map(str, k_values)),
                    k_max=max(k_values), seeds=seeds, methods=", ".join(methods),
+                   healing_rule=score_after_healing.rule,
                    seconds=float(round(time.time() - started, 1)))
     record = dict(numbers, corpus=corpus, seq_len=seq_len, strategies=list(strategies), methods=list(methods),
                   lr=lr, rank=rank)

@@ -156,8 +156,8 @@ def exponent_claim_row(exponent: dict, seeds_trained: Mapping[int, int], runs_re
     ``zones.report.verdicts.score_exponent_interval`` (``verdict``), what its interval covers
     (``interval_covers``), the runs per depth it resamples (``runs_resampled``) and the runs the
     series has per depth (``seeds_trained``, :func:`seeds_text`)."""
-    covers = (f"snapshot jitter of one run per depth (seed 0), not run-to-run variation; the series has "
-              f"{', '.join(f'{n} at depth {d}' for d, n in sorted(seeds_trained.items()))}"
+    covers = (f"snapshot jitter of one run per depth (seed 0), not run-to-run variation; training runs the series "
+              f"has: {', '.join(f'{n} at depth {d}' for d, n in sorted(seeds_trained.items()))}"
               if runs_resampled < 2 else f"snapshot jitter of {runs_resampled} runs per depth")
     return dict(exponent, verdict=score_exponent_interval(exponent["low"], exponent["high"]),
                 interval_covers=covers, runs_resampled=int(runs_resampled), seeds_trained=seeds_text(seeds_trained))

@@ -61,7 +61,7 @@ FIRST_FRACTION = 0.1   # "the first blocks": the first ⌈0.1 · L⌉ blocks (at
 class Verdict(str):
     """A verdict word (``Verdict(OPEN, BLOCKS) == "inconclusive"``) with ``reason``: a key of
     :data:`REASONS` for an inconclusive verdict, ``""`` otherwise, and ``detail``: what the data
-    say about that limit (``"the model has 30 blocks"``), computed by :func:`binding_limit`."""
+    say about that limit (``"it resamples the model's 30 blocks"``), computed by :func:`binding_limit`."""
 
     reason: str
     detail: str
@@ -104,15 +104,16 @@ def binding_limit(units: str, *, low: float = 0.0, high: float = 0.0, n_units: i
         raise ValueError(f"units must be one of {sorted(UNITS)}; got {units!r}")
     if not finite(low, high):
         return UNDEFINED, ""
-    if runs_resampled is not None and runs_resampled < 2 or units == "snapshots":
+    if (runs_resampled is not None and runs_resampled < 2) or units == "snapshots":
         trained = ""
         if seeds_trained:
             counts = [f"{n} at depth {d}" for d, n in sorted(seeds_trained.items())]
-            trained = f"; the series trained {_listed(counts)} run{'s' if sum(seeds_trained.values()) != 1 else ''}"
+            trained = f"; training runs the series has: {_listed(counts)}"
         covers = "one training run per depth" if (runs_resampled or 1) < 2 else f"{runs_resampled} runs"
         return SEEDS, f"it resamples the {units} of {covers}{trained}"
     reason = UNITS[units]
-    counted = f"{n_units} {units}" if n_units is not None else units
+    named = "eval windows" if units == "windows" else units
+    counted = f"{n_units} {named}" if n_units is not None else named
     if reason == BLOCKS:
         return BLOCKS, f"it resamples the model's {counted}"
     detail = f"it resamples {counted}" + (f" ({tokens:,} tokens)" if tokens else "")
