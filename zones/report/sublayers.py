@@ -71,7 +71,7 @@ def series_rho_table(profile: str | None = "cpu", depths=None, train_overrides: 
                                 batch_size=batch_size, n_resamples=n_resamples, n_permutations=n_permutations,
                                 seed=seed, progress=progress)
     names = {"attn": "attention", "mlp": "MLP"}
-    return table.assign(verdict=[rho_verdict(dict(ci_low=r.ci_low, ci_high=r.ci_high), r.model,
+    return table.assign(verdict=[rho_verdict(dict(ci_low=r.ci_low, ci_high=r.ci_high, n=r.n_blocks), r.model,
                                              f"{names[r.part]} {estimator}") for r in table.itertuples()])
 
 
