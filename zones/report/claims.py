@@ -138,13 +138,13 @@ def _summary(tables: Tables, chapter: str) -> Mapping[str, Any]:
 def _count(row: Mapping[str, Any], *columns: str) -> int | None:
     """The sum of a row's count columns, or None when one is missing (a table from an older build)."""
     values = [row.get(c) for c in columns]
-    return int(sum(values)) if all(isinstance(v, (int, float)) and finite(float(v)) for v in values) else None
+    return int(sum(values)) if finite(*values) else None
 
 
 def _tokens(tables: Tables, chapter: str) -> int | None:
     """The eval tokens a chapter scored (its summary's ``n_tokens``), if it says."""
     n = _summary(tables, chapter).get("n_tokens")
-    return int(n) if isinstance(n, (int, float)) and finite(float(n)) else None
+    return int(n) if finite(n) else None
 
 
 def _corpus(tables: Tables, chapter: str, default: str = "–") -> str:

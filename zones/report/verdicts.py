@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import numbers
 from typing import Callable, Mapping
 
 import pandas as pd
@@ -177,8 +178,8 @@ def min_permutation_p(n: int) -> float:
 
 
 def finite(*values) -> bool:
-    """Every value a finite number."""
-    return all(isinstance(v, (int, float)) and math.isfinite(v) for v in values)
+    """Every value a finite number (numpy scalars included, bools not)."""
+    return all(isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) for v in values)
 
 
 def ratio_interval_text(low: float, high: float) -> str:
