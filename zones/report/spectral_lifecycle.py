@@ -163,9 +163,11 @@ def exponent_claim_row(exponent: dict, seeds_trained: Mapping[int, int], runs_re
                 interval_covers=covers, runs_resampled=int(runs_resampled), seeds_trained=seeds_text(seeds_trained))
 
 
-def _series_snapshots(profile, depths, train_overrides, checkpoints) -> tuple[pd.DataFrame, dict]:
+def _series_snapshots(profile, depths, train_overrides, checkpoints, seeds=None) -> tuple[pd.DataFrame, dict]:
     """The snapshot table and the run facts the prose cites: from the cached depth series, or,
-    with ``checkpoints``, from any checkpoint series (``zones.series.checkpoints.lifecycle_snapshots``)."""
+    with ``checkpoints``, from any checkpoint series (``zones.series.checkpoints.lifecycle_snapshots``).
+    ``seeds``: the depth series' training seeds (a count, as the depth-series chapter takes it;
+    None: the profile's), read only to say how many runs per depth the series has."""
     if checkpoints:
         snapshots = lifecycle_snapshots(checkpoints, progress=False)
         if "depth" not in snapshots.columns:
@@ -176,26 +178,26 @@ def _series_snapshots(profile, depths, train_overrides, checkpoints) -> tuple[pd
         return snapshots, dict(depths=depth_list, steps=steps[-1],
                                snapshot_every=int(np.median(gaps)) if len(gaps) else 0,
                                snapshot_fraction=NAN, final_heldout_loss={}, seeds_trained={d: 1 for d in depth_list},
-                               tokens_per_run=NAN)
+                               tokens_per_run=None)
     # one training run per depth (seed 0: the depth series' first seed, read from its cache);
     # mixing seeds within a depth would blur the snapshots' trajectory
     overrides = dict(train_overrides or {})
-    seeds = None if "seed" in overrides else 1
-    runs = train_series(depths, profile, seeds=seeds, progress=False, **overrides)
+    one_seed = "seed" in overrides
+    runs = train_series(depths, profile, seeds=None if one_seed else 1, progress=False, **overrides)
     series = series_summary(runs)
     # the runs the series has at each depth (the depth-series chapter trains them all), read from its configs
-    trained = Counter(c.depth for c in series_configs(profile, depths, None, **overrides))
+    trained = Counter(c.depth for c in series_configs(profile, depths, None if one_seed else seeds, **overrides))
     return series_snapshots(runs), dict(
         depths=[int(d) for d in series["depth"]], steps=int(runs[0].config.steps),
         snapshot_every=int(runs[0].config.snapshot_every), snapshot_fraction=float(series["snapshot_fraction"].max()),
         final_heldout_loss={int(d): float(v) for d, v in zip(series["depth"], series["final_heldout_loss"])},
         seeds_trained={int(d): int(n) for d, n in trained.items()},
-        tokens_per_run=float(runs[0].config.steps * runs[0].config.tokens_per_step))
+        tokens_per_run=int(runs[0].config.steps * runs[0].config.tokens_per_step))
 
 
 def run(profile: str = "cpu", depths=None, train_overrides: dict | None = None, alpha_estimator: str = "alpha_shape",
         delta_group: str = "all", out_dir: str = "results/spectral_lifecycle", *, checkpoints=None,
-        n_resamples: int = N_RESAMPLES, seed: int = 0) -> ChapterResult:
+        seeds: int | None = None, n_resamples: int = N_RESAMPLES, seed: int = 0) -> ChapterResult:
     """The chapter, from the cached depth series: ``snapshots.csv``, ``compression.csv``,
     ``wave_gradient.csv``, ``wave_summary.csv``, ``alpha_grid.csv``, ``final_profile.csv``,
     ``delta_alpha.csv``, ``asymmetry.csv``, ``delta_alpha_fits.csv``, and the claims' tables
@@ -203,7 +205,7 @@ def run(profile: str = "cpu", depths=None, train_overrides: dict | None = None, 
     (``alpha_profile.qk_vo_asymmetry`` of each depth's final profile) and
     ``delta_alpha_claim.csv`` (:func:`delta_alpha_exponent`); ``summary.json``."""
     estimator = alpha_estimator
-    snapshots, facts = _series_snapshots(profile, depths, train_overrides, checkpoints)
+    snapshots, facts = _series_snapshots(profile, depths, train_overrides, checkpoints, seeds)
     depth_list = facts["depths"]
     deepest = max(depth_list)
     steps = facts["steps"]

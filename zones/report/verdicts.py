@@ -81,7 +81,7 @@ class Verdict(str):
     def why(self) -> str:
         """The reason in words, with its detail (``""`` unless inconclusive)."""
         text = REASONS.get(self.reason, "")
-        return f"{text} ({self.detail})" if text and self.detail else text
+        return f"{text}; {self.detail}" if text and self.detail else text
 
 
 def _listed(items: list[str]) -> str:
