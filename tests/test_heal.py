@@ -140,7 +140,7 @@ def test_cli_heal(tiny_model_dir, tmp_path, one_thread, capsys):
 
 
 def test_score_after_healing_rule():
-    from zones.report.healing import score_after_healing
+    from zones.report.verdicts import score_after_healing
 
     assert score_after_healing(0.01, 0.2) == "holds"
     assert score_after_healing(-0.3, -0.02) == "does not hold"
@@ -167,8 +167,11 @@ def test_healing_chapter_on_a_tiny_model(tiny_model_dir, tmp_path, one_thread):
                                                 - d[("zone_aware", r["k"], r["stage"])])
     verdict = result["verdict"]
     assert len(verdict) == 1 and verdict.iloc[0]["k"] == 2
-    rows = chapter.healing_rows({"healing": {"verdict": verdict}})
+    from zones.report import claims
+
+    healed = next(c for c in claims.REGISTRY if c.chapter == "healing")
+    rows = healed.rows({"healing": {"verdict": verdict}})
     assert rows[0]["chapter"] == "healing" and rows[0]["verdict"] == verdict.iloc[0]["verdict"]
-    assert chapter.healing_rows({}) == []
+    assert healed.rows({}) == []
     assert (tmp_path / "healing" / "summary.json").exists()
     assert result.numbers["verdict_text"].startswith("at k = 2 after bridge healing")

@@ -7,8 +7,19 @@ import pandas as pd
 import pytest
 from scipy.stats import spearmanr
 
-from zones.analysis.importance import RHO_COLUMNS, importance_table, model_labels, rho_table, spearman, spearman_rho
+from zones.analysis.importance import (
+    RHO_COLUMNS,
+    holm,
+    importance_table,
+    model_labels,
+    rho_table,
+    spearman,
+    spearman_rho,
+    strongest,
+)
 from zones.figures.layer_ablation import ablation_bars, importance_scatter, log_floor
+
+NAN = float("nan")
 
 
 def test_rho_equals_scipy_with_ties_and_nans():
@@ -220,3 +231,23 @@ def test_chapters_run_on_a_tiny_model(tmp_path, tiny_model_dir):
     strongest = first_rho["strongest"]
     assert abs(strongest["rho"]) == pytest.approx(rho[rho["model"] == first_rho["model"]]["rho"].abs().max())
     assert first_rho["verdict"].startswith(f"On {first_rho['model']}")
+
+
+def test_strongest_counts_the_estimators_not_separable_from_it():
+    rhos = pd.DataFrame(dict(estimator=["a", "b", "c", "d"], role="weighted", rho=[0.6, -0.7, 0.1, NAN],
+                             ci_low=[0.3, -0.9, -0.2, NAN], ci_high=[0.8, -0.4, 0.3, NAN]))
+    best = strongest(rhos)
+    assert best["estimator"] == "b" and best["n_close"] == 0  # 0.6's interval does not reach −0.7
+    rhos.loc[0, ["rho", "ci_low", "ci_high"]] = [-0.6, -0.8, -0.3]
+    assert strongest(rhos)["close"] == ["a (weighted)"]
+    assert strongest(rhos.assign(rho=NAN)) is None
+
+
+def test_holm_and_the_strongest_of_many_is_adjusted():
+    assert holm([0.01, 0.04, 0.03, NAN, 0.005]) == pytest.approx([0.03, 0.06, 0.06, NAN, 0.02],
+                                                                            nan_ok=True)
+    rhos = pd.DataFrame(dict(estimator=[f"e{i}" for i in range(56)], role="weighted",
+                             rho=np.linspace(-0.5, 0.6, 56), ci_low=np.linspace(-0.7, 0.3, 56),
+                             ci_high=np.linspace(-0.2, 0.8, 56), p_value=np.r_[np.full(55, 0.5), 0.004]))
+    best = strongest(rhos)
+    assert best["n_tested"] == 56 and best["p_holm"] == pytest.approx(56 * 0.004) and best["n_significant"] == 0

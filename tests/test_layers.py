@@ -78,3 +78,40 @@ def test_the_check_sees_an_upward_import(tmp_path):
     source.write_text("from ..report import verdicts\nfrom zones.core import checks\n")
     assert imported_modules(source, root) == {"zones.report", "zones.report.verdicts", "zones.core"}
     assert floor_of("zones.report.verdicts") == "report" and floor_of(module_name(source, root)) == "measure"
+
+
+# --- the report floor: chapter modules share rules through zones.report.verdicts only --------------------
+
+REPORT = ROOT / "report"
+
+
+def chapter_imports(path: Path, chapters, root: Path = ROOT) -> list[str]:
+    """The chapter modules (``zones.report.<chapter>``) that ``path`` imports, other than itself."""
+    own = module_name(path, root)
+    names = {f"zones.report.{c}" for c in chapters}
+    return sorted(m for m in imported_modules(path, root) if m in names and m != own)
+
+
+def _chapters():
+    from zones.report import CHAPTERS
+
+    return CHAPTERS
+
+
+@pytest.mark.parametrize("chapter", _chapters())
+def test_no_chapter_module_imports_another(chapter):
+    path = REPORT / f"{chapter}.py"
+    assert path.exists(), f"zones/report/{chapter}.py is listed in zones.report.CHAPTERS but missing"
+    found = chapter_imports(path, _chapters())
+    assert not found, (f"zones/report/{chapter}.py imports chapter module(s) {found}: share the rule through "
+                       f"zones.report.verdicts (or the statistic through zones.analysis) instead")
+
+
+def test_the_chapter_check_sees_a_chapter_import(tmp_path):
+    root = tmp_path / "zones"
+    (root / "report").mkdir(parents=True)
+    for name in ("__init__", "verdicts", "healing", "claims"):
+        (root / "report" / f"{name}.py").write_text("")
+    source = root / "report" / "claims.py"
+    source.write_text("from . import healing\nfrom zones.report.verdicts import HOLDS\n")
+    assert chapter_imports(source, ("healing", "claims"), root) == ["zones.report.healing"]

@@ -128,12 +128,31 @@ def test_recipe_knobs_change_what_they_say():
 # --- every strategy on a tiny model ------------------------------------------------------------
 
 def test_every_strategy_returns_valid_plans(model, windows):
+    """The common check, over every registered strategy of both kinds: block plans hold k
+    distinct blocks in range; sublayer plans are nested prefixes of distinct sublayers that
+    remove k blocks' parameters (or None where the order never gets there)."""
     ev, cal = windows
     ctx = PruningContext(model, cal, alpha=fake_alpha(np.linspace(0.1, 0.5, N_LAYERS)), batch_size=2,
                          progress=False)
+    sublayer_ctx = PruningContext(model, cal, batch_size=2, progress=False)   # the real α table: every role
     k_max = N_LAYERS - 2
+    assert {s.kind for s in STRATEGIES.values()} == {"block", "sublayer"}
     for strategy in STRATEGIES.values():
         for seed in (0, 1):
+            if strategy.kind == "sublayer":
+                plans = strategy.plan(sublayer_ctx, 2, seed)
+                block = sublayer_ctx.block_params()
+                sizes = sublayer_ctx.sublayer_params().set_index(["layer", "part"])["n_params"]
+                reached = [p for p in plans if p is not None]
+                assert reached, strategy.name
+                for k, plan in enumerate(plans, start=1):
+                    if plan is None:
+                        continue
+                    assert len(set(plan)) == len(plan) and all(0 <= l < N_LAYERS and p in ("attn", "mlp")
+                                                               for l, p in plan), strategy.name
+                    assert sum(sizes[s] for s in plan) >= (1 - strategies.TOLERANCE) * k * block
+                    assert plan == reached[-1][:len(plan)]   # nested: one removal order
+                continue
             plans = strategy.plan(ctx, k_max, seed)
             assert len(plans) == k_max
             for k, plan in enumerate(plans, start=1):
@@ -148,6 +167,29 @@ def test_every_strategy_returns_valid_plans(model, windows):
     assert {"last_n_keep_last", "random_protected"} <= set(sweep_module.DEFAULT_STRATEGIES) <= set(STRATEGIES)
     for k, plan in enumerate(STRATEGIES["angular"].plan(ctx, k_max), start=1):
         assert plan == list(range(plan[0], plan[0] + k))  # one contiguous run
+
+
+def test_the_common_check_refuses_a_bad_plan_of_either_kind(model, windows):
+    _, cal = windows
+    ctx = PruningContext(model, cal, batch_size=2, progress=False)
+    try:
+        register_strategy("twice_test", kind="sublayer")(lambda ctx, target, seed: [(1, "attn"), (1, "attn")])
+        register_strategy("out_of_range_test", kind="sublayer")(lambda ctx, target, seed: [(N_LAYERS, "mlp")])
+        register_strategy("repeat_block_test")(lambda ctx, k_max, seed: [[1]] + [[1, 1]] * (k_max - 1))
+        with pytest.raises(StrategyError, match="a sublayer twice"):
+            STRATEGIES["twice_test"].plan(ctx, 1)
+        with pytest.raises(StrategyError, match="blocks 0..7"):
+            STRATEGIES["out_of_range_test"].plan(ctx, 1)
+        with pytest.raises(StrategyError, match="distinct"):
+            STRATEGIES["repeat_block_test"].plan(ctx, 2)
+        # a block sweep takes block strategies only, and says which kind a name is
+        with pytest.raises(StrategyError, match="'attn_drop' is a sublayer strategy"):
+            strategies.get_strategy("attn_drop")
+        with pytest.raises(StrategyError, match="unknown strategy"):
+            sweep_module.check_strategy_names(["zone_aware", "attn_drop"])
+    finally:
+        for name in ("twice_test", "out_of_range_test", "repeat_block_test"):
+            STRATEGIES.pop(name, None)
 
 
 @pytest.mark.parametrize("name", ["random", "random_protected"])
@@ -619,3 +661,39 @@ def test_default_model_table_matches_direct_evaluation(user_cache):
     with skip_blocks(loaded.model, [29, 28]):
         ppl = evaluate_loss(loaded.model, ev).ppl
     assert table.loc[table.k == 2, "delta_ppl"].item() == pytest.approx(ppl - base, rel=1e-4)
+
+
+def test_with_two_seeds_one_statistic_decides_and_the_words_follow_it():
+    """Two seeds of random: one cheap, one close to collapse. Their median Δloss is below
+    zone-aware's, while the median of their ΔPPL (the mean of a small and a huge one) is above
+    it: the ΔPPL shown is the one at the median Δloss, so ratio, winner and words agree."""
+    from zones.report import pruning as chapter
+
+    rng = np.random.default_rng(0)
+    n_windows, tokens, base = 12, 100, 3.0
+    noise = rng.normal(0, 0.01, n_windows)
+
+    def windows(rise):
+        return [(w, tokens * (base + rise + noise[w])) for w in range(n_windows)]
+
+    sets = {"": 0.0, "1": 1.4, "2": 0.05, "3": 2.5}      # zone_aware removes 1; random's seeds remove 2 and 3
+    window_losses = pd.DataFrame([dict(removed=r, window=w, nll=nll, n_tokens=tokens)
+                                  for r, rise in sets.items() for w, nll in windows(rise)])
+    base_ppl = np.exp(base + noise.mean())
+    rows = []
+    for strategy, seed, removed in (("zone_aware", 0, "1"), ("random", 0, "2"), ("random", 1, "3")):
+        loss = window_losses.loc[window_losses["removed"] == removed, "nll"].sum() / (tokens * n_windows)
+        ppl = np.exp(loss)
+        rows.append(dict(model="m", strategy=strategy, k=1, seed=seed, removed=removed, ppl=ppl, base_ppl=base_ppl,
+                         delta_ppl=ppl - base_ppl, delta_loss=np.log(ppl / base_ppl), n_tokens=tokens * n_windows))
+    table = pd.DataFrame(rows)
+    summary = summarize_pruning(table, window_losses, n_resamples=300).set_index("strategy")
+    assert summary.loc["random", "delta_loss"] < summary.loc["zone_aware", "delta_loss"]
+    assert summary.loc["random", "delta_ppl"] < summary.loc["zone_aware", "delta_ppl"]      # the same order
+    assert table.loc[table["strategy"] == "random", "delta_ppl"].median() > summary.loc["zone_aware", "delta_ppl"]
+    comparison = compare.reference_comparisons(table, window_losses, "zone_aware", ["random"])
+    row = comparison.iloc[0]
+    assert row["winner"] == "random" and row["ratio"] < 1 and row["ratio_high"] < 1
+    words = chapter.behind_text(comparison)
+    assert "random at k = 1" in words and "×)" in words
+    assert "median Δloss" in chapter.seeds_text(summarize_pruning(table, window_losses, n_resamples=300), 1)

@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from zones.analysis import lifecycle, profile
+from zones.analysis.importance import strongest
 from zones.report import (
     alpha_profile,
     claims,
@@ -18,7 +20,7 @@ from zones.report import (
     spectral_lifecycle,
     verdicts,
 )
-from zones.report.format import rounded, rounded_to
+from zones.report.format import fmt_interval, rounded, rounded_to
 
 NAN = float("nan")
 
@@ -33,67 +35,11 @@ def test_save_writes_strict_json_and_plain_values(tmp_path):
     assert common.plain({"a": np.bool_(True)}) == {"a": True}
 
 
-def test_unit_bootstrap_covers_a_known_slope_and_is_nan_with_too_few_units():
-    rng = np.random.default_rng(1)
-    x = np.linspace(0, 1, 30)
-    y = 0.3 * x + rng.normal(0, 0.05, x.size)
-    est, low, high = common.unit_bootstrap([x, y], alpha_profile._slope)
-    assert low < 0.3 < high and low < est < high and high - low < 0.2
-    assert math.isnan(common.unit_bootstrap([x[:2], y[:2]], alpha_profile._slope)[1])
-    # strata: each resampled on its own
-    est, low, high = common.unit_bootstrap([np.array([1.0, 1.2, 0.8]), np.array([0.0, 0.1, -0.1])],
-                                           lambda a, b, axis=-1: a.mean(axis) - b.mean(axis), paired=False)
-    assert est == pytest.approx(1.0) and 0.7 < low < 1.0 < high < 1.3
-
-
-@pytest.mark.parametrize("low, high, side", [(0.1, 0.2, "above"), (-0.2, -0.1, "below"), (-0.1, 0.1, "straddles"),
-                                             (NAN, 0.1, "undefined")])
-def test_interval_side(low, high, side):
-    assert common.interval_side(low, high, 0.0) == side
-
-
 # --- alpha profile ---------------------------------------------------------------------------------
 
 def _alpha_table(values: dict[str, np.ndarray]) -> pd.DataFrame:
     rows = [dict(layer=i, role=role, alpha_shape=float(v)) for role, vs in values.items() for i, v in enumerate(vs)]
     return pd.DataFrame(rows)
-
-
-def test_depth_trend_says_rises_falls_or_flat():
-    rng = np.random.default_rng(0)
-    x = np.linspace(0, 1, 24)
-    table = _alpha_table({"q": 0.22 + 0.26 * x + rng.normal(0, 0.02, x.size),
-                          "k": 0.5 - 0.2 * x + rng.normal(0, 0.02, x.size),
-                          "v": 0.4 + np.tile([0.05, -0.05], 12)})
-    trend = alpha_profile.depth_trend(table).set_index("role")
-    assert trend.loc["q", "trend"] == "rises" and trend.loc["q", "rise_low"] < 0.26 < trend.loc["q", "rise_high"]
-    assert trend.loc["q", "first_fit"] == pytest.approx(0.22, abs=0.03)
-    assert trend.loc["k", "trend"] == "falls"
-    assert trend.loc["v", "trend"] == "flat within noise"
-    assert alpha_profile.trend_word(NAN, NAN) == "undefined"
-
-
-def test_qk_vo_asymmetry_branches():
-    rng = np.random.default_rng(0)
-    wavy, flat = np.sin(np.linspace(0, 3, 20)), 0.01 * rng.normal(size=20)
-
-    def profile(qk, vo):
-        return pd.DataFrame([dict(layer=i, group=g, value=v) for g, vs in (("Q/K", qk), ("V/O", vo))
-                             for i, v in enumerate(vs)])
-
-    assert alpha_profile.qk_vo_asymmetry(profile(wavy, flat))["asymmetry"] == "Q/K larger"
-    assert alpha_profile.qk_vo_asymmetry(profile(flat, wavy))["asymmetry"] == "V/O larger"
-    noise = rng.normal(size=20)
-    same = alpha_profile.qk_vo_asymmetry(profile(noise, noise[::-1]))  # equal spread, other order
-    assert same["asymmetry"] == "not separable" and same["ratio_low"] < 1 < same["ratio_high"]
-    missing = alpha_profile.qk_vo_asymmetry(profile(wavy, flat).query("group == 'Q/K'"))
-    assert missing["asymmetry"] == "undefined"
-    for result in (alpha_profile.qk_vo_asymmetry(profile(wavy, flat)), same, missing):
-        assert alpha_profile.asymmetry_sentence(result)  # every branch has its sentence
-    # group_profile averages the roles of a group per layer
-    table = _alpha_table({"q": np.array([1.0, 2.0]), "k": np.array([3.0, 4.0]), "v": np.array([0.0, 0.0])})
-    groups = alpha_profile.group_profile(table).set_index(["layer", "group"])["value"]
-    assert groups[(0, "Q/K")] == 2.0 and groups[(1, "Q/K")] == 3.0 and groups[(1, "V/O")] == 0.0
 
 
 # --- layer ablation --------------------------------------------------------------------------------
@@ -106,13 +52,13 @@ def _ablation(delta, half_width):
 
 def test_first_blocks_matter_most_branches():
     twelve = np.full(12, 0.1)
-    holds = layer_ablation.first_blocks_matter_most(_ablation(np.r_[2.0, twelve[1:]], 0.05))
+    holds = verdicts.first_blocks_matter_most(_ablation(np.r_[2.0, twelve[1:]], 0.05))
     assert holds["verdict"] == "holds" and holds["first_blocks"] == "0–1" and holds["top_first"] == 0
-    fails = layer_ablation.first_blocks_matter_most(_ablation(np.r_[0.1, 0.1, twelve[2:-1], 3.0], 0.05))
+    fails = verdicts.first_blocks_matter_most(_ablation(np.r_[0.1, 0.1, twelve[2:-1], 3.0], 0.05))
     assert fails["verdict"] == "does not hold" and fails["top_later"] == 11
-    close = layer_ablation.first_blocks_matter_most(_ablation(np.r_[1.0, 0.1, twelve[2:-1], 0.9], 0.2))
+    close = verdicts.first_blocks_matter_most(_ablation(np.r_[1.0, 0.1, twelve[2:-1], 0.9], 0.2))
     assert close["verdict"] == "inconclusive"
-    no_intervals = layer_ablation.first_blocks_matter_most(
+    no_intervals = verdicts.first_blocks_matter_most(
         _ablation(np.r_[2.0, twelve[1:]], 0.05).drop(columns=["delta_loss_low", "delta_loss_high"]))
     assert no_intervals["verdict"] == "inconclusive" and math.isnan(no_intervals["top_first_low"])
     for result in (holds, fails, close):
@@ -120,12 +66,12 @@ def test_first_blocks_matter_most_branches():
     # the costliest later block is separated from block 0, but a cheaper one with a wide interval is not
     wide = _ablation(np.r_[1.0, 0.1, twelve[2:-2], 0.5, 0.3], 0.05)
     wide.loc[11, "delta_loss_high"] = 1.2
-    reach = layer_ablation.first_blocks_matter_most(wide)
+    reach = verdicts.first_blocks_matter_most(wide)
     text = layer_ablation.first_blocks_sentence(reach)
     assert reach["verdict"] == "inconclusive" and reach["top_later"] == 10 and reach["reach_later"] == 11
     assert "the interval of block 11" in text and "their intervals overlap" not in text
     with pytest.raises(ValueError, match="too few blocks"):
-        layer_ablation.first_blocks_matter_most(_ablation([1.0], 0.1))
+        verdicts.first_blocks_matter_most(_ablation([1.0], 0.1))
 
 
 def test_ablation_numbers_count_blocks_without_a_detectable_cost():
@@ -143,17 +89,7 @@ def test_ablation_numbers_count_blocks_without_a_detectable_cost():
 @pytest.mark.parametrize("low, high, phrase", [(0.2, 0.8, "larger"), (-0.8, -0.2, "smaller"),
                                                (-0.2, 0.5, "does not detectably"), (NAN, NAN, "cannot be computed")])
 def test_rho_verdict_branches(low, high, phrase):
-    assert phrase in importance_vs_alpha.rho_verdict(dict(rho=0.3, ci_low=low, ci_high=high), "m", "α")
-
-
-def test_strongest_counts_the_estimators_not_separable_from_it():
-    rhos = pd.DataFrame(dict(estimator=["a", "b", "c", "d"], role="weighted", rho=[0.6, -0.7, 0.1, NAN],
-                             ci_low=[0.3, -0.9, -0.2, NAN], ci_high=[0.8, -0.4, 0.3, NAN]))
-    best = importance_vs_alpha.strongest(rhos)
-    assert best["estimator"] == "b" and best["n_close"] == 0  # 0.6's interval does not reach −0.7
-    rhos.loc[0, ["rho", "ci_low", "ci_high"]] = [-0.6, -0.8, -0.3]
-    assert importance_vs_alpha.strongest(rhos)["close"] == ["a (weighted)"]
-    assert importance_vs_alpha.strongest(rhos.assign(rho=NAN)) is None
+    assert phrase in verdicts.rho_verdict(dict(rho=0.3, ci_low=low, ci_high=high), "m", "α")
 
 
 # --- lifecycle -------------------------------------------------------------------------------------
@@ -170,20 +106,21 @@ def _compression(early, late, steps=10):
 
 
 def test_wave_reversal_branches():
+    wave = lambda grid, depth: spectral_lifecycle.wave_claim_row(lifecycle.wave_reversal(grid, depth))
     fast = lambda t: min(0.5, 0.2 * t)
     slow = lambda t: 0.09 * t
-    holds = spectral_lifecycle.wave_reversal(_compression(fast, slow), 4)
+    holds = wave(_compression(fast, slow), 4)
     assert holds["verdict"] == "holds" and holds["leader"] == "early"
     assert holds["peak_low"] > 0 and holds["after_high"] < 0
-    never_overtaken = spectral_lifecycle.wave_reversal(_compression(fast, lambda t: 0.02 * t), 4)
+    never_overtaken = wave(_compression(fast, lambda t: 0.02 * t), 4)
     assert never_overtaken["verdict"] == "does not hold" and never_overtaken["after_low"] > 0
     # the late half compresses first: the rule names it, and the claim does not hold
-    late_first = spectral_lifecycle.wave_reversal(_compression(lambda t: 0.0, slow), 4)
+    late_first = wave(_compression(lambda t: 0.0, slow), 4)
     assert late_first["verdict"] == "does not hold" and late_first["leader"] == "late"
     assert late_first["trough_high"] < 0
     # step 0 (g = 0 for every resample) is excluded: the peak's interval is not pinned at 0
     assert late_first["peak_high"] < 0 and late_first["peak_step"] > 0
-    mixed = spectral_lifecycle.wave_reversal(_compression((lambda t: min(0.9, 0.3 * t), lambda t: 0.0), lambda t: 0.3), 4)
+    mixed = wave(_compression((lambda t: min(0.9, 0.3 * t), lambda t: 0.0), lambda t: 0.3), 4)
     assert mixed["verdict"] == "inconclusive" and mixed["reason"] == verdicts.BLOCKS
 
 
@@ -203,13 +140,14 @@ def _snapshots(exponent: float, depths=(4, 8, 16), noise=0.02, seed=0):
 
 
 def test_delta_alpha_exponent_branches():
-    holds = spectral_lifecycle.delta_alpha_exponent(_snapshots(0.26))
+    exponent = lambda snaps: spectral_lifecycle.exponent_claim_row(lifecycle.delta_alpha_exponent(snaps), {4: 1})
+    holds = exponent(_snapshots(0.26))
     assert holds["verdict"] == "holds" and holds["low"] < 0.26 < holds["high"] and holds["n_late"] == [3, 3, 3]
-    steep = spectral_lifecycle.delta_alpha_exponent(_snapshots(1.0))
+    steep = exponent(_snapshots(1.0))
     assert steep["verdict"] == "does not hold" and steep["exponent"] == pytest.approx(1.0, abs=0.05)
-    noisy = spectral_lifecycle.delta_alpha_exponent(_snapshots(0.26, noise=0.3, depths=(4, 5), seed=2))
+    noisy = exponent(_snapshots(0.26, noise=0.3, depths=(4, 5), seed=2))
     assert noisy["verdict"] == "inconclusive" and noisy["low"] < 0 < 0.26 < noisy["high"]
-    one = spectral_lifecycle.delta_alpha_exponent(_snapshots(0.26, depths=(4,)))
+    one = exponent(_snapshots(0.26, depths=(4,)))
     assert one["verdict"] == "inconclusive" and math.isnan(one["exponent"])
 
 
@@ -227,7 +165,7 @@ def test_lifecycle_sentences():
     assert "at least as much" not in mixed
     gradient = pd.DataFrame(dict(depth=6, group="Q/K", step=[0, 10, 20, 30, 40],
                                  gradient=[0.0, -0.05, -0.01, 0.01, 0.005]))
-    assert spectral_lifecycle.zero_crossings(gradient, 6) == [30]
+    assert lifecycle.zero_crossings(gradient, 6) == [30]
     waves = pd.DataFrame([dict(depth=4, group="Q/K", leader="none", peak_step=0, trough_step=0, reversed=False),
                           dict(depth=6, group="Q/K", leader="late", peak_step=30, trough_step=10, reversed=False),
                           dict(depth=8, group="Q/K", leader="early", peak_step=10, trough_step=40, reversed=True)])
@@ -246,17 +184,27 @@ def test_dissociation_rule():
     snaps = _snapshots(0.26, depths=(4,))
     gradient = pd.DataFrame(dict(depth=4, group="Q/K", step=[0, 50, 100], gradient=[0.0, 0.4, 0.05]))
     shown = spectral_lifecycle.dissociation(gradient, snaps, 4, "alpha_shape")
-    assert shown["wave_share"] == pytest.approx(12.5) and "the dissociation the paper reports" in shown["dissociation_text"]
+    text = shown["dissociation_text"]
+    assert shown["wave_share"] == pytest.approx(12.5)
+    # one run is a pattern seen once, not "the dissociation the paper reports"
+    assert "one run of depth 4, 11 snapshots" in text and "seen once" in text and "paper reports" not in text
+    assert shown["halfway_text"] == "step 50 of 100 (the snapshot nearest the middle of training)"
     lasting = gradient.assign(gradient=[0.0, 0.4, 0.4])
     assert "did not separate" in spectral_lifecycle.dissociation(lasting, snaps, 4, "alpha_shape")["dissociation_text"]
+    # a Δα exponent of the opposite sign is said beside it
+    opposite = spectral_lifecycle.dissociation(gradient, snaps, 4, "alpha_shape", exponent=
+                                               dict(exponent=-0.4, low=-0.6, high=-0.2))["dissociation_text"]
+    assert "the opposite sign of the paper's 0.26" in opposite
+    assert "opposite" not in spectral_lifecycle.dissociation(
+        gradient, snaps, 4, "alpha_shape", exponent=dict(exponent=-0.1, low=-0.3, high=0.2))["dissociation_text"]
 
 
 # --- claims ----------------------------------------------------------------------------------------
 
 def test_verdict_carries_its_reason_and_compares_as_a_word():
     v = verdicts.Verdict(verdicts.OPEN, verdicts.BLOCKS)
-    assert v == "inconclusive" and v.reason == "blocks" and "too few blocks" in v.why
-    assert verdicts.verdict_phrase(v).startswith("is inconclusive (too few blocks")
+    assert v == "inconclusive" and v.reason == "blocks" and v.why.startswith("the blocks")
+    assert verdicts.verdict_phrase(v).startswith("is inconclusive (the blocks")
     assert verdicts.verdict_phrase(verdicts.Verdict(verdicts.HOLDS)) == "holds"
     with pytest.raises(ValueError, match="needs a reason"):
         verdicts.Verdict(verdicts.OPEN)
@@ -266,13 +214,14 @@ def test_verdict_carries_its_reason_and_compares_as_a_word():
 
 
 @pytest.mark.parametrize("low, high, p, n, verdict, reason", [
-    (0.70, 0.90, 0.001, 30, claims.HOLDS, ""), (0.75, 0.95, 0.05, 30, claims.OPEN, "budget"),
-    (0.1, 0.6, 0.001, 30, claims.FAILS, ""), (0.5, 0.9, 0.001, 30, claims.OPEN, "budget"),
+    # ρ's interval resamples blocks and its p permutes them: an open verdict is bound by the blocks
+    (0.70, 0.90, 0.001, 30, claims.HOLDS, ""), (0.75, 0.95, 0.05, 30, claims.OPEN, "blocks"),
+    (0.1, 0.6, 0.001, 30, claims.FAILS, ""), (0.5, 0.9, 0.001, 30, claims.OPEN, "blocks"),
     (NAN, NAN, NAN, 30, claims.OPEN, "undefined"),
     # 4 blocks: the smallest two-sided permutation p is 1/12, so p < 0.02 is out of reach whatever the budget
     (0.75, 1.0, 0.083, 4, claims.OPEN, "blocks")])
 def test_score_rho(low, high, p, n, verdict, reason):
-    scored = claims.score_rho(0.8, low, high, p, n)
+    scored = verdicts.score_rho(0.8, low, high, p, n)
     assert scored == verdict and scored.reason == reason
 
 
@@ -294,13 +243,25 @@ def test_score_ratio_magnitude(low, high, verdict):
 
 @pytest.mark.parametrize("winners, verdict", [
     (["last_n", "last_n", "tie", "zone_aware", "zone_aware"], claims.HOLDS),   # the paper's crossover
+    # a tie after Last-N's last win, even after zone-aware's first win: zone-aware is never behind there
+    (["last_n", "zone_aware", "tie", "tie", "zone_aware"], claims.HOLDS),
+    # a Last-N win after zone-aware's first win: they trade places, there is no single crossover
+    (["last_n", "zone_aware", "last_n", "zone_aware", "zone_aware"], claims.FAILS),
     (["zone_aware"] * 5, claims.FAILS),                                        # ahead from k = 1: no crossover
     (["tie", "zone_aware", "last_n", "tie", "last_n"], claims.FAILS),           # Last-N ahead at the largest k
     (["last_n", "tie", "tie", "tie", "tie"], claims.OPEN),                     # ties hide whether they cross
+    (["last_n", "zone_aware", "tie", "tie", "tie"], claims.OPEN),              # not ahead at the largest k
     ({}, claims.OPEN)])
 def test_score_crossover(winners, verdict):
     table = dict(enumerate(winners, start=1)) if isinstance(winners, list) else winners
     assert verdicts.score_crossover(table) == verdict
+
+
+def test_the_crossover_rule_says_what_its_code_does_with_ties_and_losses():
+    words = verdicts.score_crossover.rule
+    assert "every zone-aware win comes after Last-N's last win" in words
+    assert "not separable from Last-N (a tie) but never behind" in words or "never behind it" in words
+    assert "a zone-aware win comes before a Last-N win" in words
 
 
 @pytest.mark.parametrize("low, high, verdict", [(10.0, 30.0, claims.HOLDS), (82.0, 252.0, claims.HOLDS),
@@ -308,7 +269,7 @@ def test_score_crossover(winners, verdict):
                                                 (NAN, NAN, claims.OPEN)])
 def test_score_gap(low, high, verdict):
     # a gap larger than the paper's (130× [82, 252]) bears "up to 23.7×" out; it does not contradict it
-    assert claims.score_gap(low, high) == verdict
+    assert verdicts.score_gap(low, high) == verdict
 
 
 @pytest.mark.parametrize("leader, low, high, verdict", [("early", -0.2, -0.1, claims.HOLDS),
@@ -317,60 +278,52 @@ def test_score_gap(low, high, verdict):
                                                         ("early", -0.1, 0.1, claims.OPEN),
                                                         ("neither", -0.2, -0.1, claims.OPEN)])
 def test_score_wave(leader, low, high, verdict):
-    assert claims.score_wave(leader, low, high) == verdict
+    assert verdicts.score_wave(leader, low, high) == verdict
 
 
 @pytest.mark.parametrize("shape, verdict", [("rises", claims.HOLDS), ("inverted U", claims.HOLDS),
                                             ("falls", claims.FAILS), ("U-shaped", claims.FAILS),
                                             ("not separable", claims.OPEN), ("undefined", claims.OPEN)])
 def test_score_shape(shape, verdict):
-    assert claims.score_shape(shape) == verdict
+    assert verdicts.score_shape(shape) == verdict
 
 
 def test_score_exponent_is_never_firm_on_snapshot_jitter_alone():
     for word in ("holds", "does not hold", "inconclusive"):
-        scored = claims.score_exponent(word)
+        scored = verdicts.score_exponent(word)
         assert scored == claims.OPEN and scored.reason == verdicts.SEEDS
 
 
-def test_profile_shape_branches():
-    x = np.linspace(0, 1, 16)
+def test_sentences_of_the_profile_and_the_strongest_rho():
     rng = np.random.default_rng(0)
-    noise = rng.normal(0, 0.005, x.size)
-    shape = lambda y: alpha_profile.profile_shape(_alpha_table({"q": y}), "q", n_resamples=300)
-    assert shape(0.2 + 0.3 * x + noise)["shape"] == "rises"
-    bump = shape(0.2 + x * (1 - x) + noise)
-    assert bump["shape"] == "inverted U" and 0.4 < bump["vertex"] < 0.6
-    assert shape(0.5 - 0.3 * x + noise)["shape"] == "falls"
-    assert shape(0.5 - x * (1 - x) + noise)["shape"] == "U-shaped"
-    assert shape(0.3 + 0.05 * rng.normal(size=x.size))["shape"] == "not separable"
-    assert shape(np.array([0.1, 0.2]))["shape"] == "undefined"
+    wavy, flat = np.sin(np.linspace(0, 3, 20)), 0.01 * rng.normal(size=20)
+    groups = pd.DataFrame([dict(layer=i, group=g, value=v) for g, vs in (("Q/K", wavy), ("V/O", flat))
+                           for i, v in enumerate(vs)])
+    noise = rng.normal(size=20)
+    same = pd.DataFrame([dict(layer=i, group=g, value=v) for g, vs in (("Q/K", noise), ("V/O", noise[::-1]))
+                         for i, v in enumerate(vs)])
+    for found in (groups, same, groups.query("group == 'Q/K'")):
+        assert alpha_profile.asymmetry_sentence(profile.qk_vo_asymmetry(found))  # every branch has its sentence
     # the first block the largest while the line rises: the sentence says both
     x30 = np.linspace(0, 1, 30)
     spike = 0.2 + 0.3 * x30 + rng.normal(0, 0.005, x30.size)
     spike[0] = 0.55
-    text = alpha_profile.shape_sentence(shape(spike))
+    shape = profile.profile_shape(_alpha_table({"q": spike}), "q", n_resamples=300)
+    text = alpha_profile.shape_sentence(shape)
     assert text.startswith("The first block has the largest value of all") and "carried by the later blocks" in text
+    rhos = pd.DataFrame(dict(estimator=[f"e{i}" for i in range(56)], role="weighted",
+                             rho=np.linspace(-0.5, 0.6, 56), ci_low=np.linspace(-0.7, 0.3, 56),
+                             ci_high=np.linspace(-0.2, 0.8, 56), p_value=np.r_[np.full(55, 0.5), 0.004]))
+    text = importance_vs_alpha.strongest_text([dict(model="m", strongest=strongest(rhos))])
+    assert "largest of 56" in text and "p = 0.22" in text
 
 
 def test_first_blocks_sentence_ranks_every_first_block():
     delta = np.r_[3.0, 0.3, 0.05, np.full(26, 0.1), 0.5]   # block 0 1st, block 29 2nd, block 1 3rd, block 2 last
-    result = layer_ablation.first_blocks_matter_most(_ablation(delta, 0.01))
+    result = verdicts.first_blocks_matter_most(_ablation(delta, 0.01))
     text = layer_ablation.first_blocks_sentence(result)
     assert result["verdict"] == "holds" and result["first_ranks"] == {0: 1, 1: 3, 2: 30}
     assert "block 2 30th" in text and "block 1 3rd" in text and "(here 0–2) matter most" not in text
-
-
-def test_holm_and_the_strongest_of_many_is_adjusted():
-    assert importance_vs_alpha.holm([0.01, 0.04, 0.03, NAN, 0.005]) == pytest.approx([0.03, 0.06, 0.06, NAN, 0.02],
-                                                                            nan_ok=True)
-    rhos = pd.DataFrame(dict(estimator=[f"e{i}" for i in range(56)], role="weighted",
-                             rho=np.linspace(-0.5, 0.6, 56), ci_low=np.linspace(-0.7, 0.3, 56),
-                             ci_high=np.linspace(-0.2, 0.8, 56), p_value=np.r_[np.full(55, 0.5), 0.004]))
-    best = importance_vs_alpha.strongest(rhos)
-    assert best["n_tested"] == 56 and best["p_holm"] == pytest.approx(56 * 0.004) and best["n_significant"] == 0
-    text = importance_vs_alpha.strongest_text([dict(model="m", strongest=best)])
-    assert "largest of 56" in text and "p = 0.22" in text
 
 
 def test_a_rounded_column_is_not_padded():
@@ -388,14 +341,30 @@ def test_score_claims_without_chapters_marks_every_claim_not_measured():
 
 
 def test_adding_a_claim_is_one_registry_entry():
-    extra = claims.Claim("extra", "a new claim", "its figure", "its rule", "healing",
+    @verdicts.rule("holds never; inconclusive (budget) always")
+    def score_extra(low, high):
+        return verdicts.Verdict(verdicts.OPEN, verdicts.BUDGET)
+
+    extra = claims.Claim("extra", "a new claim", "its figure", score_extra, "healing",
                          lambda tables: [dict(ours="x", interval="[1, 2]", model="m", corpus="c", chapter="healing",
-                                              verdict=verdicts.Verdict(verdicts.OPEN, verdicts.BUDGET))]
+                                              verdict=score_extra(1, 2))]
                          if "healing" in tables else [])
     scores = claims.score_claims({"healing": {}}, registry=[*claims.REGISTRY, extra])
     row = scores[scores["claim"] == "a new claim"].iloc[0]
-    assert row["verdict"] == claims.OPEN and "token budget" in row["reason"]
+    assert row["verdict"] == claims.OPEN and row["reason"].startswith("the eval tokens")
+    assert row["rule"] == "holds never; inconclusive (budget) always"
     assert claims.score_claims({}, registry=[extra])["verdict"].tolist() == [claims.MISSING]
+    with pytest.raises(TypeError, match="rule function"):   # words written apart from the code are refused
+        claims.Claim("loose", "a claim", "a figure", "its rule, typed again", "healing", lambda tables: [])
+
+
+def test_each_rule_is_written_once_beside_the_code_that_applies_it():
+    for claim in claims.REGISTRY:
+        assert claim.rule == claim.score.rule == claims.RULES[claim.key]
+        assert claim.score.__doc__.startswith(f"Rule: {claim.rule}.")   # the docstring states the same words
+    assert list(claims.rules_table()["rule"]) == [c.score.rule for c in claims.REGISTRY]
+    # a rule states how it decides, never a result of this book
+    assert all("10³" not in c.rule for c in claims.REGISTRY)
 
 
 # --- the chapters' run() on tiny models, and the scorecard page reading what they wrote ------------------
@@ -457,7 +426,7 @@ def test_scorecard_page_scores_the_tables_the_chapters_wrote(tiny_model_dir, tmp
     # The rows are the chapters' numbers: the α profile of the Q projection, Last-N and its fair variant.
     rise = scores[scores["claim"] == claims.CLAIMS["rise"]].iloc[0]
     q = alpha["shape_claim"].iloc[0]
-    assert rise["interval"] == f"rise {claims.interval_text(q['rise_low'], q['rise_high'])}"
+    assert rise["interval"] == f"rise {fmt_interval(None, q['rise_low'], q['rise_high'])}"
     ratio_rows = scores[scores["claim"] == claims.CLAIMS["direction"]]
     assert ratio_rows["ours"].str.startswith(("ΔPPL(last_n)", "ΔPPL(last_n_keep_last)")).all() and len(ratio_rows) == 2
     page = (tmp_path / "claims.ipynb").read_text()
@@ -531,7 +500,7 @@ def test_crossover_text_claims_only_separable_wins(winners, phrase):
 
 @pytest.mark.parametrize("low, high, direction, magnitude", [
     (1.2, 2.0, "holds", "holds"), (0.5, 0.9, "does not hold", "does not hold"),
-    (0.9, 1.6, "is inconclusive (the interval is too wide", "is inconclusive (the interval is too wide"),
+    (0.9, 1.6, "is inconclusive (the eval tokens", "is inconclusive (the eval tokens"),
     (2e5, 9e5, "holds", "does not hold")])
 def test_claim_text_uses_the_scorecard_rules(low, high, direction, magnitude):
     from zones.report import pruning
@@ -608,9 +577,14 @@ def test_score_claims_reads_every_chapter_table(tmp_path):
     assert scores.loc[scores["claim"] == claims.CLAIMS["rho"], "interval"].item() == "[0.72, 0.90]"
     assert claims.verdict_counts(scores)[claims.HOLDS] == 5
     counts = claims.claim_counts(scores)   # claims, not rows
-    assert counts[claims.HOLDS] == 2 and counts["mixed"] == 3 and counts[claims.MISSING] == 3   # rise, first, healed
+    assert counts[claims.HOLDS] == 2 and counts["mixed"] == 3 and counts[claims.MISSING] == 2   # rise, first
+    assert claims.claim_counts(scores, claims.BOOK_SOURCE)[claims.MISSING] == 1                  # healed: the book's
+    assert set(scores.loc[scores["claim"] == verdicts.HEALING_CLAIM, "source"]) == {claims.BOOK_SOURCE}
     front = claims.summary_markdown(scores)
-    assert front.count("\n- ") == len(claims.REGISTRY) and f"Of the {len(claims.REGISTRY)} claims" in front
+    n_paper = sum(c.source == claims.PAPER_SOURCE for c in claims.REGISTRY)
+    assert front.count("\n- ") == len(claims.REGISTRY) and f"Of the paper's {n_paper} claims" in front
+    paper_part, book_part = front.split("Beyond the paper")
+    assert verdicts.HEALING_CLAIM in book_part and verdicts.HEALING_CLAIM not in paper_part
     assert "1 is inconclusive" in front   # counts agree with their verb
     cards = claims.scorecard_html(scores)._repr_html_()
     assert cards.count("<tr>") == len(scores) + 1 and 'data-label="verdict"' in cards and "<caption>" in cards
@@ -656,3 +630,70 @@ def test_column_chunks_keep_every_k_visible():
     parts = pruning.column_chunks(wide)
     assert [list(p.columns) for p in parts] == [[f"k = {k}" for k in range(1, 5)], [f"k = {k}" for k in range(5, 9)]]
     assert all(list(p.index) == ["a", "b", "c"] for p in parts) and len(pruning.column_chunks(wide.iloc[:, :3])) == 1
+
+
+# --- the words follow the numbers on borderline tables ------------------------------------------------
+
+def test_the_binding_limit_is_read_from_the_data():
+    # ρ's interval resamples blocks: the blocks bind, whatever the token budget
+    assert verdicts.binding_limit("blocks", low=-0.1, high=0.5, n_units=12) == (
+        verdicts.BLOCKS, "it resamples the model's 12 blocks")
+    # an eval-window interval: the tokens bind, and the data say how many more would separate it
+    reason, detail = verdicts.binding_limit("windows", low=0.8, high=1.4, tokens=3060, estimate=1.1, threshold=1.0)
+    assert reason == verdicts.BUDGET and "3,060 tokens" in detail and "about 9.0× the tokens" in detail
+    # one run per depth: the seeds bind, and the words give the runs the series has
+    reason, detail = verdicts.binding_limit("snapshots", runs_resampled=1, seeds_trained={8: 2, 12: 2, 16: 1})
+    assert reason == verdicts.SEEDS and "one training run per depth" in detail
+    assert "2 at depth 8, 2 at depth 12 and 1 at depth 16" in detail
+    assert verdicts.binding_limit("blocks", low=NAN, high=0.2)[0] == verdicts.UNDEFINED
+
+
+@pytest.mark.parametrize("trained, said", [({8: 1, 12: 1, 16: 1}, "1 at depth 8, 1 at depth 12 and 1 at depth 16"),
+                                           ({8: 2, 12: 2, 16: 1}, "2 at depth 8, 2 at depth 12 and 1 at depth 16")])
+def test_the_exponent_verdict_reads_the_seeds_from_the_runs(trained, said):
+    verdict = verdicts.score_exponent("holds", runs_resampled=1, seeds_trained=trained)
+    assert verdict == claims.OPEN and verdict.reason == verdicts.SEEDS and said in verdict.why
+    row = spectral_lifecycle.exponent_claim_row(dict(exponent=0.3, low=0.1, high=0.5, depths=[8, 12, 16],
+                                                     n_late=[3, 3, 3], group="all"), trained)
+    assert said.replace(" and ", ", ") in row["interval_covers"].replace(" and ", ", ")
+    assert row["seeds_trained"] == ",".join(f"{d}:{n}" for d, n in trained.items())
+
+
+def test_rho_sentences_on_intervals_touching_zero():
+    touching = verdicts.rho_verdict(dict(rho=0.3, ci_low=0.0, ci_high=0.6, n=12), "m", "weighted α")
+    assert "includes zero" in touching and "its 12 blocks" in touching and "token budget" not in touching
+    assert "tend to matter more" not in touching
+    assert "tend to matter more" in verdicts.rho_verdict(dict(rho=0.3, ci_low=0.01, ci_high=0.6), "m", "α")
+
+
+def _runs(*intervals):
+    return pd.DataFrame([dict(depth=12, seed=s, model=f"depth 12, seed {s}", n_blocks=12, rho=(lo + hi) / 2,
+                              ci_low=lo, ci_high=hi) for s, (lo, hi) in enumerate(intervals)])
+
+
+def test_depth_sentences_with_one_seed_and_two():
+    from zones.report.depth_series import depth_verdict
+
+    pooled = dict(depth="12", n_runs=2, n_blocks=24, rho=0.6, ci_low=0.3, ci_high=0.8)
+    agree = depth_verdict(pooled, _runs((0.4, 0.9), (0.1, 0.8)), "weighted α")
+    assert "in every seed alone" in agree and "tend to matter more" in agree
+    # the seeds disagree: one seed's interval reaches below zero (or touches it)
+    for other in ((-0.46, 0.89), (0.0, 0.7)):
+        split = depth_verdict(pooled, _runs((0.6, 0.95), other), "weighted α")
+        assert "the seeds disagree" in split and "tend to matter more" not in split
+    one = depth_verdict(dict(pooled, n_runs=1, n_blocks=12), _runs((0.3, 0.8)), "weighted α")
+    assert "one training run" in one and "not measured" in one
+    touching = depth_verdict(dict(pooled, ci_low=0.0), _runs((0.4, 0.9), (0.1, 0.8)), "weighted α")
+    assert "includes zero" in touching and "tend to matter more" not in touching
+
+
+def test_speed_ups_come_with_their_spread_or_say_they_have_none():
+    from zones.report.sublayers import speed_text
+
+    speed = lambda lo, hi, n: pd.DataFrame([dict(strategy="full model", speedup=1.0, speedup_min=1.0, speedup_max=1.0,
+                                                 repeats=n),
+                                            dict(strategy="attn_drop", speedup=0.95, speedup_min=lo, speedup_max=hi,
+                                                 repeats=n)])
+    assert "range over 3 repeats 0.91×–1.0×: not separable from 1×" in speed_text(speed(0.91, 1.02, 3))
+    assert "faster in every repeat" in speed_text(speed(1.1, 1.3, 3))
+    assert "one repeat each: no spread was measured" in speed_text(speed(0.95, 0.95, 1))

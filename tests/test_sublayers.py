@@ -21,9 +21,9 @@ from zones.measure.sublayers import (
     removed_sublayers,
     sublayer_params,
 )
+from zones.pruning.strategies import plan_at_budget
 from zones.pruning.sublayers import (
     compare_at_budget,
-    plan_at_budget,
     plan_table,
     score_plans,
     sublayer_greedy_order,
@@ -267,8 +267,8 @@ def test_series_sublayer_rho_matches_scipy_on_each_trained_model(micro_corpus, o
     between that part's ablation ΔLoss and its weighted α, on the run's own held-out windows."""
     from scipy.stats import spearmanr
 
-    from zones.report.sublayers import series_sublayer_rho, series_text
-    from zones.series import heldout_windows, train_series
+    from zones.report.sublayers import series_rho_table, series_text
+    from zones.series import heldout_windows, series_sublayer_rho, train_series
 
     overrides = dict(width=32, head_dim=16, vocab_size=300, seq_len=32, batch_size=8, steps=20, lr=3e-3,
                      eval_every=10, snapshot_every=10, checkpoint_every=15, eval_windows=8, corpus=micro_corpus)
@@ -281,4 +281,7 @@ def test_series_sublayer_rho_matches_scipy_on_each_trained_model(micro_corpus, o
     for part in ("attn", "mlp"):
         expected = spearmanr(ablation[f"delta_loss_{part}"], alphas[alphas["part"] == part]["alpha"]).statistic
         assert table.loc[table["part"] == part, "rho"].item() == pytest.approx(expected, abs=1e-9)
-    assert "of 1 intervals" in series_text(table) and series_sublayer_rho(None).empty
+    shown = series_rho_table("cpu", [5], dict(overrides, seed=0), eval_tokens=8 * 31, n_resamples=100,
+                             n_permutations=200)
+    assert shown.drop(columns="verdict").equals(table) and shown["verdict"].str.contains("On depth 5, seed 0").all()
+    assert "of 1 intervals" in series_text(shown) and series_rho_table(None).empty

@@ -241,6 +241,9 @@ def test_spectral_lifecycle_chapter_fits_delta_alpha_on_the_cached_micro_series(
     exponent = pd.read_csv(out / "delta_alpha_claim.csv").iloc[0]
     assert exponent["depths"] == "2,3" and exponent["n_late"] == "2,2"
     assert summary["late_exponent"]["verdict"] == exponent["verdict"]
+    # the seeds are read from the series' runs (one training seed here), not assumed
+    assert summary["seeds_trained"] == {"2": 1, "3": 1} and exponent["seeds_trained"] == "2:1,3:1"
+    assert "1 at depth 2 and 1 at depth 3" in text
 
 
 def partial_dir(config) -> Path:

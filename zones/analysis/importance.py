@@ -79,9 +79,6 @@ class Correlation:
     def as_dict(self) -> dict:
         return dict(rho=self.rho, ci_low=self.ci_low, ci_high=self.ci_high, p_value=self.p_value, n=self.n)
 
-    def __str__(self) -> str:
-        return f"ρ = {self.rho:.2f} [{self.ci_low:.2f}, {self.ci_high:.2f}], p = {self.p_value:.2g}"
-
 
 def spearman(x, y, *, n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, level: float = 0.95,
              seed: int = 0) -> Correlation:
@@ -216,3 +213,53 @@ def importance_frame(results: Iterable[ModelImportance], estimator: str = "alpha
                      role: str = "weighted") -> pd.DataFrame:
     """One tidy table for every model: ``model`` (label), the ablation columns, ``alpha``."""
     return pd.concat([r.importance(estimator, role) for r in results], ignore_index=True)
+
+
+# --- reading ρ tables and ablation tables --------------------------------------------------------
+
+def delta_loss_bounds(table: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """An ablation table's ΔLoss interval (``delta_loss_low, delta_loss_high``), NaN where the
+    table has no interval columns (no verdict is drawn from it then)."""
+    if {"delta_loss_low", "delta_loss_high"} <= set(table.columns):
+        return table["delta_loss_low"].astype(float), table["delta_loss_high"].astype(float)
+    nan = pd.Series(float("nan"), index=table.index)
+    return nan, nan
+
+
+def holm(p_values) -> list[float]:
+    """Holm–Bonferroni adjusted p-values (same order as given; NaN stays NaN): the i-th smallest
+    of m p-values is multiplied by m − i + 1, then made monotone and capped at 1."""
+    values = [float(p) for p in p_values]
+    order = sorted((i for i, p in enumerate(values) if p == p), key=lambda i: values[i])
+    m = len(order)
+    adjusted = [float("nan")] * len(values)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def strongest(rhos: pd.DataFrame) -> dict | None:
+    """The (estimator, role) with the largest |ρ| in a :func:`rho_table`, with an allowance for
+    having picked it: ``n_tested`` pairs were looked at, so its p-value is Holm-adjusted over all
+    of them (``p_holm``; for the smallest p this is Bonferroni, n · p), and ``n_significant``
+    pairs have a Holm-adjusted p below 0.05. Also how many others are *not separable* from it:
+    their interval contains its ρ (a conservative check). ``None`` if no ρ is finite.
+
+    Returns ``estimator, role, rho, ci_low, ci_high, p_value, p_holm, n_tested, n_significant,
+    n_close`` and ``close`` (the others, as ``"estimator (role)"`` strings)."""
+    table = rhos.dropna(subset=["rho"])
+    if table.empty:
+        return None
+    adjusted = pd.Series(holm(table["p_value"]), index=table.index) if "p_value" in table else None
+    best = table.loc[table["rho"].abs().idxmax()]
+    others = table.drop(index=best.name)
+    close = others[(others["ci_low"] <= best["rho"]) & (best["rho"] <= others["ci_high"])]
+    return dict(estimator=str(best["estimator"]), role=str(best["role"]), rho=float(best["rho"]),
+                ci_low=float(best["ci_low"]), ci_high=float(best["ci_high"]),
+                p_value=float(best["p_value"]) if adjusted is not None else float("nan"),
+                p_holm=float(adjusted[best.name]) if adjusted is not None else float("nan"),
+                n_tested=int(len(table)),
+                n_significant=int((adjusted < 0.05).sum()) if adjusted is not None else 0,
+                n_close=int(len(close)), close=[f"{e} ({r})" for e, r in zip(close["estimator"], close["role"])])

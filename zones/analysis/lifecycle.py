@@ -25,7 +25,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from zones.analysis.bootstrap import NAN, interval_side, slope, unit_bootstrap
 from zones.core.checks import check_float
+from zones.measure.stats import N_RESAMPLES
 from zones.spectra import role_group  # Q/K, V/O or MLP
 
 GROUPS = ("Q/K", "V/O", "MLP")
@@ -211,3 +213,139 @@ def asymmetry(snapshots: pd.DataFrame, estimator: str = "alpha_shape") -> pd.Dat
     out = pd.DataFrame(dict(compression_spread_final=final_comp, compression_spread_max=max_comp,
                             alpha_spread_final=final_alpha)).reset_index()
     return out
+
+
+# --- the claims' statistics, with intervals over layers or snapshots ---------------------------------
+
+LATE_FRACTION = 0.75  # the late snapshots: steps ≥ 0.75 · the run's last step
+
+
+def zero_crossings(gradient: pd.DataFrame, depth: int, group: str = "Q/K") -> list[int]:
+    """The steps (after initialisation) at which the wave gradient of (depth, group) changes
+    sign: the first step of each new sign (steps where it is exactly 0 are skipped)."""
+    part = gradient[(gradient["depth"] == depth) & (gradient["group"] == group)].sort_values("step")
+    part = part[part["step"] > part["step"].min()]
+    signs = np.sign(part["gradient"].to_numpy(float))
+    steps = part["step"].to_numpy()
+    kept = signs != 0
+    signs, steps = signs[kept], steps[kept]
+    return [int(steps[i]) for i in range(1, len(signs)) if signs[i] != signs[i - 1]]
+
+
+def _wave_stats(grid: np.ndarray):
+    """Statistics of a (layer, step) compression grid given resampled early/late layer indices:
+    the largest gradient, the smallest, and the smallest from the largest one's step on."""
+    def gradient(early, late):
+        return grid[early.astype(int)].mean(axis=-2) - grid[late.astype(int)].mean(axis=-2)  # (..., steps)
+
+    def peak(early, late, axis=-1):
+        return gradient(early, late).max(axis=-1)
+
+    def trough(early, late, axis=-1):
+        return gradient(early, late).min(axis=-1)
+
+    def after_peak(early, late, axis=-1):
+        g = gradient(early, late)
+        t = np.arange(g.shape[-1])
+        at = g.argmax(axis=-1)[..., None]
+        return np.where(t >= at, g, np.inf).min(axis=-1)
+
+    return peak, trough, after_peak
+
+
+def wave_reversal(compression: pd.DataFrame, depth: int, group: str = "Q/K", *, n_resamples: int = N_RESAMPLES,
+                  seed: int = 0) -> dict:
+    """Does the compression wave run from early to late layers, then reverse? The statistics,
+    with intervals that resample layers.
+
+    ``compression``: :func:`group_grid` ``(snapshots, "compression")``. The wave gradient g(t)
+    is the mean compression of the first half of the layers minus that of the second half, at
+    every snapshot *after initialisation* (at step 0 nothing has compressed and g = 0, which
+    would pin the peak's lower bound at 0). ``peak`` = max of g (the early layers' largest
+    lead), ``trough`` = min of g (the late layers' largest lead), ``after`` = the minimum of g
+    from the peak's step on. Intervals: the early and the late layers are resampled, each half
+    on its own (``n_early``, ``n_late`` layers).
+
+    ``leader``: ``early`` if the peak's interval lies above 0 and, where the trough's also lies
+    below 0, the peak came first; ``late`` likewise for the trough; ``neither`` otherwise. The
+    verdict that reads them is ``zones.report.verdicts.score_wave``.
+    """
+    part = compression[(compression["depth"] == depth) & (compression["group"] == group)]
+    grid = part.pivot_table(index="layer", columns="step", values="value").sort_index()
+    grid = grid.loc[:, [c for c in grid.columns if c > min(grid.columns)]] if grid.shape[1] > 1 else grid
+    layers = grid.index.to_numpy()
+    early = np.flatnonzero(layers < depth / 2).astype(float)
+    late = np.flatnonzero(layers >= depth / 2).astype(float)
+    values = grid.to_numpy(float)
+    peak, trough, after = _wave_stats(values)
+    p, p_low, p_high = unit_bootstrap([early, late], peak, paired=False, n_resamples=n_resamples, seed=seed)
+    t, t_low, t_high = unit_bootstrap([early, late], trough, paired=False, n_resamples=n_resamples, seed=seed)
+    a, a_low, a_high = unit_bootstrap([early, late], after, paired=False, n_resamples=n_resamples, seed=seed)
+    g = values[early.astype(int)].mean(axis=0) - values[late.astype(int)].mean(axis=0)
+    steps = grid.columns.to_numpy()
+    peak_step, trough_step = int(steps[int(np.argmax(g))]), int(steps[int(np.argmin(g))])
+    early_led, late_led = interval_side(p_low, p_high, 0.0) == "above", interval_side(t_low, t_high, 0.0) == "below"
+    if early_led and late_led:
+        leader = "early" if peak_step <= trough_step else "late"
+    else:
+        leader = "early" if early_led else "late" if late_led else "neither"
+    return dict(depth=int(depth), group=group, leader=leader, peak=p, peak_low=p_low, peak_high=p_high,
+                peak_step=peak_step, trough=t, trough_low=t_low, trough_high=t_high, trough_step=trough_step,
+                after=a, after_low=a_low, after_high=a_high, n_early=int(early.size), n_late=int(late.size))
+
+
+def late_delta_alpha(snapshots: pd.DataFrame, estimator: str = "alpha_shape", group: str = ALL,
+                     fraction: float = LATE_FRACTION) -> pd.DataFrame:
+    """Δα (max − min over layers of the group's mean α) at each snapshot of the late part of
+    training (steps ≥ ``fraction`` · the run's last step): ``depth, step, delta_alpha``."""
+    spread = spread_over_time(snapshots, estimator, (group,))
+    last = spread.groupby("depth")["step"].transform("max")
+    late = spread[spread["step"] >= fraction * last]
+    return late.rename(columns={"spread": "delta_alpha"})[["depth", "step", "delta_alpha"]].reset_index(drop=True)
+
+
+def delta_alpha_exponent(snapshots: pd.DataFrame, estimator: str = "alpha_shape", group: str = ALL, *,
+                         n_resamples: int = N_RESAMPLES, seed: int = 0) -> dict:
+    """The exponent b of Δα ∝ L^b, with a 95% interval.
+
+    Δα of each depth L is its mean over the late snapshots (:func:`late_delta_alpha`); b is
+    the least-squares slope of log Δα on log L. The interval resamples each depth's late
+    snapshots on its own, so it covers snapshot jitter, not the spread between training runs;
+    it is undefined with fewer than two depths or two late snapshots per depth. Returns
+    ``exponent, low, high, depths, n_late, group`` (the verdict is
+    ``zones.report.verdicts.score_exponent_interval``'s).
+    """
+    late = late_delta_alpha(snapshots, estimator, group)
+    depths = sorted(int(d) for d in late["depth"].unique())
+    samples = [late.loc[late["depth"] == d, "delta_alpha"].to_numpy(float) for d in depths]
+    log_depth = np.log(np.asarray(depths, dtype=float))
+
+    def exponent(*per_depth, axis=-1):
+        means = np.stack([s.mean(axis=axis) for s in per_depth], axis=-1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            logs = np.where(means > 0, np.log(means), np.nan)
+        return slope(np.broadcast_to(log_depth, logs.shape), logs)
+
+    if len(depths) < 2:
+        b, low, high = NAN, NAN, NAN
+    else:
+        b, low, high = unit_bootstrap(samples, exponent, paired=False, n_resamples=n_resamples, seed=seed)
+    return dict(exponent=float(b), low=low, high=high, depths=depths, n_late=[int(s.size) for s in samples],
+                group=group)
+
+
+def gradient_persistence(gradient: pd.DataFrame, snapshots: pd.DataFrame, depth: int, estimator: str,
+                         group: str = ALL) -> dict:
+    """Is the rank gradient a transient and the α gradient lasting? For the run of ``depth``:
+    ``wave_share`` (|final Q/K wave gradient| / its largest magnitude), ``alpha_share`` (Δα of
+    ``group`` at the snapshot nearest half of the steps / at the end), ``halfway_step`` (that
+    snapshot's step) and ``steps`` (the run's last step)."""
+    wave = gradient[(gradient["depth"] == depth) & (gradient["group"] == "Q/K")].sort_values("step")
+    wave_share = float(abs(wave["gradient"].iloc[-1]) / max(wave["gradient"].abs().max(), 1e-12))
+    spread = spread_over_time(snapshots, estimator, (group,))
+    spread = spread[spread["depth"] == depth].sort_values("step")
+    steps = int(spread["step"].max())
+    halfway = spread.iloc[int((spread["step"] - steps / 2).abs().argmin())]
+    final = float(spread["spread"].iloc[-1])
+    alpha_share = float(halfway["spread"] / final) if final > 0 else NAN
+    return dict(wave_share=wave_share, alpha_share=alpha_share, halfway_step=int(halfway["step"]), steps=steps)

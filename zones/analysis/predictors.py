@@ -39,7 +39,6 @@ from zones.spectra import layer_alpha
 
 SIMPLE = ("frobenius", "block_influence", "angular", "calibration_ablation")
 RHO_COLUMNS = ["predictor", "kind", "rho", "ci_low", "ci_high", "p_value", "abs_rho", "n_blocks"]
-DIFFERENCE_COLUMNS = ["first", "second", "difference", "low", "high"]
 
 
 def block_frobenius(model: nn.Module) -> pd.Series:

@@ -5,7 +5,8 @@
   ``parts=True``) beside the α of the attention matrices (q, k, v, o), and the MLP's beside the MLP
   matrices';
 * ``sublayer_rho_table``: Spearman ρ with bootstrap intervals and permutation p-values
-  (``zones.analysis.importance.spearman``), per part, estimator and role.
+  (``zones.analysis.importance.spearman``), per part, estimator and role;
+* ``part_difference``: mean attention-only ΔLoss − mean MLP-only ΔLoss, with a paired interval.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pandas as pd
 from zones.analysis.importance import ESTIMATORS, spearman
 from zones.core.adapters import ATTENTION_ROLES
 from zones.measure.ablation import PARTS, summarize
-from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES
+from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES, paired_bootstrap
 from zones.measure.sublayers import check_part
 from zones.spectra import layer_alpha
 
@@ -90,3 +91,18 @@ def sublayer_rho_table(long: pd.DataFrame, alphas: pd.DataFrame, *, estimators: 
                 rows.append(dict(part=part, estimator=estimator, role=role, rho=c.rho, ci_low=c.ci_low,
                                  ci_high=c.ci_high, p_value=c.p_value, n_layers=c.n))
     return pd.DataFrame(rows, columns=RHO_COLUMNS)
+
+
+def part_difference(long: pd.DataFrame, *, n_resamples: int = N_RESAMPLES, seed: int = 0) -> dict:
+    """Mean attention-only ΔLoss minus mean MLP-only ΔLoss over blocks (nats), with a paired
+    95% interval over eval windows (``zones.measure.stats.paired_bootstrap``). ``long``: the
+    per-window table of ``zones.measure.ablation.ablation_window_losses(parts=True)``.
+    Returns ``difference, low, high``."""
+    layers = sorted(long["layer"].unique())
+    wide = {c: long.pivot(index="layer", columns="window", values=c).loc[layers].to_numpy(dtype=float)
+            for c in ("nll_attn", "nll_mlp", "n_tokens")}
+    tokens = wide["n_tokens"][0]
+    iv = paired_bootstrap(lambda a, m, t: (a.mean(-2).sum(-1) - m.mean(-2).sum(-1)) / t.mean(-2).sum(-1),
+                          (wide["nll_attn"], wide["nll_mlp"], np.broadcast_to(tokens, wide["nll_attn"].shape)),
+                          n_resamples=n_resamples, seed=seed)
+    return dict(difference=float(iv.estimate), low=float(iv.low), high=float(iv.high))

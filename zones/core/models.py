@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import fcntl
 import hashlib
 import importlib.util
 import inspect
@@ -35,6 +34,7 @@ from zones.core.cache import (
     CacheError,
     atomic_directory,
     cache_dir,
+    entry_lock,
     readable_mode,
     stale_temporaries,
     verify_manifest,
@@ -123,18 +123,6 @@ def _plain_model(model: nn.Module) -> nn.Module:
     return plain.to(torch.float32)
 
 
-@contextlib.contextmanager
-def _conversion_lock(target: Path):
-    """Hold an exclusive lock on ``target``'s conversion; the OS releases it if the process dies."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{target.name}.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _is_converted(target: Path, parts: dict) -> bool:
     """A finished, intact conversion: every file matches the manifest written with it (a
     copy with files deleted, torn or edited, or written before copies had manifests, is not)."""
@@ -163,7 +151,7 @@ def _convert_gguf(gguf_path: Path, target: Path, parts: dict) -> None:
     Under a lock: a second process waits for the first and then finds the finished copy; a
     killed conversion's temporary folder is removed by the next one.
     """
-    with _conversion_lock(target):
+    with entry_lock(target.with_name(f".{target.name}.conversion")):  # the lock file: .<name>.lock
         for stale in stale_temporaries(target):
             shutil.rmtree(stale, ignore_errors=True)
         if _is_converted(target, parts):

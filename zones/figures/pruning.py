@@ -66,7 +66,7 @@ def delta_ppl_bars(summary: pd.DataFrame, strategies: Sequence[str] = ("zone_awa
     # bars grow from a power of ten below the smallest value, so every bar is visible
     y_scale = alt.Scale(type="log", domainMin=10 ** math.floor(math.log10(floor)) if floor == floor else 1.0)
     interval = _has_interval(df)
-    tips = ["strategy:N", "k:O", alt.Tooltip("delta_ppl:Q", format=".3g", title="ΔPPL (median over seeds)")]
+    tips = ["strategy:N", "k:O", alt.Tooltip("delta_ppl:Q", format=".3g", title="ΔPPL (at the median Δloss over seeds)")]
     tips += _interval_tooltips() if interval else []
     tips += [alt.Tooltip("delta_ppl_min:Q", format=".3g", title="min over seeds"),
              alt.Tooltip("delta_ppl_max:Q", format=".3g", title="max over seeds"), "n_seeds:Q"]

@@ -10,18 +10,6 @@ from zones.figures import fit, panel_width
 GROUP_ORDER = ["Q/K", "V/O", "MLP", "all"]
 
 
-def loss_curves(history: pd.DataFrame) -> alt.Chart:
-    """Held-out loss against training step, one line per depth (a ``series_history`` table)."""
-    df = history.dropna(subset=["heldout_loss"])
-    return fit(alt.Chart(df, title="Held-out loss during training").mark_line(point=True).encode(
-        x=alt.X("step:Q", title="training step"),
-        y=alt.Y("heldout_loss:Q", title="held-out loss (nats/token)", scale=alt.Scale(zero=False)),
-        color=alt.Color("depth:O", title="depth"),
-        tooltip=["depth:O", "step:Q", alt.Tooltip("heldout_loss:Q", format=".3f"),
-                 alt.Tooltip("train_loss:Q", format=".3f")],
-    ), height=240)
-
-
 def lifecycle_heatmap(grid: pd.DataFrame, title: str, value_title: str,
                       scheme: str = "viridis", reverse: bool = False) -> alt.FacetChart:
     """Layer × step heatmaps of a ``group_grid`` table: one row per depth, one column per group."""

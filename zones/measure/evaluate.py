@@ -101,14 +101,6 @@ def _full_precision(device: torch.device):
     return torch.autocast(device_type=device.type, enabled=False)
 
 
-def nll_windows(logits: torch.Tensor, input_ids: torch.Tensor) -> np.ndarray:
-    """Summed next-token NLL of each window (float64, shape (batch,))."""
-    pred = logits[:, :-1].float()
-    target = input_ids[:, 1:].to(pred.device)
-    nll = nn.functional.cross_entropy(pred.reshape(-1, pred.shape[-1]), target.reshape(-1), reduction="none")
-    return nll.double().reshape(target.shape).sum(-1).cpu().numpy()
-
-
 def head_inputs(adapter, hidden: torch.Tensor, *, normed: bool = False) -> torch.Tensor:
     """What the LM head reads, shape (batch·(length−1), width): the last hidden state of every
     position that predicts a scored token, through the final norm (unless ``normed``), in the

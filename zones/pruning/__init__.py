@@ -5,12 +5,17 @@
 * ``zones.pruning.sweep``: ``pruning_sweep`` plans every strategy and scores every distinct
   removal set on the same eval windows (prefix-shared, journaled);
 * ``zones.pruning.compare``: the readings with paired intervals (``summarize_pruning``,
-  ``pairwise_differences``, ``best_sets``, ``compare_strategies``).
+  ``pairwise_differences``, ``best_sets``, ``compare_strategies``, and the stacked tables the
+  chapters read: ``reference_comparisons``, ``worst_best_gaps``, ``healing_intervals``);
+* ``zones.pruning.sublayers``: the sublayer strategies (registered in the same registry, kind
+  ``sublayer``), their plans at equal parameters and their scores.
 
-The public names of the three are importable from ``zones.pruning``.
+The public names of the first three are importable from ``zones.pruning``; importing it
+registers every strategy, block and sublayer.
 """
 from __future__ import annotations
 
+from zones.pruning import sublayers  # noqa: E402,F401  registers the sublayer strategies
 from zones.pruning.compare import (
                       COLLAPSE_RATIO,
                       best_by_k,
@@ -21,6 +26,8 @@ from zones.pruning.compare import (
                       summarize_pruning,
 )
 from zones.pruning.strategies import (
+                      BLOCK,
+                      KINDS,
                       MIN_REMAINING,
                       STRATEGIES,
                       PruningContext,
@@ -36,6 +43,7 @@ from zones.pruning.strategies import (
                       register_strategy,
                       segment_profile,
                       segmentation_cost,
+                      strategy_names,
                       zone_aware_order,
 )
 from zones.pruning.sweep import (
@@ -60,9 +68,9 @@ from zones.pruning.sweep import (
 __all__ = [
     "COLLAPSE_RATIO", "best_by_k", "best_sets", "compare_strategies", "crossover_k", "pairwise_differences",
     "summarize_pruning",
-    "MIN_REMAINING", "STRATEGIES", "PruningContext", "Strategy", "StrategyError", "alpha_zones",
+    "BLOCK", "KINDS", "MIN_REMAINING", "STRATEGIES", "PruningContext", "Strategy", "StrategyError", "alpha_zones",
     "available_strategies", "bic_segment_count", "check_plans", "get_strategy", "greedy_order", "prefixes",
-    "register_strategy", "segment_profile", "segmentation_cost", "zone_aware_order",
+    "register_strategy", "segment_profile", "segmentation_cost", "strategy_names", "zone_aware_order",
     "COLUMNS", "DEFAULT_CALIBRATION_TOKENS", "DEFAULT_EVAL_TOKENS", "DEFAULT_SEEDS", "DEFAULT_STRATEGIES",
     "RECIPE_ABLATIONS", "SETS_PER_PASS", "WINDOW_COLUMNS", "PruningResult", "canonical_removed",
     "check_strategy_names", "format_removed", "parse_removed", "plan_strategies", "pruning_sweep", "pruning_table",

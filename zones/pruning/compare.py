@@ -14,10 +14,12 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from zones.analysis.bootstrap import interval_side
 from zones.measure.stats import LEVEL, N_RESAMPLES, SEED, paired_bootstrap
 from zones.pruning.sweep import WINDOW_COLUMNS, canonical_removed
 
 COLLAPSE_RATIO = 1e3  # a ΔPPL ratio above this says one arm collapsed, not how much better the other is
+PRUNED = "pruned"     # the stage of a healing comparison before healing
 
 
 class _Windows:
@@ -51,8 +53,11 @@ class _Windows:
 
 
 def _deltas(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Δloss and ΔPPL of each strategy (median over seeds) from :meth:`_Windows.arrays`
-    (with any resample axes between the seeds and the windows)."""
+    """Δloss and ΔPPL of each strategy from :meth:`_Windows.arrays` (with any resample axes
+    between the seeds and the windows). A seeded strategy's Δloss is its median over seeds,
+    and its ΔPPL the perplexity change at that median loss: one statistic decides, so ΔPPL
+    orders the strategies as Δloss does (with an even number of seeds the median of the seeds'
+    ΔPPL could name another winner; with an odd number both are the middle seed's)."""
     s = x.shape[0] - 2
     sums = x.sum(-1)
     loss = sums[:s] / sums[s + 1, 0]
@@ -63,8 +68,19 @@ def _deltas(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if x.shape[1] > 1:  # the median over seeds, for the strategies that have more than one
         seeded = np.isfinite(x[:s, 1].reshape(s, -1)[:, 0])
         out[0][seeded] = np.nanmedian(delta[seeded], axis=1)
-        out[1][seeded] = np.nanmedian(ppl[seeded], axis=1)
+        with np.errstate(over="ignore"):
+            out[1][seeded] = np.exp(np.nanmedian(loss[seeded], axis=1)) - np.exp(base)
     return out
+
+
+def _ppl_at_median(rows: pd.DataFrame) -> float:
+    """ΔPPL of one (strategy, k) at its median Δloss over seeds (:func:`_deltas`' point value):
+    the middle seed's ΔPPL for an odd count, the perplexity change at the mean of the two
+    middle Δloss for an even one."""
+    delta = rows["delta_loss"].to_numpy(dtype=float)
+    if len(delta) % 2:
+        return float(rows["delta_ppl"].to_numpy(dtype=float)[np.argsort(delta, kind="stable")[len(delta) // 2]])
+    return float(rows["base_ppl"].iloc[0] * np.expm1(np.median(delta)))
 
 
 def _ks_and_names(table: pd.DataFrame, strategies: Sequence[str] | None) -> tuple[list[int], list[str]]:
@@ -79,10 +95,11 @@ def summarize_pruning(table: pd.DataFrame, window_losses: pd.DataFrame | None = 
                       n_resamples: int = N_RESAMPLES, level: float = LEVEL, seed: int = SEED) -> pd.DataFrame:
     """One row per (strategy, k), seeds pooled. Strategy order is the table's.
 
-    ``delta_loss`` (nats, ln PPL ratio) and ``delta_ppl``: the median over seeds (the value
-    itself for an unseeded strategy), each with its ``level`` paired bootstrap interval over
-    eval windows (``_low``, ``_high``; the median over seeds inside every resample; NaN
-    without ``window_losses`` or with one window); ``delta_ppl_mean``, ``delta_ppl_q25``,
+    ``delta_loss`` (nats, ln PPL ratio): the median over seeds (the value itself for an unseeded
+    strategy), and ``delta_ppl``, the perplexity change at that median (so ΔPPL and Δloss name
+    the same winner), each with its ``level`` paired bootstrap interval over eval windows
+    (``_low``, ``_high``; the median over seeds inside every resample; NaN without
+    ``window_losses`` or with one window); ``delta_ppl_mean``, ``delta_ppl_q25``,
     ``delta_ppl_q75``, ``delta_ppl_min``, ``delta_ppl_max`` over seeds; ``ppl`` (median),
     ``base_ppl``, ``n_seeds``.
     """
@@ -90,13 +107,16 @@ def summarize_pruning(table: pd.DataFrame, window_losses: pd.DataFrame | None = 
     if "delta_loss" not in table.columns:  # a table written before the column existed
         table = table.assign(delta_loss=np.log(table["ppl"] / table["base_ppl"]))
     q = lambda p: (lambda x: float(np.quantile(x, p)))
-    out = (table.groupby(["strategy", "k"], sort=False)
+    groups = table.groupby(["strategy", "k"], sort=False)
+    out = (groups
            .agg(delta_loss=("delta_loss", "median"), delta_ppl=("delta_ppl", "median"),
                 delta_ppl_mean=("delta_ppl", "mean"), delta_ppl_q25=("delta_ppl", q(0.25)),
                 delta_ppl_q75=("delta_ppl", q(0.75)), delta_ppl_min=("delta_ppl", "min"),
                 delta_ppl_max=("delta_ppl", "max"), ppl=("ppl", "median"), base_ppl=("base_ppl", "first"),
                 n_seeds=("seed", "nunique"))
            .reset_index())
+    at_median = groups[["delta_loss", "delta_ppl", "base_ppl"]].apply(_ppl_at_median)
+    out["delta_ppl"] = [float(at_median.loc[(s, k)]) for s, k in zip(out["strategy"], out["k"])]
     out["strategy"] = pd.Categorical(out["strategy"], categories=order, ordered=True)
     out = out.sort_values(["strategy", "k"]).reset_index(drop=True)
     out["strategy"] = out["strategy"].astype(str)
@@ -241,6 +261,46 @@ def compare_strategies(table: pd.DataFrame, numerator: str = "last_n", denominat
                          "status": status, "winner": winner}).reset_index(drop=True)
 
 
+def reference_comparisons(table: pd.DataFrame, window_losses: pd.DataFrame, ours: str,
+                          references: Sequence[str]) -> pd.DataFrame:
+    """:func:`compare_strategies` ``(reference, ours)`` for each reference present, stacked:
+    ``reference, ours, k, reference_delta_ppl, ours_delta_ppl, ratio, ratio_low, ratio_high,
+    status, winner`` (ratio = ΔPPL(reference) / ΔPPL(ours): above 1, ours removed blocks more
+    cheaply)."""
+    present = set(table["strategy"])
+    parts = []
+    for reference in [r for r in references if r in present and r != ours]:
+        c = compare_strategies(table, reference, ours, window_losses)
+        parts.append(c.rename(columns={reference: "reference_delta_ppl", ours: "ours_delta_ppl"})
+                     .assign(reference=reference, ours=ours)
+                     [["reference", "ours", "k", "reference_delta_ppl", "ours_delta_ppl", "ratio", "ratio_low",
+                       "ratio_high", "status", "winner"]])
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+        columns=["reference", "ours", "k", "reference_delta_ppl", "ours_delta_ppl", "ratio", "ratio_low",
+                 "ratio_high", "status", "winner"])
+
+
+def worst_best_gaps(table: pd.DataFrame, window_losses: pd.DataFrame, best: pd.DataFrame) -> pd.DataFrame:
+    """Per k, how many times the worst strategy's ΔPPL is the best's, with its paired interval:
+    :func:`best_sets` columns plus ``worst_best_ratio, worst_best_ratio_low, worst_best_ratio_high,
+    gap_status`` (``compare_strategies(worst, best)`` at that k; ``collapsed`` where the best's
+    ΔPPL interval reaches 0 or the ratio exceeds the collapse limit)."""
+    out = best.copy()
+    cache: dict[tuple[str, str], pd.DataFrame] = {}
+    ratio, low, high, status = [], [], [], []
+    for row in best.itertuples():
+        key = (row.worst, row.best)
+        if row.worst == row.best:
+            ratio.append(1.0), low.append(1.0), high.append(1.0), status.append("ratio")
+            continue
+        if key not in cache:
+            cache[key] = compare_strategies(table, row.worst, row.best, window_losses).set_index("k")
+        at = cache[key].loc[row.k]
+        ratio.append(float(at["ratio"])), low.append(float(at["ratio_low"])), high.append(float(at["ratio_high"]))
+        status.append(str(at["status"]))
+    return out.assign(worst_best_ratio=ratio, worst_best_ratio_low=low, worst_best_ratio_high=high, gap_status=status)
+
+
 def crossover_k(comparison: pd.DataFrame, winner: str = "zone_aware") -> int | None:
     """The smallest k from which ``winner`` wins at every larger k of the comparison, if it
     loses somewhere before it; ``None`` when there is no such switch (it always or never
@@ -267,3 +327,76 @@ def best_by_k(summary: pd.DataFrame, strategies: Sequence[str] | None = None) ->
                          worst=worst["strategy"], worst_delta_ppl=float(worst["delta_ppl"]),
                          worst_best_ratio=float(ratio)))
     return pd.DataFrame(rows)
+
+
+def healing_intervals(arms: pd.DataFrame, window_losses: pd.DataFrame, stages: Sequence[str], *, reference: str,
+                      ours: str, n_resamples: int = N_RESAMPLES, level: float = LEVEL,
+                      seed: int = SEED) -> dict[str, pd.DataFrame]:
+    """Every interval of a healing comparison from one paired bootstrap over the eval windows.
+
+    ``arms``: ``strategy, seed, k, removed`` (each strategy's plan per seed and k).
+    ``window_losses``: ``stage, removed, window, nll, n_tokens`` (``stage`` ``"full"`` for the
+    full model, :data:`PRUNED` before healing, else the healing method). Returns
+
+    * ``delta``: ``strategy, k, stage, delta_loss, delta_loss_low, delta_loss_high, delta_ppl,
+      n_seeds`` (Δloss in nats against the full model; the median over seeds);
+    * ``gain``: ``strategy, k, method, gain, gain_low, gain_high`` (Δloss after − before;
+      negative: healing helped);
+    * ``comparison``: ``k, stage, reference, ours, difference, difference_low,
+      difference_high, winner`` (difference = Δloss(reference) − Δloss(ours); winner is the
+      strategy whose interval side it is on, or ``"neither"``).
+    """
+    full = window_losses[window_losses["stage"] == "full"].sort_values("window")
+    tokens = full["n_tokens"].to_numpy(dtype=np.float64)
+    pivot = window_losses[window_losses["stage"] != "full"].pivot_table(
+        index=["stage", "removed"], columns="window", values="nll")
+    keys = list(pivot.index)
+    data = np.vstack([full["nll"].to_numpy()[None], pivot.to_numpy()])
+    row = {key: i + 1 for i, key in enumerate(keys)}
+    groups, labels = [], []
+    for (strategy, k), part in arms.groupby(["strategy", "k"], sort=False):
+        for stage in stages:
+            groups.append([row[(stage, canonical_removed(r))] for r in part["removed"]])
+            labels.append(("delta", strategy, int(k), stage, len(part)))
+    index = {label[1:4]: i for i, label in enumerate(labels)}
+    pairs = []
+    for (strategy, k, stage, _), i in ((label[1:], i) for i, label in enumerate(labels)):
+        if stage != PRUNED:
+            pairs.append((("gain", strategy, k, stage), i, index[(strategy, k, PRUNED)]))
+    for k in sorted(arms["k"].unique()):
+        for stage in stages:
+            if (reference, int(k), stage) in index and (ours, int(k), stage) in index:
+                pairs.append((("comparison", None, int(k), stage), index[(reference, int(k), stage)],
+                              index[(ours, int(k), stage)]))
+
+    def statistic(nll, n):
+        # (variants, [resamples,] windows): the resamples sit between variants and windows
+        loss = nll.sum(-1) / n.sum(-1)                       # (variants, [resamples])
+        delta = loss[1:] - loss[:1]
+        medians = np.stack([np.median(delta[[g - 1 for g in group]], axis=0) for group in groups])
+        diffs = np.stack([medians[a] - medians[b] for _, a, b in pairs]) if pairs else medians[:0]
+        return np.concatenate([medians, diffs])
+
+    interval = paired_bootstrap(statistic, (data, np.broadcast_to(tokens, data.shape)), n_resamples=n_resamples,
+                                level=level, seed=seed)
+    est, low, high = interval.estimate, interval.low, interval.high
+    base = float(full["nll"].sum() / tokens.sum())
+    delta = pd.DataFrame([dict(strategy=s, k=k, stage=stage, delta_loss=est[i], delta_loss_low=low[i],
+                               delta_loss_high=high[i], delta_ppl=float(np.exp(base + est[i]) - np.exp(base)),
+                               n_seeds=n) for i, (_, s, k, stage, n) in enumerate(labels)])
+    offset = len(labels)
+    gain = pd.DataFrame([dict(strategy=s, k=k, method=stage, gain=est[offset + j], gain_low=low[offset + j],
+                              gain_high=high[offset + j])
+                         for j, ((kind, s, k, stage), _, _) in enumerate(pairs) if kind == "gain"],
+                        columns=["strategy", "k", "method", "gain", "gain_low", "gain_high"])
+    comparison = []
+    for j, ((kind, _, k, stage), _, _) in enumerate(pairs):
+        if kind != "comparison":
+            continue
+        side = interval_side(low[offset + j], high[offset + j], 0.0)
+        comparison.append(dict(k=k, stage=stage, reference=reference, ours=ours, difference=est[offset + j],
+                               difference_low=low[offset + j], difference_high=high[offset + j],
+                               winner={"above": ours, "below": reference}.get(side, "neither")))
+    comparison = pd.DataFrame(comparison, columns=["k", "stage", "reference", "ours", "difference",
+                                                   "difference_low", "difference_high", "winner"])
+    return dict(delta=delta, gain=gain, comparison=comparison)

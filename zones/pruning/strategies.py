@@ -56,10 +56,11 @@ from zones.core.cache import Journal, cached_table, entry_path
 from zones.core.checks import check_int
 from zones.core.data import Windows
 from zones.core.models import model_fingerprint
-from zones.measure.ablation import ablation_table
+from zones.measure.ablation import PARTS, ablation_table
 from zones.measure.blocks import BlockTrace
 from zones.measure.evaluate import check_dtype, check_fit, evaluate_removals, scoring_precision
 from zones.measure.stats import NonFiniteLossError
+from zones.measure.sublayers import sublayer_params
 from zones.spectra import alpha_table, layer_alpha
 
 VERSION = "2"
@@ -160,59 +161,103 @@ def alpha_zones(profile: pd.Series, n_zones: int | str = 3, max_zones: int = 6) 
 # The registry
 # --------------------------------------------------------------------------------------------
 
+BLOCK, SUBLAYER = "block", "sublayer"
+KINDS = (BLOCK, SUBLAYER)
+TOLERANCE = 0.01  # a sublayer plan reaches a budget when it removes at least (1 − TOLERANCE) of its parameters
+
+
 @dataclass(frozen=True)
 class Strategy:
+    """A registered strategy. ``kind`` says what it removes and what its function returns:
+
+    * ``block``: ``function(ctx, k_max, seed, **params)`` returns ``plans``, ``plans[k - 1]``
+      the k whole blocks to remove;
+    * ``sublayer``: ``function(ctx, target_params, seed, **params)`` returns one removal order
+      of ``(layer, part)`` sublayers (``part``: ``attn`` or ``mlp``) that removes at least
+      ``target_params`` parameters (or every sublayer it would ever remove); its plan at k is
+      the shortest prefix removing k blocks' parameters (:func:`plan_at_budget`).
+
+    :meth:`plan` applies the common check of the kind (:func:`check_plans`,
+    :func:`check_sublayer_order`) to whatever the function returns.
+    """
+
     name: str
-    function: Callable[..., list[list[int]]]
+    function: Callable[..., list]
     params: dict[str, Any] = field(default_factory=dict)
     seeded: bool = False            # one plan per seed (otherwise seed 0 only)
     uses_calibration: bool = False  # needs the calibration windows
     cost: int = 0                   # planning order: cheap strategies are planned (and fail) first
     description: str = ""
+    kind: str = BLOCK
 
     def max_k(self, n_blocks: int) -> int:
         """How many blocks this strategy may remove from a model of ``n_blocks``."""
         protected = int(self.params.get("protect_first", 0)) + int(self.params.get("protect_last", 0))
         return n_blocks - max(MIN_REMAINING, protected)
 
-    def plan(self, ctx: "PruningContext", k_max: int, seed: int = 0) -> list[list[int]]:
-        plans = self.function(ctx, k_max, seed, **self.params)
-        check_plans(plans, k_max, ctx.n_blocks, self.name)
-        return [[int(b) for b in p] for p in plans]
+    def plan(self, ctx: "PruningContext", k_max: int, seed: int = 0, **overrides) -> list:
+        """The plans for k = 1..k_max, checked. ``overrides`` replace registered ``params`` of
+        the same name (others are ignored). A block plan is a list of blocks; a sublayer plan a
+        list of ``(layer, part)``, or ``None`` at a k whose parameters its order never reaches."""
+        params = {**self.params, **{k: v for k, v in overrides.items() if k in self.params}}
+        if self.kind == BLOCK:
+            plans = self.function(ctx, k_max, seed, **params)
+            check_plans(plans, k_max, ctx.n_blocks, self.name)
+            return [[int(b) for b in p] for p in plans]
+        sizes = ctx.sublayer_params()
+        block = ctx.block_params()
+        order = [(int(layer), str(part)) for layer, part in self.function(ctx, k_max * block, seed, **params)]
+        check_sublayer_order(order, ctx.n_blocks, self.name)
+        return [plan_at_budget(order, sizes, k * block) for k in range(1, k_max + 1)]
 
 
 STRATEGIES: dict[str, Strategy] = {}
 
 
 def register_strategy(name: str, *, seeded: bool = False, uses_calibration: bool = False,
-                      cost: int = 0, description: str = "", replace: bool = False, **params):
-    """Decorator: register ``function(ctx, k_max, seed, **params)`` as strategy ``name``.
+                      cost: int = 0, description: str = "", replace: bool = False, kind: str = BLOCK, **params):
+    """Decorator: register ``function`` as strategy ``name`` of ``kind`` (``block``:
+    ``function(ctx, k_max, seed, **params)``; ``sublayer``: ``function(ctx, target_params,
+    seed, **params)``, see :class:`Strategy`).
 
     Keyword ``params`` are passed to the function, so one function can be registered under
     several names with different settings (as the zone-aware recipe ablations are).
     """
     if not name or "," in name or name != name.strip():
         raise ValueError(f"strategy name {name!r} must be non-empty, without commas or outer spaces")
+    if kind not in KINDS:
+        raise ValueError(f"strategy kind must be one of {KINDS}; got {kind!r}")
 
     def decorator(function):
         if name in STRATEGIES and not replace:
             raise ValueError(f"strategy {name!r} is already registered (pass replace=True to override)")
         doc = description or (function.__doc__ or "").strip().split("\n")[0]
-        STRATEGIES[name] = Strategy(name, function, dict(params), seeded, uses_calibration, cost, doc)
+        STRATEGIES[name] = Strategy(name, function, dict(params), seeded, uses_calibration, cost, doc, kind)
         return function
 
     return decorator
 
 
-def get_strategy(name: str) -> Strategy:
+def strategy_names(kind: str | None = None) -> list[str]:
+    """The registered strategies' names, of ``kind`` (``block``, ``sublayer``) or all."""
+    return [s.name for s in STRATEGIES.values() if kind is None or s.kind == kind]
+
+
+def get_strategy(name: str, kind: str | None = BLOCK) -> Strategy:
+    """The registered strategy ``name``; with ``kind`` (``block`` by default, ``None``: any),
+    one of that kind."""
     if name not in STRATEGIES:
-        raise StrategyError(f"unknown strategy {name!r}; available: {', '.join(STRATEGIES)}")
-    return STRATEGIES[name]
+        raise StrategyError(f"unknown strategy {name!r}; available: {', '.join(strategy_names(kind))}")
+    strategy = STRATEGIES[name]
+    if kind is not None and strategy.kind != kind:
+        raise StrategyError(f"{name!r} is a {strategy.kind} strategy, not a {kind} one; {kind} strategies: "
+                            f"{', '.join(strategy_names(kind))}")
+    return strategy
 
 
 def available_strategies() -> pd.DataFrame:
-    """The registry as a table: ``strategy, seeded, uses_calibration, params, description``."""
-    return pd.DataFrame([dict(strategy=s.name, seeded=s.seeded, uses_calibration=s.uses_calibration,
+    """The registry as a table: ``strategy, kind, seeded, uses_calibration, params, description``."""
+    return pd.DataFrame([dict(strategy=s.name, kind=s.kind, seeded=s.seeded, uses_calibration=s.uses_calibration,
                               params=json.dumps(s.params), description=s.description)
                          for s in STRATEGIES.values()])
 
@@ -228,6 +273,32 @@ def check_plans(plans, k_max: int, n_blocks: int, name: str = "strategy") -> Non
         bad = [b for b in blocks if not 0 <= b < n_blocks]
         if bad:
             raise StrategyError(f"{name} returned blocks {bad} for k = {k}: the model has blocks 0..{n_blocks - 1}")
+
+
+def check_sublayer_order(order, n_blocks: int, name: str = "strategy") -> None:
+    """A sublayer order must list distinct ``(layer, part)`` sublayers, layers in range and parts
+    ``attn`` or ``mlp``, at least one of them."""
+    if not order:
+        raise StrategyError(f"{name} returned an empty sublayer order")
+    bad = [(layer, part) for layer, part in order if not 0 <= layer < n_blocks or part not in PARTS]
+    if bad:
+        raise StrategyError(f"{name} returned sublayers {bad}: the model has blocks 0..{n_blocks - 1}, parts "
+                            f"{', '.join(PARTS)}")
+    if len(set(order)) != len(order):
+        raise StrategyError(f"{name} returned a sublayer twice: {[s for s in order if order.count(s) > 1][:2]}")
+
+
+def plan_at_budget(order: Sequence[tuple[int, str]], params: pd.DataFrame, budget: float) -> list[tuple[int, str]]:
+    """The shortest prefix of ``order`` that removes at least ``(1 − TOLERANCE) · budget``
+    parameters (``params``: ``zones.measure.sublayers.sublayer_params``); ``None`` when the whole
+    order does not reach it."""
+    size = params.set_index(["layer", "part"])["n_params"]
+    total = 0.0
+    for i, item in enumerate(order):
+        total += float(size[tuple(item)])
+        if total >= (1 - TOLERANCE) * budget:
+            return list(order[:i + 1])
+    return None
 
 
 def prefixes(order: Sequence[int], k_max: int) -> list[list[int]]:
@@ -262,6 +333,7 @@ class PruningContext:
         self._ablation: pd.DataFrame | None = None
         # The calibration windows' full-model traces, kept between greedy steps (evaluate_removals)
         self._traces: dict = {}
+        self._memo: dict[str, Any] = {}
 
     # --- identity ------------------------------------------------------------------------
     @property
@@ -327,6 +399,20 @@ class PruningContext:
                                             batch_size=self.batch_size, cache=self.cache,
                                             progress=self.progress, dtype=self.dtype)
         return self._ablation
+
+    def memo(self, name: str, compute: Callable[[], Any]) -> Any:
+        """``compute()`` once per context under ``name``: a measurement several strategies share."""
+        if name not in self._memo:
+            self._memo[name] = compute()
+        return self._memo[name]
+
+    def sublayer_params(self) -> pd.DataFrame:
+        """Parameters of every sublayer (``zones.measure.sublayers.sublayer_params``)."""
+        return self.memo("sublayer_params", lambda: sublayer_params(self.model))
+
+    def block_params(self) -> float:
+        """The mean block's parameters: the budget of one block for the sublayer strategies."""
+        return float(self.sublayer_params().groupby("layer")["n_params"].sum().mean())
 
     def calibration_losses(self, removals: Sequence[Sequence[int]], desc: str = "calibration") -> list[float]:
         """Mean calibration loss with each removal set skipped (prefix-shared evaluation)."""

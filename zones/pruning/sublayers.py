@@ -1,7 +1,9 @@
 """Pruning sublayers instead of whole blocks, compared at equal parameters removed.
 
-Strategies over the 2L sublayers (each returns one removal order; its plan at a budget is
-the shortest prefix that removes at least the budget's parameters, ``plan_at_budget``):
+Strategies over the 2L sublayers, registered in the one strategy registry
+(``zones.pruning.strategies``) with kind ``sublayer`` (each returns one removal order; its plan at a
+budget is the shortest prefix that removes at least the budget's parameters,
+``zones.pruning.strategies.plan_at_budget``):
 
 ======================  ============================================================================
 ``attn_drop``           He et al. (2024), Attention Drop: attention sublayers only, the one whose
@@ -49,20 +51,20 @@ from zones.measure.sublayers import (
     normalize_removal,
     removal_params,
     removed_sublayers,
-    sublayer_params,
 )
-from zones.pruning import PruningContext, get_strategy, zone_aware_order
+from zones.pruning.strategies import (
+    BLOCK,
+    SUBLAYER,
+    TOLERANCE,
+    PruningContext,
+    get_strategy,
+    register_strategy,
+    zone_aware_order,
+)
 
 VERSION = "1"
-SUBLAYER_STRATEGIES = {
-    "attn_drop": "He et al.: attention sublayers, most similar input and output first",
-    "sublayer_similarity": "all sublayers, most similar stream with and without the branch first",
-    "sublayer_greedy": "BlockPruner: greedy over sublayers on the calibration loss",
-    "zone_aware_attn": "α zones of the attention sublayers, lowest zone first, ends protected",
-}
 DEFAULT_SUBLAYER_STRATEGIES = ("attn_drop", "sublayer_similarity", "sublayer_greedy", "zone_aware_attn")
 DEFAULT_BLOCK_STRATEGIES = ("zone_aware", "block_influence", "greedy")
-TOLERANCE = 0.01  # a plan reaches a budget when it removes at least (1 − TOLERANCE) of its parameters
 PLAN_COLUMNS = ["strategy", "kind", "k", "removed", "n_sublayers", "n_params", "params_ratio"]
 
 
@@ -212,49 +214,61 @@ def sublayer_greedy_order(model: nn.Module, windows: Windows, params: pd.DataFra
     return cached_table("sublayer-greedy", key, compute)
 
 
+# --- the sublayer strategies (registered beside the block strategies, kind "sublayer") ----------------
+
+def _similarity(ctx: PruningContext) -> pd.DataFrame:
+    """:func:`sublayer_similarity` on the context's calibration windows, once per context."""
+    return ctx.memo("sublayer_similarity", lambda: sublayer_similarity(
+        ctx.model, ctx._need_calibration("sublayer similarity"), batch_size=ctx.batch_size, dtype=ctx.dtype,
+        cache=ctx.cache))
+
+
+def _most_similar_first(table: pd.DataFrame) -> list[tuple[int, str]]:
+    """Sublayers by similarity, the most similar (the most redundant) first; ties: shallower,
+    attention first."""
+    table = table.assign(rank=table["part"].map({p: i for i, p in enumerate(PARTS)}))
+    ranked = table.sort_values(["cos", "layer", "rank"], ascending=[False, True, True])
+    return list(zip(ranked["layer"].astype(int), ranked["part"]))
+
+
+@register_strategy("attn_drop", kind=SUBLAYER, uses_calibration=True, cost=1,
+                   description="He et al.: attention sublayers, most similar input and output first")
+def attn_drop(ctx, target_params, seed):
+    """Attention Drop (He et al., 2024): attention sublayers only, the one whose output stream
+    is most similar to its input first."""
+    similarity = _similarity(ctx)
+    return _most_similar_first(similarity[similarity["part"] == "attn"])
+
+
+@register_strategy("sublayer_similarity", kind=SUBLAYER, uses_calibration=True, cost=1,
+                   description="all sublayers, most similar stream with and without the branch first")
+def similar_sublayers(ctx, target_params, seed):
+    """The same similarity over all 2L sublayers (attention and MLP together)."""
+    return _most_similar_first(_similarity(ctx))
+
+
+@register_strategy("sublayer_greedy", kind=SUBLAYER, uses_calibration=True, cost=3,
+                   description="BlockPruner: greedy over sublayers on the calibration loss")
+def sublayer_greedy(ctx, target_params, seed):
+    """BlockPruner (Zhong et al., 2024): :func:`sublayer_greedy_order` until ``target_params``
+    are removed."""
+    steps = sublayer_greedy_order(ctx.model, ctx._need_calibration("sublayer_greedy"), ctx.sublayer_params(),
+                                  target_params, batch_size=ctx.batch_size, dtype=ctx.dtype, cache=ctx.cache,
+                                  progress=ctx.progress)
+    return list(zip(steps["layer"].astype(int), steps["part"]))
+
+
+@register_strategy("zone_aware_attn", kind=SUBLAYER, estimator="alpha_shape",
+                   description="α zones of the attention sublayers, lowest zone first, ends protected")
+def zone_aware_attn(ctx, target_params, seed, *, estimator):
+    """Ours over sublayers: the zone-aware order (``zones.pruning.zone_aware_order``) of the
+    attention sublayers' weighted α profile, attention sublayers only."""
+    alpha = sublayer_alpha(ctx.alpha, estimator, "weighted")
+    profile = alpha[alpha["part"] == "attn"].set_index("layer")["alpha"].sort_index()
+    return [(int(layer), "attn") for layer in zone_aware_order(profile)]
+
+
 # --- plans -----------------------------------------------------------------------------------------
-
-def plan_at_budget(order: Sequence[tuple[int, str]], params: pd.DataFrame, budget: float) -> list[tuple[int, str]]:
-    """The shortest prefix of ``order`` that removes at least ``(1 − TOLERANCE) · budget``
-    parameters; ``None`` when the whole order does not reach it."""
-    size = params.set_index(["layer", "part"])["n_params"]
-    total = 0.0
-    for i, item in enumerate(order):
-        total += float(size[tuple(item)])
-        if total >= (1 - TOLERANCE) * budget:
-            return list(order[:i + 1])
-    return None
-
-
-def sublayer_orders(model: nn.Module, calibration: Windows, alphas: pd.DataFrame, params: pd.DataFrame,
-                    strategies: Sequence[str], target_params: float, *, batch_size: int = 8,
-                    dtype: str = DEFAULT_DTYPE, cache: bool = True, progress: bool = True,
-                    estimator: str = "alpha_shape") -> dict[str, list[tuple[int, str]]]:
-    """The removal order of each sublayer strategy (:data:`SUBLAYER_STRATEGIES`)."""
-    unknown = [s for s in strategies if s not in SUBLAYER_STRATEGIES]
-    if unknown:
-        raise ValueError(f"unknown sublayer strateg{'y' if len(unknown) == 1 else 'ies'} {unknown}; available: "
-                         f"{', '.join(SUBLAYER_STRATEGIES)}")
-    orders = {}
-    similarity = None
-    for name in strategies:
-        if name in ("attn_drop", "sublayer_similarity"):
-            if similarity is None:
-                similarity = sublayer_similarity(model, calibration, batch_size=batch_size, dtype=dtype, cache=cache)
-            table = similarity if name == "sublayer_similarity" else similarity[similarity["part"] == "attn"]
-            table = table.assign(rank=table["part"].map({p: i for i, p in enumerate(PARTS)}))
-            ranked = table.sort_values(["cos", "layer", "rank"], ascending=[False, True, True])
-            orders[name] = list(zip(ranked["layer"].astype(int), ranked["part"]))
-        elif name == "sublayer_greedy":
-            steps = sublayer_greedy_order(model, calibration, params, target_params, batch_size=batch_size,
-                                          dtype=dtype, cache=cache, progress=progress)
-            orders[name] = list(zip(steps["layer"].astype(int), steps["part"]))
-        elif name == "zone_aware_attn":
-            alpha = sublayer_alpha(alphas, estimator, "weighted")
-            profile = alpha[alpha["part"] == "attn"].set_index("layer")["alpha"].sort_index()
-            orders[name] = [(int(layer), "attn") for layer in zone_aware_order(profile)]
-    return orders
-
 
 def plan_table(model: nn.Module, calibration: Windows, alphas: pd.DataFrame, *, k_max: int = 2,
                block_strategies: Sequence[str] = DEFAULT_BLOCK_STRATEGIES,
@@ -263,36 +277,32 @@ def plan_table(model: nn.Module, calibration: Windows, alphas: pd.DataFrame, *, 
                estimator: str = "alpha_shape") -> pd.DataFrame:
     """Every strategy's plan at the budgets of k = 1..k_max blocks' parameters.
 
-    Columns: ``strategy, kind`` (``block`` or ``sublayer``), ``k``, ``removed``
+    Block strategies and sublayer strategies come from the one registry
+    (``zones.pruning.strategies``, by kind); ``estimator`` is the α the sublayer strategies
+    read. Columns: ``strategy, kind`` (``block`` or ``sublayer``), ``k``, ``removed``
     (``zones.measure.sublayers.format_removal``), ``n_sublayers``, ``n_params`` (removed),
     ``params_ratio`` (``n_params`` over the parameters of the k blocks the block strategies
     remove: the mean block's, k times). A sublayer strategy whose order cannot reach a budget
     (attention-only, when the attention of all blocks holds fewer parameters) has no row there.
     """
     k_max = check_int(k_max, "k_max", min=1)
-    params = sublayer_params(model)
-    n = get_adapter(model).n_blocks
-    block = float(params.groupby("layer")["n_params"].sum().mean())
-    rows = []
+    chosen = [get_strategy(name, BLOCK) for name in block_strategies]
+    chosen += [get_strategy(name, SUBLAYER) for name in sublayer_strategies]
     ctx = PruningContext(model, calibration, alpha=alphas, batch_size=batch_size, cache=cache, progress=progress,
                          dtype=dtype)
-    for name in block_strategies:
-        for k, plan in enumerate(get_strategy(name).plan(ctx, k_max), start=1):
-            removal = normalize_removal(plan, n)
-            rows.append(dict(strategy=name, kind="block", k=k, removed=format_removal(removal),
-                             n_sublayers=len(removal), n_params=removal_params(params, removal)))
-    orders = sublayer_orders(model, calibration, alphas, params, sublayer_strategies, k_max * block,
-                             batch_size=batch_size, dtype=dtype, cache=cache, progress=progress, estimator=estimator)
-    for name, order in orders.items():
-        for k in range(1, k_max + 1):
-            plan = plan_at_budget(order, params, k * block)
+    params = ctx.sublayer_params()
+    n = ctx.n_blocks
+    rows = []
+    for strategy in chosen:
+        overrides = dict(estimator=estimator) if strategy.kind == SUBLAYER else {}
+        for k, plan in enumerate(strategy.plan(ctx, k_max, **overrides), start=1):
             if plan is None:
                 continue
             removal = normalize_removal(plan, n)
-            rows.append(dict(strategy=name, kind="sublayer", k=k, removed=format_removal(removal),
+            rows.append(dict(strategy=strategy.name, kind=strategy.kind, k=k, removed=format_removal(removal),
                              n_sublayers=len(removal), n_params=removal_params(params, removal)))
     table = pd.DataFrame(rows, columns=PLAN_COLUMNS[:-1])
-    table["params_ratio"] = table["n_params"] / (table["k"] * block)
+    table["params_ratio"] = table["n_params"] / (table["k"] * ctx.block_params())
     return table
 
 
@@ -348,7 +358,10 @@ def tokens_per_second(model: nn.Module, windows: Windows, removals: Sequence[str
     removed sublayers compute nothing) run one forward (with its LM head) over the same first
     batch of windows,
     in turn, so load on the machine affects all alike. Columns: ``removed, seconds`` (median),
-    ``tokens_per_s``, ``speedup`` (full model's seconds over this one's). Not a test (timing).
+    ``tokens_per_s``, ``speedup`` (full model's median seconds over this one's), ``speedup_min,
+    speedup_max`` (the range of the speed-up over the repeats, each repeat's full-model time
+    over its own: the spread a reader can put beside the ratio; equal with one repeat) and
+    ``repeats``. Not a test (timing).
     """
     repeats = check_int(repeats, "repeats", min=1)
     ids = windows.input_ids[:batch_size].to(model_device(model))
@@ -363,6 +376,11 @@ def tokens_per_second(model: nn.Module, windows: Windows, removals: Sequence[str
                     model(input_ids=ids, use_cache=False)  # end to end: blocks, final norm and LM head
                     times[v].append(time.perf_counter() - start)
     full = float(np.median(times[""]))
-    rows = [dict(removed=v, seconds=float(np.median(t)), tokens_per_s=ids.numel() / float(np.median(t)),
-                 speedup=full / float(np.median(t))) for v, t in times.items()]
-    return pd.DataFrame(rows, columns=["removed", "seconds", "tokens_per_s", "speedup"])
+    rows = []
+    for v, t in times.items():
+        paired = np.asarray(times[""]) / np.asarray(t)   # repeat by repeat: the same load on both
+        rows.append(dict(removed=v, seconds=float(np.median(t)), tokens_per_s=ids.numel() / float(np.median(t)),
+                         speedup=full / float(np.median(t)), speedup_min=float(paired.min()),
+                         speedup_max=float(paired.max()), repeats=int(repeats)))
+    return pd.DataFrame(rows, columns=["removed", "seconds", "tokens_per_s", "speedup", "speedup_min", "speedup_max",
+                                       "repeats"])

@@ -48,7 +48,7 @@ from zones.core.checks import check_int
 from zones.core.data import Windows
 from zones.core.models import model_fingerprint
 from zones.measure.evaluate import DEFAULT_DTYPE, check_dtype, check_fit, evaluate_removals, model_device, tree_order
-from zones.pruning.strategies import STRATEGIES, PruningContext, Strategy, StrategyError, get_strategy
+from zones.pruning.strategies import BLOCK, PruningContext, Strategy, StrategyError, get_strategy, strategy_names
 
 VERSION = "2"
 COLUMNS = ["model", "strategy", "k", "seed", "removed", "ppl", "base_ppl", "delta_ppl", "delta_loss", "n_tokens"]
@@ -86,10 +86,11 @@ def check_strategy_names(strategies) -> list[str]:
     names = list(dict.fromkeys(str(s).strip() for s in strategies if str(s).strip()))
     if not names:
         raise StrategyError("no strategies given")
-    unknown = [s for s in names if s not in STRATEGIES]
+    blocks = strategy_names(BLOCK)   # a block sweep takes block strategies only
+    unknown = [s for s in names if s not in blocks]
     if unknown:
         raise StrategyError(f"unknown strateg{'y' if len(unknown) == 1 else 'ies'} {unknown}; "
-                            f"available: {', '.join(STRATEGIES)}")
+                            f"available: {', '.join(blocks)}")
     return names
 
 

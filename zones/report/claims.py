@@ -1,5 +1,5 @@
-"""The paper's claims, tested: one row per claim and per model (and corpus), each scored by
-a stated rule from the tables the chapters wrote.
+"""The paper's claims, and the book's own claims beyond the paper, tested: one row per claim
+and per model (and corpus), each scored by a stated rule from the tables the chapters wrote.
 
 The chapters write their tables to ``<results>/<chapter>/``; :func:`load_tables` reads them
 back and :func:`score_claims` applies the rules of :data:`REGISTRY`. A verdict
@@ -7,15 +7,16 @@ back and :func:`score_claims` applies the rules of :data:`REGISTRY`. A verdict
 
 * ``holds``: the 95% interval of our figure agrees with the claim as the rule says;
 * ``does not hold``: the interval excludes what the paper claims;
-* ``inconclusive``: the interval is too wide to tell, with the reason in ``reason``: the
-  token budget, the number of blocks (layers), the number of training runs (seeds), or an
-  undefined interval;
+* ``inconclusive``: the interval is too wide to tell, with the reason in ``reason``: the limit
+  that binds, decided from the data by ``zones.report.verdicts.binding_limit`` (the eval
+  tokens, the blocks or layers, the training runs, or an undefined interval);
 * ``not measured``: the chapter that measures it was not run.
 
 Each claim of the paper is split into what it asserts (the direction of the Last-N ratio,
 its magnitude, the crossover), and each part is one :class:`Claim` of :data:`REGISTRY`: its
 words, the paper's figure, its rule, and the function that turns the chapters' tables into
-rows. Adding a claim is adding one entry to :data:`REGISTRY`.
+rows. Adding a claim is adding one entry to :data:`REGISTRY`; a claim of the book's own, beyond
+the paper, is one ``Claim.beyond(key, claim, score, chapter, rows)`` entry, listed apart.
 """
 from __future__ import annotations
 
@@ -27,17 +28,16 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
+from zones.analysis.profile import trend_word
 from zones.core.cache import atomic_write_text
-from zones.pruning import COLLAPSE_RATIO
-from zones.report import healing
-from zones.report.common import ChapterResult, interval_side, read_summary, save
+from zones.pruning import COLLAPSE_RATIO, RECIPE_ABLATIONS
+from zones.report.common import ChapterResult, read_summary, save
 from zones.report.format import fmt_interval, fmt_num, fmt_p, fmt_ratio
-from zones.report.layer_ablation import first_blocks_matter_most
 from zones.report.verdicts import (
-    BLOCKS,
-    BUDGET,
     FAILS,
+    HEALING_CLAIM,
     HOLDS,
+    LAST_N_KEEP_LAST,
     MISSING,
     OPEN,
     OURS,
@@ -48,126 +48,103 @@ from zones.report.verdicts import (
     PAPER_RATIO,
     PAPER_RHO,
     PAPER_RHO_P,
-    SEEDS,
     UNDEFINED,
     VERDICTS,
     Verdict,
+    binding_limit,
     finite,
+    first_blocks_matter_most,
     from_word,
-    interval_text,
     min_permutation_p,
     ratio_interval_text,
+    score_after_healing,
+    score_asymmetry,
     score_crossover,
+    score_exponent,
+    score_gap,
     score_ratio_direction,
     score_ratio_magnitude,
-    side_verdict,
+    score_rho,
+    score_shape,
+    score_wave,
     verdict_phrase,
 )
 
-COLUMNS = ["claim", "paper", "ours", "interval", "model", "corpus", "chapter", "rule", "verdict", "reason"]
+COLUMNS = ["claim", "source", "paper", "ours", "interval", "model", "corpus", "chapter", "rule", "verdict", "reason",
+           "note"]
 CHAPTERS = ("alpha_profile", "layer_ablation", "importance_vs_alpha", "pruning", "healing", "depth_series",
             "spectral_lifecycle")
 LAST_N = ("last_n", "last_n_keep_last")   # the claim's reference: literal Last-N, and as practitioners use it
 Tables = Mapping[str, Mapping[str, Any]]
 
-__all__ = ["CHAPTERS", "CLAIMS", "COLUMNS", "Claim", "FAILS", "HOLDS", "MISSING", "OPEN", "PAPER", "REGISTRY",
-           "RULES", "claim_counts", "load_tables", "rules_table", "run", "score_claims", "score_crossover",
-           "score_gap", "score_ratio_direction", "score_ratio_magnitude", "score_rho", "score_wave",
-           "scorecard_html", "summary_markdown", "verdict_counts", "verdict_phrase"]
+__all__ = ["BOOK_SOURCE", "CHAPTERS", "CLAIMS", "COLUMNS", "Claim", "PAPER_SOURCE", "REGISTRY", "RULES", "claim_counts",
+           "claim_outcomes", "load_tables", "rules_table", "run", "score_claims", "scorecard_html", "summary_markdown",
+           "verdict_counts"]
+
+
+PAPER_SOURCE, BOOK_SOURCE = "paper", "beyond the paper"   # whose claim a row scores
 
 
 @dataclass(frozen=True)
 class Claim:
-    """One claim of the paper, as the scorecard tests it.
+    """One claim, as the scorecard tests it.
 
-    ``key`` names it; ``claim`` and ``paper`` are what the paper asserts and its figure;
-    ``rule`` the stated rule; ``chapter`` the chapter that measures it (its "not measured"
-    row and its link); ``rows(tables)`` returns its scored rows (dicts with ``ours, interval,
-    model, corpus, chapter, verdict``) from :func:`load_tables`' dict, or ``[]`` when the
-    chapter did not write what it reads.
+    ``key`` names it; ``claim`` and ``paper`` are what is asserted and the paper's figure;
+    ``score`` is the rule function that decides (``zones.report.verdicts``; its words,
+    ``score.rule``, are the claim's :attr:`rule`, written once beside the code); ``chapter``
+    the chapter that measures it (its "not measured" row and its link); ``rows(tables)``
+    returns its scored rows (dicts with ``ours, interval, model, corpus, chapter, verdict``)
+    from :func:`load_tables`' dict, or ``[]`` when the chapter did not write what it reads;
+    ``source``: :data:`PAPER_SOURCE` for the paper's claims, :data:`BOOK_SOURCE` for the
+    book's own claims beyond the paper.
     """
 
     key: str
     claim: str
     paper: str
-    rule: str
+    score: Callable[..., Any]
     chapter: str
     rows: Callable[[Tables], list[dict]]
+    source: str = PAPER_SOURCE
 
+    def __post_init__(self):
+        if not isinstance(getattr(self.score, "rule", None), str):
+            raise TypeError(f"claim {self.key!r}: its score must be a rule function (zones.report.verdicts.rule), "
+                            f"so the page prints the words of the code that decides")
 
-# --- the rules (each tested branch by branch in tests/test_report.py) -------------------------------------
+    @property
+    def rule(self) -> str:
+        """The stated rule: the words attached to :attr:`score`."""
+        return self.score.rule
 
-def score_rho(rho: float, low: float, high: float, p_value: float, n_blocks: int | None = None) -> Verdict:
-    """Claim "α predicts importance, ρ = 0.69–0.84 with p < 0.02": holds if the interval lies
-    at or above 0.69 and p < 0.02; does not hold if it lies below 0.69; otherwise
-    inconclusive, for ``blocks`` when with ``n_blocks`` blocks even a perfect ordering cannot
-    reach p < 0.02 (the smallest two-sided permutation p is 2 / n!) or the interval is
-    undefined with few blocks, else for ``budget``."""
-    few = n_blocks is not None and min_permutation_p(int(n_blocks)) >= PAPER_RHO_P
-    side = interval_side(low, high, PAPER_RHO[0])
-    if side == "below":
-        return Verdict(FAILS)
-    if few:
-        return Verdict(OPEN, BLOCKS)
-    if side == "above" or (side == "straddles" and low == PAPER_RHO[0]):
-        return Verdict(HOLDS) if p_value < PAPER_RHO_P else Verdict(OPEN, BUDGET)
-    return Verdict(OPEN, UNDEFINED if side == "undefined" else BUDGET)
-
-
-def score_gap(low: float, high: float) -> Verdict:
-    """Claim "the choice of strategy matters: worst-vs-best gaps up to 23.7×": the largest
-    worst/best ΔPPL ratio over k. Holds if its interval lies above 1 and reaches 23.7 (a gap at
-    least as large as the paper's: "up to 23.7×" is then borne out, or exceeded); does not hold
-    if it lies wholly below 23.7 (the gaps here stay smaller than the paper's); inconclusive if
-    it is undefined (the best arm's ΔPPL interval reaches 0) or reaches 23.7 but contains 1
-    (budget)."""
-    if not finite(low, high):
-        return Verdict(OPEN, UNDEFINED)
-    if high < PAPER_GAP:
-        return Verdict(FAILS)
-    if low > 1:
-        return Verdict(HOLDS)
-    return Verdict(OPEN, BUDGET)
-
-
-def score_wave(leader: str, after_low: float, after_high: float, reason: str = BLOCKS) -> Verdict:
-    """Claim "a compression wave runs from early to late layers, then reverses", from
-    ``lifecycle.wave_reversal`` (step 0 excluded): holds if the early half led and the later
-    minimum's interval lies below 0; does not hold if the late half led, or the early half led
-    and the later minimum's interval lies above 0; inconclusive (``reason``, the layers per
-    half) otherwise."""
-    side = interval_side(after_low, after_high, 0.0)
-    if leader == "late" or (leader == "early" and side == "above"):
-        return Verdict(FAILS)
-    if leader == "early" and side == "below":
-        return Verdict(HOLDS)
-    return Verdict(OPEN, reason if reason else BLOCKS)
-
-
-def score_shape(shape: str) -> Verdict:
-    """Claim "the α profile rises with depth (an inverted U in deeper models)", from
-    ``alpha_profile.profile_shape``: holds for ``rises`` or ``inverted U``; does not hold for
-    ``falls`` or ``U-shaped``; inconclusive otherwise (blocks: the weights are all there is,
-    so only more blocks would narrow it)."""
-    if shape in ("rises", "inverted U"):
-        return Verdict(HOLDS)
-    if shape in ("falls", "U-shaped"):
-        return Verdict(FAILS)
-    return Verdict(OPEN, UNDEFINED if shape == "undefined" else BLOCKS)
-
-
-def score_exponent(word: str) -> Verdict:  # noqa: ARG001 (the word is shown in ``ours``)
-    """Claim "Δα ∝ L^0.26": the chapter's rule (``lifecycle.delta_alpha_exponent``) reads an
-    interval that covers snapshot jitter only, from one training run per depth; a firm verdict
-    needs runs with several seeds, so the scorecard says inconclusive (seeds) and shows the
-    jitter-only verdict in ``ours``."""
-    return Verdict(OPEN, SEEDS)
+    @classmethod
+    def beyond(cls, key: str, claim: str, score: Callable[..., Any], chapter: str,
+               rows: Callable[[Tables], list[dict]]) -> "Claim":
+        """A claim of the book's own, beyond the paper (no figure of the paper to set beside it)."""
+        return cls(key, claim, "– (beyond the paper)", score, chapter, rows, BOOK_SOURCE)
 
 
 # --- rows --------------------------------------------------------------------------------------------------
 
-def _row(ours: str, interval: str, model: str, corpus: str, chapter: str, verdict: Verdict) -> dict:
-    return dict(ours=ours, interval=interval, model=model, corpus=corpus, chapter=chapter, verdict=verdict)
+def _row(ours: str, interval: str, model: str, corpus: str, chapter: str, verdict: Verdict, note: str = "") -> dict:
+    return dict(ours=ours, interval=interval, model=model, corpus=corpus, chapter=chapter, verdict=verdict,
+                note=note)
+
+
+def _summary(tables: Tables, chapter: str) -> Mapping[str, Any]:
+    return tables.get(chapter, {}).get("summary", {})
+
+
+def _count(row: Mapping[str, Any], *columns: str) -> int | None:
+    """The sum of a row's count columns, or None when one is missing (a table from an older build)."""
+    values = [row.get(c) for c in columns]
+    return int(sum(values)) if finite(*values) else None
+
+
+def _tokens(tables: Tables, chapter: str) -> int | None:
+    """The eval tokens a chapter scored (its summary's ``n_tokens``), if it says."""
+    n = _summary(tables, chapter).get("n_tokens")
+    return int(n) if finite(n) else None
 
 
 def _corpus(tables: Tables, chapter: str, default: str = "–") -> str:
@@ -189,7 +166,7 @@ def _rho_rows(tables: Tables) -> list[dict]:
             n = int(n) if n is not None and finite(float(n)) else None
             floor = f"; with {n} blocks the smallest p is {fmt_num(min_permutation_p(n), 2)}" if n else ""
             ours = f"ρ = {fmt_num(r['rho'], 2)}, {fmt_p(r['p_value'])} ({role} {estimator}, chosen in advance{floor})"
-            rows.append(_row(ours, interval_text(r["ci_low"], r["ci_high"], 2), str(r["model"]),
+            rows.append(_row(ours, fmt_interval(None, r["ci_low"], r["ci_high"]), str(r["model"]),
                              _corpus(tables, chapter), chapter,
                              score_rho(r["rho"], r["ci_low"], r["ci_high"], r["p_value"], n)))
     return rows
@@ -215,10 +192,28 @@ def _ratio_rows(score: Callable[[float, float], Verdict]) -> Callable[[Tables], 
         at_max = crossover[(crossover["k"] == k_max) & crossover["reference"].isin(LAST_N)]
         return [_row(f"ΔPPL({r['reference']}) / ΔPPL({r['ours']}) at k = {k_max}: {_ratio_shown(r)}",
                      ratio_interval_text(r["ratio_low"], r["ratio_high"]),
-                     f"{_pruning_model(tables)} (vs {r['reference']})",
-                     _corpus(tables, "pruning"), "pruning", score(r["ratio_low"], r["ratio_high"]))
+                     f"{_pruning_model(tables)} (vs {r['reference']})", _corpus(tables, "pruning"), "pruning",
+                     score(r["ratio_low"], r["ratio_high"], ratio=r["ratio"], tokens=_tokens(tables, "pruning")),
+                     _behind_note(tables, k_max))
                 for r in at_max.to_dict("records")]
     return rows
+
+
+def _behind_note(tables: Tables, k: int) -> str:
+    """Which of the pruning chapter's strategies (its recipe ablations left out) are separably
+    ahead of zone-aware at k, by the paired Δloss difference: the direction claim can hold
+    against Last-N while zone-aware is behind others, and the row says so."""
+    pairwise = tables.get("pruning", {}).get("pairwise")
+    if pairwise is None:
+        return ""
+    at = pairwise[pairwise["k"] == k]
+    ahead = [*at.loc[(at["strategy_a"] == OURS) & (at["diff_low"] > 0), "strategy_b"],
+             *at.loc[(at["strategy_b"] == OURS) & (at["diff_high"] < 0), "strategy_a"]]
+    ahead = [s for s in dict.fromkeys(ahead) if s not in RECIPE_ABLATIONS]
+    if not ahead:
+        return f"at k = {k} no other strategy is separably ahead of {OURS}"
+    listed = ahead[0] if len(ahead) == 1 else ", ".join(ahead[:-1]) + f" and {ahead[-1]}"
+    return f"at k = {k}, {OURS} is separably behind {listed} (paired Δloss intervals)"
 
 
 def _crossover_rows(tables: Tables) -> list[dict]:
@@ -237,8 +232,8 @@ def _crossover_rows(tables: Tables) -> list[dict]:
         ours = (f"{reference} separably ahead at k = {listed(behind)}; {OURS} separably ahead at k = "
                 f"{listed(ahead)} (k = 1–{max(winners)})")
         rows.append(_row(ours, "paired Δloss intervals per k", f"{_pruning_model(tables)} (vs {reference})",
-                         _corpus(tables, "pruning"),
-                         "pruning", score_crossover(winners, OURS, reference)))
+                         _corpus(tables, "pruning"), "pruning",
+                         score_crossover(winners, OURS, reference, tokens=_tokens(tables, "pruning"))))
     return rows
 
 
@@ -257,7 +252,11 @@ def _gap_rows(tables: Tables) -> list[dict]:
     return [_row(f"{shown} at k = {int(top['k'])} ({top['worst']} / {top['best']})",
                  ratio_interval_text(top["worst_best_ratio_low"], top["worst_best_ratio_high"]),
                  _pruning_model(tables), _corpus(tables, "pruning"), "pruning",
-                 score_gap(top["worst_best_ratio_low"], top["worst_best_ratio_high"]))]
+                 score_gap(top["worst_best_ratio_low"], top["worst_best_ratio_high"],
+                           tokens=_tokens(tables, "pruning")))]
+
+
+TREND_SHAPES = {"rises": "rises", "falls": "falls", "flat within noise": "not separable", "undefined": "undefined"}
 
 
 def _shape_rows(tables: Tables) -> list[dict]:
@@ -265,16 +264,18 @@ def _shape_rows(tables: Tables) -> list[dict]:
     model = str(alpha.get("summary", {}).get("model", "–"))
     if "shape_claim" in alpha:
         r = alpha["shape_claim"].iloc[0]
-        ours = (f"{r['role']}-projection α: {r['shape']}; rise {fmt_interval(r['rise'], r['rise_low'], r['rise_high'], signed=True)}, "
+        rise = fmt_interval(r["rise"], r["rise_low"], r["rise_high"], signed=True)
+        ours = (f"{r['role']}-projection α: {r['shape']}; rise {rise}, "
                 f"curvature {fmt_interval(r['curvature'], r['curvature_low'], r['curvature_high'], signed=True)}; "
                 f"largest at block {int(r['top_block'])}")
-        return [_row(ours, f"rise {interval_text(r['rise_low'], r['rise_high'])}", model, "– (weights only)",
-                     "alpha_profile", score_shape(str(r["shape"])))]
+        return [_row(ours, f"rise {fmt_interval(None, r['rise_low'], r['rise_high'])}", model, "– (weights only)",
+                     "alpha_profile", score_shape(str(r["shape"]), n_blocks=_count(r, "n_blocks")))]
     if "trend" in alpha and "q" in set(alpha["trend"]["role"]):
         r = alpha["trend"].set_index("role").loc["q"]
         ours = f"Q-projection α {r['first_fit']:.2f} → {r['last_fit']:.2f} (fitted), rise {fmt_num(r['rise'])}"
-        return [_row(ours, interval_text(r["rise_low"], r["rise_high"]), model, "– (weights only)", "alpha_profile",
-                     side_verdict(interval_side(r["rise_low"], r["rise_high"], 0.0), "above", BLOCKS))]
+        shape = TREND_SHAPES[trend_word(r["rise_low"], r["rise_high"])]
+        return [_row(ours, fmt_interval(None, r["rise_low"], r["rise_high"]), model, "– (weights only)",
+                     "alpha_profile", score_shape(shape, n_blocks=_count(r, "n_blocks")))]
     return []
 
 
@@ -294,8 +295,10 @@ def _first_rows(tables: Tables) -> list[dict]:
                     + (f"; ranks of blocks {r['first_blocks']} by ΔLoss: "
                        f"{', '.join(str(rank) for rank in r['first_ranks'].values())} of {r['n_blocks']}"
                        if len(r.get("first_ranks", {})) > 1 else ""))
-            rows.append(_row(ours, interval_text(r["top_first_low"], r["top_first_high"]), str(model),
-                             _corpus(tables, chapter), chapter, from_word(r["verdict"], BUDGET)))
+            tokens = int(part["n_tokens"].iloc[0]) if "n_tokens" in part else None
+            rows.append(_row(ours, fmt_interval(None, r["top_first_low"], r["top_first_high"]), str(model),
+                             _corpus(tables, chapter), chapter,
+                             from_word(r["verdict"], *binding_limit("windows", tokens=tokens))))
     return rows
 
 
@@ -309,26 +312,30 @@ def _asymmetry_rows(tables: Tables) -> list[dict]:
         for r in life["asymmetry_claim"].to_dict("records"):
             found.append((r, f"trained depth {int(r['depth'])}", _corpus(tables, "spectral_lifecycle"),
                           "spectral_lifecycle"))
-    return [_row(f"std(Q/K) / std(V/O) = {a['ratio']:.3g}", interval_text(a["ratio_low"], a["ratio_high"]), model,
-                 corpus, chapter, side_verdict(interval_side(a["ratio_low"], a["ratio_high"], 1.0), "above", BLOCKS))
+    return [_row(f"std(Q/K) / std(V/O) = {a['ratio']:.3g}", fmt_interval(None, a["ratio_low"], a["ratio_high"]), model,
+                 corpus, chapter, score_asymmetry(a["ratio_low"], a["ratio_high"], n_layers=_count(a, "n_layers")))
             for a, model, corpus, chapter in found]
 
 
+def _records(tables: Tables, chapter: str, name: str) -> list[dict]:
+    """The rows of a chapter's table ``name`` as dicts (``[]`` when the chapter did not write it)."""
+    found = tables.get(chapter, {})
+    return found[name].to_dict("records") if name in found else []
+
+
 def _wave_rows(tables: Tables) -> list[dict]:
-    life = tables.get("spectral_lifecycle", {})
-    if "wave_claim" not in life:
-        return []
     rows = []
-    for r in life["wave_claim"].to_dict("records"):
+    for r in _records(tables, "spectral_lifecycle", "wave_claim"):
         leader = str(r.get("leader", "early" if r["peak_low"] > 0 else "neither"))
         lead = {"early": f"the early half led (max g = {fmt_interval(r['peak'], r['peak_low'], r['peak_high'])})",
                 "late": f"the late half led (min g = "
-                        f"{fmt_interval(r.get('trough', math.nan), r.get('trough_low', math.nan), r.get('trough_high', math.nan))})",
+                        f"{fmt_interval(*(r.get(c, math.nan) for c in ('trough', 'trough_low', 'trough_high')))})",
                 "neither": "neither half led beyond its interval"}[leader]
         ours = f"Q/K, step 0 excluded: {lead}; later min g = {fmt_num(r['after'])}"
-        rows.append(_row(ours, f"later min g {interval_text(r['after_low'], r['after_high'])}",
+        rows.append(_row(ours, f"later min g {fmt_interval(None, r['after_low'], r['after_high'])}",
                          f"trained depth {int(r['depth'])}", _corpus(tables, "spectral_lifecycle"),
-                         "spectral_lifecycle", score_wave(leader, r["after_low"], r["after_high"])))
+                         "spectral_lifecycle", score_wave(leader, r["after_low"], r["after_high"],
+                                                          n_layers=_count(r, "n_early", "n_late"))))
     return rows
 
 
@@ -337,72 +344,57 @@ def _exponent_rows(tables: Tables) -> list[dict]:
     if "delta_alpha_claim" not in life:
         return []
     r = life["delta_alpha_claim"].iloc[0]
+    trained = {int(d): int(n) for d, n in (pair.split(":") for pair in str(r.get("seeds_trained", "")).split(",")
+                                           if ":" in pair)}
     ours = (f"b = {fmt_num(r['exponent'])} (depths {r['depths']}, {r['group']} matrices); by the snapshot-jitter "
             f"interval alone the claim {verdict_phrase(str(r['verdict']))}")
-    return [_row(ours, f"{interval_text(r['low'], r['high'])} (snapshot jitter only)", "trained series",
-                 _corpus(tables, "spectral_lifecycle"), "spectral_lifecycle", score_exponent(str(r["verdict"])))]
+    verdict = score_exponent(str(r["verdict"]), runs_resampled=int(r.get("runs_resampled", 1)),
+                             seeds_trained=trained or None)
+    return [_row(ours, f"{fmt_interval(None, r['low'], r['high'])} (snapshot jitter only)", "trained series",
+                 _corpus(tables, "spectral_lifecycle"), "spectral_lifecycle", verdict)]
+
+
+def _healing_rows(tables: Tables) -> list[dict]:
+    """One row per healing method, read from ``healing/verdict.csv``."""
+    rows = []
+    for r in _records(tables, "healing", "verdict"):
+        ours = (f"Δloss({LAST_N_KEEP_LAST}) − Δloss({OURS}) after {r['method']} healing at k = {int(r['k'])}: "
+                f"{fmt_num(r['difference'], 3, signed=True)} nats")
+        rows.append(_row(ours, fmt_interval(None, r["difference_low"], r["difference_high"]), str(r["model"]),
+                         str(r["corpus"]), "healing",
+                         score_after_healing(float(r["difference_low"]), float(r["difference_high"]),
+                                             difference=float(r["difference"]), tokens=_tokens(tables, "healing"))))
+    return rows
 
 
 REGISTRY: list[Claim] = [
-    Claim("rho", "α predicts importance", f"ρ = {PAPER_RHO[0]}–{PAPER_RHO[1]}, p < {PAPER_RHO_P}",
-          f"ρ of the α chosen in advance (the chapter's parameter, not the best of the table); holds if its 95% "
-          f"interval lies at or above {PAPER_RHO[0]} and p < {PAPER_RHO_P}; does not hold if it lies below "
-          f"{PAPER_RHO[0]}; inconclusive otherwise: for the number of blocks when even a perfect ordering of n "
-          f"blocks cannot reach p < {PAPER_RHO_P} (the smallest two-sided permutation p is 2/n!), else for the "
-          f"budget", "importance_vs_alpha", _rho_rows),
+    Claim("rho", "α predicts importance", f"ρ = {PAPER_RHO[0]}–{PAPER_RHO[1]}, p < {PAPER_RHO_P}", score_rho,
+          "importance_vs_alpha", _rho_rows),
     Claim("direction", "zone-aware pruning removes blocks more cheaply than Last-N",
-          "ΔPPL(Last-N) / ΔPPL(zone-aware) > 1 at large k",
-          "ratio = ΔPPL(Last-N) / ΔPPL(zone-aware) at the largest k; holds if its 95% interval lies above 1; does "
-          "not hold if below 1; inconclusive (budget) if it contains 1", "pruning",
+          "ΔPPL(Last-N) / ΔPPL(zone-aware) > 1 at large k", score_ratio_direction, "pruning",
           _ratio_rows(score_ratio_direction)),
     Claim("magnitude", "… by 1.1×–3.6×", f"{PAPER_RATIO[0]}×–{PAPER_RATIO[1]}× lower ΔPPL than Last-N",
-          f"the same ratio; holds if its 95% interval lies inside [{PAPER_RATIO[0]}, {PAPER_RATIO[1]}]; does not "
-          f"hold if it lies wholly above {PAPER_RATIO[1]} (a collapsed Last-N gives > 10³, not the paper's range) "
-          f"or wholly below {PAPER_RATIO[0]}; inconclusive (budget) if it crosses either end", "pruning",
-          _ratio_rows(score_ratio_magnitude)),
+          score_ratio_magnitude, "pruning", _ratio_rows(score_ratio_magnitude)),
     Claim("crossover", "Last-N is better at small k, zone-aware from k ≈ 6",
-          f"crossover at k ≈ {PAPER_CROSSOVER_K} (Pythia-410M)",
-          "the separable winner at each k (paired Δloss interval excludes 0); holds if Last-N wins at some k and "
-          "zone-aware at every k after Last-N's last win; does not hold if zone-aware wins from k = 1 with Last-N "
-          "never ahead, or Last-N is ahead at the largest k; inconclusive (budget) otherwise", "pruning",
-          _crossover_rows),
-    Claim("healed", healing.CLAIM, healing.PAPER, healing.HEALING_RULE, "healing", healing.healing_rows),
-    Claim("gap", "the choice of strategy matters: worst-vs-best gaps up to 23.7×", f"up to {PAPER_GAP}×",
-          f"the largest worst/best ΔPPL ratio over k; holds if its 95% interval lies above 1 and reaches "
-          f"{PAPER_GAP} or beyond (gaps at least as large as the paper's); does not hold if it lies wholly below "
-          f"{PAPER_GAP}; inconclusive if it is undefined (the best arm's ΔPPL interval reaches 0) or contains 1",
+          f"crossover at k ≈ {PAPER_CROSSOVER_K} (Pythia-410M)", score_crossover, "pruning", _crossover_rows),
+    Claim("gap", "the choice of strategy matters: worst-vs-best gaps up to 23.7×", f"up to {PAPER_GAP}×", score_gap,
           "pruning", _gap_rows),
     Claim("rise", "the α profile rises with depth (an inverted U in deeper models)",
-          f"Pythia-410M Q-projection α: {PAPER_Q_PROFILE[0]} → {PAPER_Q_PROFILE[1]}",
-          "over relative depth, with blocks resampled: holds if the fitted parabola's curvature interval lies "
-          "below 0 with its turn inside the depth (inverted U) or the fitted line's rise interval lies above 0; "
-          "does not hold if the rise's interval lies below 0 or the profile is U-shaped; inconclusive (blocks) "
-          "otherwise", "alpha_profile", _shape_rows),
+          f"Pythia-410M Q-projection α: {PAPER_Q_PROFILE[0]} → {PAPER_Q_PROFILE[1]}", score_shape, "alpha_profile",
+          _shape_rows),
     Claim("first", "the first blocks matter most", "the first blocks have the largest ΔLoss",
-          "holds if the costliest block is one of the first ⌈L/10⌉ and its ΔLoss interval lies above every later "
-          "block's; does not hold if a later block's interval lies above all of theirs; inconclusive (budget) "
-          "otherwise", "layer_ablation", _first_rows),
+          first_blocks_matter_most, "layer_ablation", _first_rows),
     Claim("asymmetry", "Q/K carry the depth dependence, V/O stay flat", "Q/K vary with depth, V/O flat",
-          "std over blocks of the Q/K α profile / that of V/O; holds if its 95% interval lies above 1; does not "
-          "hold if below 1; inconclusive (blocks) otherwise", "alpha_profile", _asymmetry_rows),
+          score_asymmetry, "alpha_profile", _asymmetry_rows),
     Claim("wave", "a compression wave runs from early to late layers, then reverses",
-          "early layers compress first; the gradient later reverses",
-          "g = mean compression of the first half of the layers − the second half's, at every snapshot after "
-          "step 0; the leading half is the one whose extreme (max g for early, min g for late) has an interval "
-          "excluding 0, the earlier one if both; holds if the early half led and the interval of g's later "
-          "minimum lies below 0; does not hold if the late half led, or the early half led and that interval lies "
-          "above 0 (no reversal); inconclusive (blocks: layers per half) otherwise", "spectral_lifecycle",
-          _wave_rows),
-    Claim("exponent", "Δα ∝ L^0.26", f"b = {PAPER_EXPONENT} (R² = 0.99)",
-          f"b = log–log slope of Δα (averaged over the last quarter's snapshots) on depth; its interval resamples "
-          f"snapshots, so it covers snapshot jitter only: by that interval the claim would hold if it contains "
-          f"{PAPER_EXPONENT} and lies above 0 and not hold if it excludes {PAPER_EXPONENT}, but with one training "
-          f"run per depth the verdict is inconclusive (seeds) until several seeds are trained",
-          "spectral_lifecycle", _exponent_rows),
+          "early layers compress first; the gradient later reverses", score_wave, "spectral_lifecycle", _wave_rows),
+    Claim("exponent", "Δα ∝ L^0.26", f"b = {PAPER_EXPONENT} (R² = 0.99)", score_exponent, "spectral_lifecycle",
+          _exponent_rows),
+    # the book's own claims, beyond the paper: one line each
+    Claim.beyond("healed", HEALING_CLAIM, score_after_healing, "healing", _healing_rows),
 ]
 
 CLAIMS = {c.key: c.claim for c in REGISTRY}
-PAPER = {c.key: c.paper for c in REGISTRY}
 RULES = {c.key: c.rule for c in REGISTRY}
 
 
@@ -444,8 +436,8 @@ def score_claims(tables: Tables, registry: list[Claim] | None = None) -> pd.Data
                           verdict=Verdict(MISSING))]
         for row in found:
             verdict = row["verdict"]
-            rows.append(dict(row, claim=claim.claim, paper=claim.paper, rule=claim.rule, verdict=str(verdict),
-                             reason=getattr(verdict, "why", "")))
+            rows.append(dict(row, claim=claim.claim, source=claim.source, paper=claim.paper, rule=claim.rule,
+                             verdict=str(verdict), reason=getattr(verdict, "why", ""), note=row.get("note", "")))
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -455,22 +447,28 @@ def verdict_counts(scores: pd.DataFrame) -> dict[str, int]:
 
 
 def claim_outcomes(scores: pd.DataFrame) -> pd.DataFrame:
-    """One row per claim (in :data:`REGISTRY` order): ``claim, outcome, models, chapter`` where
-    ``outcome`` is the common verdict of its rows, or ``mixed`` when they differ."""
+    """One row per claim (in :data:`REGISTRY` order): ``claim, source, outcome, models,
+    chapter, verdicts, notes`` where ``outcome`` is the common verdict of its rows, or ``mixed``
+    when they differ, and ``notes`` the rows' notes (what the verdict alone does not say)."""
     rows = []
     for claim, part in scores.groupby("claim", sort=False):
         verdicts = list(dict.fromkeys(part["verdict"]))
-        rows.append(dict(claim=claim, outcome=verdicts[0] if len(verdicts) == 1 else "mixed",
+        rows.append(dict(claim=claim, source=str(part["source"].iloc[0]),
+                         outcome=verdicts[0] if len(verdicts) == 1 else "mixed",
                          models="; ".join(dict.fromkeys(m for m in part["model"] if m != "–")) or "–",
                          chapter=str(part["chapter"].iloc[0]),
-                         verdicts="; ".join(f"{m}: {v}" for m, v in zip(part["model"], part["verdict"]))))
-    return pd.DataFrame(rows, columns=["claim", "outcome", "models", "chapter", "verdicts"])
+                         verdicts="; ".join(f"{m}: {v}" for m, v in zip(part["model"], part["verdict"])),
+                         notes="; ".join(dict.fromkeys(n for n in part["note"].fillna("") if n))))
+    return pd.DataFrame(rows, columns=["claim", "source", "outcome", "models", "chapter", "verdicts", "notes"])
 
 
-def claim_counts(scores: pd.DataFrame) -> dict[str, int]:
-    """How many *claims* have each outcome of :func:`claim_outcomes` (``mixed`` included)."""
-    outcomes = claim_outcomes(scores)["outcome"]
-    return {v: int((outcomes == v).sum()) for v in (*VERDICTS, "mixed")}
+def claim_counts(scores: pd.DataFrame, source: str | None = PAPER_SOURCE) -> dict[str, int]:
+    """How many *claims* (of ``source``; ``None``: all) have each outcome of
+    :func:`claim_outcomes` (``mixed`` included)."""
+    outcomes = claim_outcomes(scores)
+    if source is not None:
+        outcomes = outcomes[outcomes["source"] == source]
+    return {v: int((outcomes["outcome"] == v).sum()) for v in (*VERDICTS, "mixed")}
 
 
 def _badge(verdict: str) -> str:
@@ -479,27 +477,39 @@ def _badge(verdict: str) -> str:
 
 
 def summary_markdown(scores: pd.DataFrame, link_prefix: str = "chapters/") -> str:
-    """The front page's verdict list (MyST Markdown): one line per claim with a badge for its
-    outcome, the verdict per model and a link to the chapter that measured it (``{doc}`` links
-    relative to the including page: ``link_prefix`` + chapter)."""
-    lines = []
-    for r in claim_outcomes(scores).itertuples():
-        measured = r.models != "–"
-        # link only a chapter that ran: a book built without it has no such page to link
-        where = f"{{doc}}`{r.chapter} <{link_prefix}{r.chapter}>`" if measured else f"the {r.chapter} chapter"
-        detail = r.verdicts if r.outcome == "mixed" else f"on {r.models}" if measured else "no chapter ran"
-        lines.append(f"- {_badge(r.outcome)} **{r.claim}**: {detail} ({where})")
-    counts = claim_counts(scores)
+    """The front page's verdict list (MyST Markdown): the paper's claims, then the book's own
+    claims beyond the paper, one line per claim with a badge for its outcome, the verdict per
+    model, what the verdict alone does not say (the rows' notes) and a link to the chapter that
+    measured it (``{doc}`` links relative to the including page: ``link_prefix`` + chapter)."""
+    outcomes = claim_outcomes(scores)
+
+    def lines(source: str) -> list[str]:
+        found = []
+        for r in outcomes[outcomes["source"] == source].itertuples():
+            measured = r.models != "–"
+            # link only a chapter that ran: a book built without it has no such page to link
+            where = f"{{doc}}`{r.chapter} <{link_prefix}{r.chapter}>`" if measured else f"the {r.chapter} chapter"
+            detail = r.verdicts if r.outcome == "mixed" else f"on {r.models}" if measured else "no chapter ran"
+            note = "" if not r.notes else f"; but {r.notes}" if r.outcome in (HOLDS, "mixed") else f"; {r.notes}"
+            found.append(f"- {_badge(r.outcome)} **{r.claim}**: {detail}{note} ({where})")
+        return found
+
     def verb(n: int, one: str, many: str) -> str:   # "1 holds", "2 hold"
         return f"{n} {one if n == 1 else many}"
 
-    head = (f"Of the {len(lines)} claims the scorecard tests, {verb(counts[HOLDS], 'holds', 'hold')}, "
+    paper, book = lines(PAPER_SOURCE), lines(BOOK_SOURCE)
+    counts = claim_counts(scores, PAPER_SOURCE)
+    head = (f"Of the paper's {len(paper)} claims the scorecard tests, {verb(counts[HOLDS], 'holds', 'hold')}, "
             f"{verb(counts[FAILS], 'does not hold', 'do not hold')}, "
             f"{verb(counts[OPEN], 'is inconclusive', 'are inconclusive')}, "
             f"{verb(counts['mixed'], 'differs between models', 'differ between models')} and "
             f"{verb(counts[MISSING], 'was not measured', 'were not measured')} "
             f"({{doc}}`the scorecard <{link_prefix}claims>`):")
-    return head + "\n\n" + "\n".join(lines) + "\n"
+    text = head + "\n\n" + "\n".join(paper) + "\n"
+    if book:
+        text += ("\nBeyond the paper, the book tests claims of its own (the paper does not make them), scored "
+                 "by rules stated the same way:\n\n" + "\n".join(book) + "\n")
+    return text
 
 
 class ScorecardTable:
@@ -518,9 +528,11 @@ class ScorecardTable:
     def _cells(r: Mapping[str, Any]) -> list[str]:
         text = lambda key: html.escape(str(r.get(key, "")) if r.get(key, "") == r.get(key, "") else "")
         small = lambda words: f'<br><span class="zones-small">{words}</span>' if words else ""
-        return [f"<strong>{text('claim')}</strong>{small('paper: ' + text('paper'))}",
+        figure = ("paper: " + text("paper")) if r.get("source", PAPER_SOURCE) == PAPER_SOURCE else "beyond the paper"
+        interval = small("95% interval: " + text("interval")) if r.get("interval") not in ("–", None) else ""
+        return [f"<strong>{text('claim')}</strong>{small(figure)}",
                 _badge(str(r["verdict"])) + small(text("reason")),
-                f"{text('ours')}{small('95% interval: ' + text('interval')) if r.get('interval') not in ('–', None) else ''}",
+                f"{text('ours')}{interval}{small('note: ' + text('note')) if text('note') else ''}",
                 f"{text('model')}{small(text('corpus')) if r.get('corpus') not in ('–', None) else ''}"]
 
     def _repr_html_(self) -> str:
@@ -537,8 +549,9 @@ class ScorecardTable:
         return self.scores[["claim", "verdict", "ours", "interval", "model"]].to_string(index=False)
 
 
-SCORECARD_CAPTION = ("Table 1. The paper's claims: our figure and its 95% interval beside the paper's, "
-                     "for each model and corpus, with the verdict of the claim's rule and, when inconclusive, why.")
+SCORECARD_CAPTION = ("Table 1. The paper's claims, then the book's own claims beyond the paper: our figure and its 95% "
+                     "interval beside the paper's, for each model and corpus, with the verdict of the claim's rule "
+                     "and, when inconclusive, the limit that binds.")
 
 
 def scorecard_html(scores: pd.DataFrame, caption: str = SCORECARD_CAPTION) -> ScorecardTable:
@@ -553,13 +566,17 @@ def run(results_dir: str = "results", out_dir: str = "results/claims",
     ``summary_file``, also :func:`summary_markdown` there (the front page includes it)."""
     tables = load_tables(results_dir)
     scores = score_claims(tables)
-    counts, per_claim = verdict_counts(scores), claim_counts(scores)
+    counts, per_claim = verdict_counts(scores), claim_counts(scores, PAPER_SOURCE)
     outcomes = claim_outcomes(scores)
-    numbers = dict(n_rows=int(len(scores)), n_claims=int(len(outcomes)), n_holds=per_claim[HOLDS],
-                   n_fails=per_claim[FAILS], n_open=per_claim[OPEN], n_mixed=per_claim["mixed"],
-                   n_missing=per_claim[MISSING], rows_holds=counts[HOLDS], rows_fails=counts[FAILS],
-                   rows_open=counts[OPEN], chapters_found=", ".join(tables) or "none")
-    summary = dict(results_dir=str(results_dir), chapters=list(tables), counts=counts, claim_counts=per_claim)
+    book = outcomes[outcomes["source"] == BOOK_SOURCE]
+    numbers = dict(n_rows=int(len(scores)), n_claims=int((outcomes["source"] == PAPER_SOURCE).sum()),
+                   n_holds=per_claim[HOLDS], n_fails=per_claim[FAILS], n_open=per_claim[OPEN],
+                   n_mixed=per_claim["mixed"], n_missing=per_claim[MISSING], rows_holds=counts[HOLDS],
+                   rows_fails=counts[FAILS], rows_open=counts[OPEN], chapters_found=", ".join(tables) or "none",
+                   n_book=int(len(book)),
+                   book_text="; ".join(f"{r.claim}: {r.outcome}" for r in book.itertuples()) or "none")
+    summary = dict(results_dir=str(results_dir), chapters=list(tables), counts=counts, claim_counts=per_claim,
+                   book_claim_counts=claim_counts(scores, BOOK_SOURCE))
     out = save(out_dir, dict(claims=scores, outcomes=outcomes), summary)
     if summary_file is not None:
         atomic_write_text(Path(summary_file), summary_markdown(scores))
@@ -568,5 +585,6 @@ def run(results_dir: str = "results", out_dir: str = "results/claims",
 
 
 def rules_table() -> pd.DataFrame:
-    """``claim, paper, rule``: the stated rule of every claim (the page prints it)."""
-    return pd.DataFrame([dict(claim=c.claim, paper=c.paper, rule=c.rule) for c in REGISTRY])
+    """``claim, source, paper, rule``: the stated rule of every claim (the page prints it), the
+    words attached to the function that applies it."""
+    return pd.DataFrame([dict(claim=c.claim, source=c.source, paper=c.paper, rule=c.rule) for c in REGISTRY])

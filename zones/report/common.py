@@ -1,33 +1,28 @@
-"""What every chapter module shares: its result, writing it, and a bootstrap over units.
+"""What every chapter module shares: its result, and writing it.
 
 * :class:`ChapterResult`: the tables a chapter wrote and the numbers it glues.
 * :func:`glue_all`: every number of a result glued for the page, in the book's one format.
 * :func:`save`: tables as CSV and the summary as strict JSON (NaN becomes ``null``), atomically.
 * :func:`plain`: numpy scalars and containers as plain Python (what ``glue`` and JSON want).
-* :func:`unit_bootstrap`: a percentile-bootstrap interval of a statistic, resampling *units*
-  (blocks, layers, snapshot steps): paired columns through ``zones.measure.stats.paired_bootstrap``
-  (the same procedure as the eval-window intervals), independent strata through
-  ``scipy.stats.bootstrap(paired=False)``.
+
+The statistics the chapters read (intervals over units, where an interval lies) live on the
+analysis floor (``zones.analysis.bootstrap``).
 """
 from __future__ import annotations
 
 import json
 import math
 import os
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from zones.core.cache import atomic_write_text, write_table
-from zones.measure.stats import N_RESAMPLES, paired_bootstrap
 from zones.report.format import for_glue
 
-LEVEL = 0.95        # every interval in the book is a 95% interval
 NAN = float("nan")
 
 
@@ -103,56 +98,3 @@ def read_summary(folder: str | os.PathLike) -> dict:
     """``folder/summary.json`` (``{}`` if there is none)."""
     path = Path(folder) / "summary.json"
     return json.loads(path.read_text()) if path.exists() else {}
-
-
-def unit_bootstrap(columns: Sequence[np.ndarray], statistic: Callable[..., np.ndarray], *,
-                   paired: bool = True, n_resamples: int = N_RESAMPLES, level: float = LEVEL,
-                   seed: int = 0) -> tuple[float, float, float]:
-    """``(estimate, low, high)``: ``statistic`` of ``columns`` and its percentile-bootstrap
-    interval, units resampled with replacement by ``scipy.stats.bootstrap``.
-
-    ``paired=True``: the columns have one entry per unit (block, layer) and every column gets
-    the same resample. ``paired=False``: each column is its own sample (a stratum: the layers
-    of one half, the snapshots of one depth), resampled on its own. ``statistic(*columns,
-    axis=-1)`` must be vectorized over the last axis. With fewer than three paired units (two
-    per stratum), or a statistic that is not finite on the data, the interval is NaN;
-    resamples whose statistic is not finite are dropped (NaN if more than half are).
-    """
-    columns = [np.asarray(c, dtype=float) for c in columns]
-    if paired and len({c.shape for c in columns}) != 1:
-        raise ValueError(f"paired columns differ in length: {[c.size for c in columns]}")
-    with np.errstate(all="ignore"):
-        estimate = float(statistic(*columns, axis=-1))
-    too_few = columns[0].size < 3 if paired else min(c.size for c in columns) < 2
-    if too_few or not math.isfinite(estimate):
-        return estimate, NAN, NAN
-    if paired:  # the project's one paired bootstrap (it also serves the eval windows)
-        interval = paired_bootstrap(statistic, columns, n_resamples=n_resamples, level=level, seed=seed)
-        return estimate, float(interval.low), float(interval.high)
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # degenerate resamples are dropped below
-        options = dict(paired=False, vectorized=True, n_resamples=n_resamples, confidence_level=level,
-                       method="percentile")
-        try:  # the generator is ``rng`` since scipy 1.15, ``random_state`` before
-            result = stats.bootstrap(columns, statistic, rng=np.random.default_rng(seed), **options)
-        except TypeError:
-            result = stats.bootstrap(columns, statistic, random_state=np.random.default_rng(seed), **options)
-    dist = np.asarray(result.bootstrap_distribution, dtype=float)
-    dist = dist[np.isfinite(dist)]
-    if dist.size < n_resamples // 2:
-        return estimate, NAN, NAN
-    tail = (1 - level) / 2 * 100
-    low, high = np.percentile(dist, [tail, 100 - tail])
-    return estimate, float(low), float(high)
-
-
-def interval_side(low: float, high: float, threshold: float) -> str:
-    """Where a 95% interval lies against ``threshold``: ``"above"`` (low > threshold),
-    ``"below"`` (high < threshold), ``"straddles"``, or ``"undefined"`` (a NaN bound)."""
-    if not (math.isfinite(low) and math.isfinite(high)):
-        return "undefined"
-    if low > threshold:
-        return "above"
-    if high < threshold:
-        return "below"
-    return "straddles"

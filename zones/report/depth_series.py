@@ -9,22 +9,23 @@ every run with paired intervals, and ρ(ΔLoss, α) per run and pooled per depth
   ``depth``, ``seed``, the ``zones.measure.ablation.ablation_table`` columns, ``alpha``);
 * ``rho``: ρ for a few estimators and roles per run (``zones.analysis.importance.RHO_COLUMNS`` plus
   ``depth, seed, model``: what the claims page scores, one row per run);
-* ``rho_runs``: the tidy per-(depth, seed) ρ of the chosen α (``rho_by_run``);
-* ``rho_pooled``: ρ pooled over the seeds of each depth and over every run (``rho_pooled``);
+* ``rho_runs``: the tidy per-(depth, seed) ρ of the chosen α (``zones.analysis.pooled.rho_by_run``);
+* ``rho_pooled``: ρ pooled over the seeds of each depth and over every run (``zones.analysis.pooled.rho_pooled``);
 * ``seed_agreement``: per depth, how alike the seeds' ablation profiles are.
 """
 from __future__ import annotations
 
-import itertools
+from typing import Mapping
 
-import numpy as np
 import pandas as pd
-from scipy.stats import rankdata
 
-from zones.analysis.importance import importance_frame, rho_table, spearman
+from zones.analysis.bootstrap import interval_side
+from zones.analysis.importance import importance_frame, rho_table
+from zones.analysis.pooled import rho_by_run, rho_pooled, seed_agreement
 from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES
 from zones.report.common import ChapterResult, save
-from zones.report.importance_vs_alpha import rho_verdict
+from zones.report.format import fmt_rho
+from zones.report.verdicts import rho_verdict
 from zones.series import (
     FLAT_IMPROVEMENT,
     LATE_FRACTION,
@@ -36,8 +37,6 @@ from zones.series import (
 
 SERIES_ESTIMATORS = ("alpha_shape", "alpha_esd", "stable_rank")
 SERIES_ROLES = ("weighted", "q", "k", "v", "o")
-RHO_RUN_COLUMNS = ["depth", "seed", "model", "n_blocks", "rho", "ci_low", "ci_high", "half_width", "p_value"]
-POOLED_COLUMNS = ["depth", "n_runs", "n_blocks", "rho", "ci_low", "ci_high", "half_width", "p_value"]
 
 
 def _with_run_columns(frame: pd.DataFrame, runs) -> pd.DataFrame:
@@ -48,68 +47,33 @@ def _with_run_columns(frame: pd.DataFrame, runs) -> pd.DataFrame:
     return frame
 
 
-def rho_by_run(importance: pd.DataFrame, *, n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, seed: int = 0) -> pd.DataFrame:
-    """Spearman ρ(α, ΔLoss) of each run, the tidy table the claims page scores.
+def depth_verdict(pooled: Mapping, runs: pd.DataFrame, alpha_name: str) -> str:
+    """The chapter's sentence on one depth: ρ pooled over its seeds (a ``rho_pooled`` row) read
+    beside each seed's own ρ (its ``rho_by_run`` rows).
 
-    ``importance`` is the chapter's ``importance`` table (``model, depth, seed, layer,
-    delta_loss, alpha``). Columns ``RHO_RUN_COLUMNS``: ``depth, seed, model, n_blocks, rho,
-    ci_low, ci_high`` (bootstrap 95 % over blocks), ``half_width`` ((high − low) / 2), ``p_value``
-    (two-sided permutation)."""
-    rows = []
-    for (depth, run_seed, model), part in importance.groupby(["depth", "seed", "model"], sort=True):
-        c = spearman(part["alpha"], part["delta_loss"], n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
-        rows.append(dict(depth=int(depth), seed=int(run_seed), model=model, n_blocks=c.n, rho=c.rho,
-                         ci_low=c.ci_low, ci_high=c.ci_high, half_width=(c.ci_high - c.ci_low) / 2,
-                         p_value=c.p_value))
-    return pd.DataFrame(rows, columns=RHO_RUN_COLUMNS)
-
-
-def within_model_ranks(importance: pd.DataFrame) -> pd.DataFrame:
-    """``importance`` with ``alpha_rank`` and ``delta_rank``: each block's rank within its own
-    model, scaled to (0, 1) as (rank − ½) / n so models of different depths pool."""
-    out = importance.copy()
-    for column, name in (("alpha", "alpha_rank"), ("delta_loss", "delta_rank")):
-        out[name] = out.groupby("model")[column].transform(lambda v: (rankdata(v) - 0.5) / len(v))
-    return out
-
-
-def rho_pooled(importance: pd.DataFrame, *, n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, seed: int = 0) -> pd.DataFrame:
-    """ρ pooled over runs: per depth (its seeds) and over every run (``depth = "all"``).
-
-    Ranks are taken within each model first (``within_model_ranks``), so pooling compares
-    blocks only with blocks of their own model; ρ is then Spearman's over the pooled blocks, its
-    interval resamples blocks and its p permutes them. Columns ``POOLED_COLUMNS``."""
-    ranked = within_model_ranks(importance)
-    groups = [(str(int(d)), part) for d, part in ranked.groupby("depth", sort=True)] + [("all", ranked)]
-    rows = []
-    for depth, part in groups:
-        c = spearman(part["alpha_rank"], part["delta_rank"], n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
-        rows.append(dict(depth=depth, n_runs=int(part["model"].nunique()), n_blocks=c.n, rho=c.rho, ci_low=c.ci_low,
-                         ci_high=c.ci_high, half_width=(c.ci_high - c.ci_low) / 2, p_value=c.p_value))
-    return pd.DataFrame(rows, columns=POOLED_COLUMNS)
-
-
-def seed_agreement(importance: pd.DataFrame, rho_runs: pd.DataFrame) -> pd.DataFrame:
-    """Per depth with several seeds: Spearman ρ between the seeds' ΔLoss profiles (block by
-    block; the mean over seed pairs), whether every seed's costliest block is the same, and
-    the spread of ρ(α, ΔLoss) between seeds. Columns ``depth, n_seeds, profile_rho,
-    costliest_blocks, same_costliest, rho_min, rho_max, rho_spread``."""
-    rows = []
-    for depth, part in importance.groupby("depth", sort=True):
-        profiles = part.pivot_table(index="layer", columns="seed", values="delta_loss")
-        seeds = list(profiles.columns)
-        pairs = [spearman(profiles[a], profiles[b], n_resamples=1, n_permutations=1).rho for a, b in itertools.combinations(seeds, 2)]
-        costliest = [int(profiles[s].idxmax()) for s in seeds]
-        rhos = rho_runs.loc[rho_runs["depth"] == depth, "rho"]
-        rows.append(dict(depth=int(depth), n_seeds=len(seeds), profile_rho=float(np.mean(pairs)) if pairs else np.nan,
-                         costliest_blocks=", ".join(map(str, costliest)), same_costliest=len(set(costliest)) == 1,
-                         rho_min=float(rhos.min()), rho_max=float(rhos.max()),
-                         rho_spread=float(rhos.max() - rhos.min())))
-    return pd.DataFrame(rows)
-
-
-def _interval_text(r) -> str:
-    return f"ρ = {r.rho:.2f} (95% interval {r.ci_low:.2f} to {r.ci_high:.2f}, p = {r.p_value:.2g})"
+    Rule: a tendency is stated only when the pooled interval excludes 0 and, with several
+    seeds, every seed's own interval excludes 0 on the same side; when the pooled interval
+    excludes 0 but a seed's does not, the sentence says the seeds disagree; with one seed it
+    says that run-to-run variation is not measured. The intervals resample blocks."""
+    depth, n_runs = pooled["depth"], len(runs)
+    side = interval_side(pooled["ci_low"], pooled["ci_high"], 0.0)
+    pooled_rho = fmt_rho(pooled["rho"], pooled["ci_low"], pooled["ci_high"])
+    if side == "undefined":
+        return f"On depth {depth} ρ cannot be computed (too few blocks, or a constant α or ΔLoss)."
+    if n_runs < 2:
+        return (rho_verdict(dict(pooled), f"depth {depth}", alpha_name)[:-1]
+                + " (one training run: whether another seed agrees is not measured).")
+    seeds = "; ".join(f"seed {int(r.seed)}: {fmt_rho(r.rho, r.ci_low, r.ci_high)}" for r in runs.itertuples())
+    if side == "straddles":
+        return (f"On depth {depth}, pooled over its {n_runs} seeds ({pooled_rho}), the interval includes zero: the "
+                f"block's {alpha_name} does not detectably predict its importance ({seeds}).")
+    agree = all(interval_side(r.ci_low, r.ci_high, 0.0) == side for r in runs.itertuples())
+    direction = "larger" if side == "above" else "smaller"
+    if agree:
+        return (f"On depth {depth}, pooled over its {n_runs} seeds ({pooled_rho}) and in every seed alone ({seeds}), "
+                f"the interval excludes zero: blocks with a {direction} {alpha_name} tend to matter more.")
+    return (f"On depth {depth}, pooled over its {n_runs} seeds, the interval excludes zero ({pooled_rho}), but not "
+            f"every seed's does ({seeds}): the seeds disagree, so a tendency across training runs is not shown.")
 
 
 def _numbers(profile, series, frame, rho_runs, pooled, agreement, config, alpha_role, alpha_estimator) -> dict:
@@ -132,10 +96,11 @@ def _numbers(profile, series, frame, rho_runs, pooled, agreement, config, alpha_
         n_flattened=int(series["flattened"].sum()),
         n_tokens=int(frame["n_tokens"].iloc[0]),
         top_text="; ".join(f"{m}: block {int(l)}" for m, l in zip(top["model"], top["layer"])),
-        rho_text="; ".join(f"{r.model}: {_interval_text(r)}" for r in rho_runs.itertuples()),
-        pooled_text="; ".join(f"depth {r.depth} ({r.n_runs} runs): {_interval_text(r)}"
+        rho_text="; ".join(f"{r.model}: {fmt_rho(r.rho, r.ci_low, r.ci_high, r.p_value)}"
+                           for r in rho_runs.itertuples()),
+        pooled_text="; ".join(f"depth {r.depth} ({r.n_runs} runs): {fmt_rho(r.rho, r.ci_low, r.ci_high, r.p_value)}"
                               for r in pooled.itertuples() if r.depth != "all"),
-        pooled_all_text=_interval_text(pooled[pooled["depth"] == "all"].iloc[0]),
+        pooled_all_text=fmt_rho(*pooled.loc[pooled["depth"] == "all", ["rho", "ci_low", "ci_high", "p_value"]].iloc[0]),
         deepest_half_width=float(deepest["half_width"]),
         deepest_run_half_width=float(deepest_runs["half_width"].mean()),
         deepest_depth=int(series["depth"].max()),
@@ -144,8 +109,8 @@ def _numbers(profile, series, frame, rho_runs, pooled, agreement, config, alpha_
                                  for r in agreement.itertuples() if r.n_seeds > 1) or "one seed per depth",
         n_positive=int((rho_runs["rho"] > 0).sum()), n_detected=int((rho_runs["ci_low"] > 0).sum()),
         alpha_role_name=alpha_role, alpha_estimator_name=alpha_estimator,
-        verdict=" ".join(rho_verdict(dict(ci_low=r.ci_low, ci_high=r.ci_high), f"depth {r.depth} (pooled seeds)",
-                                     alpha_name) for r in pooled.itertuples() if r.depth != "all"))
+        verdict=" ".join(depth_verdict(r._asdict(), rho_runs[rho_runs["depth"] == int(r.depth)], alpha_name)
+                         for r in pooled.itertuples() if r.depth != "all"))
 
 
 def _shown_runs(series: pd.DataFrame) -> pd.DataFrame:
@@ -191,6 +156,6 @@ def run(profile: str = "cpu", depths=None, seeds: int | None = None, train_overr
     out = save(out_dir, tables, record)
     wide = per_run.pivot_table(index=["estimator", "role"], columns=["depth", "seed"], values="rho").round(2)
     wide.columns = [f"ρ, D{d} s{s}" for d, s in wide.columns]
-    titles = {r.model: f"{r.model}: ρ = {r.rho:.2f} [{r.ci_low:.2f}, {r.ci_high:.2f}]" for r in rho_runs.itertuples()}
+    titles = {r.model: f"{r.model}: {fmt_rho(r.rho, r.ci_low, r.ci_high)}" for r in rho_runs.itertuples()}
     return ChapterResult(dict(tables, rho_wide=wide.reset_index(), runs_shown=_shown_runs(series)), numbers, record,
                          out, extra=dict(titles=titles, alpha_title=f"{alpha_role} {alpha_estimator}"))

@@ -114,26 +114,36 @@ def fmt_int(n) -> str:
 def fmt_interval(estimate, low, high, digits: int = 2, unit: str = "", signed: bool = False) -> str:
     """``"0.19 [−0.20, 0.54]"``: the estimate and its interval, to the decimals that give the
     interval's width ``digits`` significant figures; ``unit`` follows (``"… nats"``).
+    ``estimate=None`` writes the interval alone, the same way: ``"[−0.20, 0.54]"``.
 
     Values of 10⁴ or more are written each in scientific form. A missing bound gives
     ``"0.19 [n/a]"``.
     """
-    est, lo, hi = _finite(estimate), _finite(low), _finite(high)
+    bare = estimate is None
+    est, lo, hi = (0.0 if bare else _finite(estimate)), _finite(low), _finite(high)
     suffix = f" {unit}" if unit else ""
     if est is None:
         return NA
+    head = "" if bare else f"{fmt_num(est, digits + 1, signed)} "
     if lo is None or hi is None or math.isinf(lo) or math.isinf(hi):
         bounds = NA if lo is None or hi is None else f"{fmt_num(lo, digits, signed)}, {fmt_num(hi, digits, signed)}"
-        return f"{fmt_num(est, digits + 1, signed)} [{bounds}]{suffix}"
+        return f"{head}[{bounds}]{suffix}"
     if max(abs(est), abs(lo), abs(hi)) >= SCIENTIFIC_ABOVE:
         parts = [fmt_num(v, digits + 1, signed) for v in (est, lo, hi)]
     else:
         width = abs(hi - lo)
-        reference = width if width > 0 else abs(est)
+        reference = width if width > 0 else max(abs(est), abs(lo)) if bare else abs(est)
         decimals = _decimals(reference, digits) if reference > 0 else digits
         decimals = min(decimals, 8)
         parts = [_fixed(v, decimals, signed) for v in (est, lo, hi)]
-    return f"{parts[0]} [{parts[1]}, {parts[2]}]{suffix}"
+    return f"{'' if bare else parts[0] + ' '}[{parts[1]}, {parts[2]}]{suffix}"
+
+
+def fmt_rho(rho, low, high, p_value=None) -> str:
+    """A rank correlation with its interval (:func:`fmt_interval`) and, when given, its p-value
+    (:func:`fmt_p`): ``"ρ = 0.14 [−0.25, 0.52], p = 0.031"``."""
+    text = f"ρ = {fmt_interval(rho, low, high)}"
+    return text if p_value is None else f"{text}, {fmt_p(p_value)}"
 
 
 def fmt_ratio(ratio, digits: int = 2, cap: float = 1e4) -> str:

@@ -1,5 +1,6 @@
 """The importance-vs-α chapter: Spearman ρ per model, which α orders blocks best, and the
-verdict on "α predicts importance".
+verdict on "α predicts importance" (the statistics: ``zones.analysis.importance``; the
+verdict sentence: ``zones.report.verdicts.rho_verdict``).
 """
 from __future__ import annotations
 
@@ -7,67 +8,13 @@ import os
 
 import pandas as pd
 
-from zones.analysis.importance import importance_frame, measure_models, rho_table, spearman
+from zones.analysis.importance import importance_frame, measure_models, rho_table, spearman, strongest
 from zones.figures import BOOK_MODE_ENV
 from zones.measure.ablation import DEFAULT_EVAL_TOKENS
 from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES
-from zones.report.common import ChapterResult, interval_side, save
-from zones.report.format import fmt_interval, fmt_p
-
-
-def rho_verdict(correlation: dict, model: str, alpha_name: str) -> str:
-    """The chapter's verdict sentence on one model's ρ (``rho, ci_low, ci_high`` of
-    ``zones.analysis.importance.spearman``). Rule: the interval excludes 0 → α detectably predicts
-    importance, in the sign of ρ; it includes 0 → not detectably; NaN → cannot be computed."""
-    side = interval_side(correlation["ci_low"], correlation["ci_high"], 0.0)
-    if side == "undefined":
-        return f"On {model} ρ cannot be computed (too few blocks, or a constant α or ΔLoss)."
-    if side == "straddles":
-        return (f"On {model}, with this token budget, the interval includes zero: the block's {alpha_name} "
-                f"does not detectably predict its importance.")
-    direction = "larger" if side == "above" else "smaller"
-    return (f"On {model} the interval excludes zero: blocks with a {direction} {alpha_name} tend to matter "
-            f"more.")
-
-
-def holm(p_values) -> list[float]:
-    """Holm–Bonferroni adjusted p-values (same order as given; NaN stays NaN): the i-th smallest
-    of m p-values is multiplied by m − i + 1, then made monotone and capped at 1."""
-    values = [float(p) for p in p_values]
-    order = sorted((i for i, p in enumerate(values) if p == p), key=lambda i: values[i])
-    m = len(order)
-    adjusted = [float("nan")] * len(values)
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * values[i]))
-        adjusted[i] = running
-    return adjusted
-
-
-def strongest(rhos: pd.DataFrame) -> dict | None:
-    """The (estimator, role) with the largest |ρ| in a ``zones.analysis.importance.rho_table``, with an
-    allowance for having picked it: ``n_tested`` pairs were looked at, so its p-value is
-    Holm-adjusted over all of them (``p_holm``; for the smallest p this is Bonferroni, n · p),
-    and ``n_significant`` pairs have a Holm-adjusted p below 0.05. Also how many others are *not
-    separable* from it: their interval contains its ρ (a conservative check). ``None`` if no ρ
-    is finite.
-
-    Returns ``estimator, role, rho, ci_low, ci_high, p_value, p_holm, n_tested, n_significant,
-    n_close`` and ``close`` (the others, as ``"estimator (role)"`` strings)."""
-    table = rhos.dropna(subset=["rho"])
-    if table.empty:
-        return None
-    adjusted = pd.Series(holm(table["p_value"]), index=table.index) if "p_value" in table else None
-    best = table.loc[table["rho"].abs().idxmax()]
-    others = table.drop(index=best.name)
-    close = others[(others["ci_low"] <= best["rho"]) & (best["rho"] <= others["ci_high"])]
-    return dict(estimator=str(best["estimator"]), role=str(best["role"]), rho=float(best["rho"]),
-                ci_low=float(best["ci_low"]), ci_high=float(best["ci_high"]),
-                p_value=float(best["p_value"]) if adjusted is not None else float("nan"),
-                p_holm=float(adjusted[best.name]) if adjusted is not None else float("nan"),
-                n_tested=int(len(table)),
-                n_significant=int((adjusted < 0.05).sum()) if adjusted is not None else 0,
-                n_close=int(len(close)), close=[f"{e} ({r})" for e, r in zip(close["estimator"], close["role"])])
+from zones.report.common import ChapterResult, save
+from zones.report.format import fmt_interval, fmt_p, fmt_rho
+from zones.report.verdicts import rho_verdict
 
 
 def strongest_text(per_model: list[dict]) -> str:
@@ -125,7 +72,8 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256, ev
     first = per_model[0]
     numbers = dict(first_model=first["model"], n_blocks=first["n_blocks"], n_tokens=first["n_tokens"],
                    rho=first["rho"], rho_low=first["ci_low"], rho_high=first["ci_high"], rho_p=first["p_value"],
-                   rho_text="; ".join(f"{label}: {c}" for label, c in correlations.items()),
+                   rho_text="; ".join(f"{label}: {fmt_rho(c.rho, c.ci_low, c.ci_high, c.p_value)}"
+                                      for label, c in correlations.items()),
                    most_important=first["most_important"], least_important=first["least_important"],
                    alpha_name=alpha_name, best_text=strongest_text(per_model), n_permutations=int(n_permutations),
                    verdict=" ".join(m["verdict"] for m in per_model))
@@ -133,6 +81,6 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256, ev
                    alpha_role=alpha_role, n_resamples=n_resamples, n_permutations=n_permutations, seed=seed, models=per_model)
     tables = dict(importance=frame, rho=rhos)
     out = save(out_dir, tables, summary)
-    titles = {label: f"{label}: {c}" for label, c in correlations.items()}
+    titles = {label: f"{label}: {fmt_rho(c.rho, c.ci_low, c.ci_high, c.p_value)}" for label, c in correlations.items()}
     return ChapterResult(dict(tables, rho_matrix=rho_matrix(rhos)), numbers, summary, out,
                          extra=dict(titles=titles))

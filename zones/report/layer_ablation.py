@@ -2,7 +2,8 @@
 
 ΔLoss intervals are the paired eval-window bootstrap of ``zones.measure.ablation`` (columns
 ``delta_loss_low, delta_loss_high``). Where a table has no interval columns, the interval
-is NaN and no verdict is drawn from it.
+is NaN and no verdict is drawn from it. The rule "the first blocks matter most" is
+``zones.report.verdicts.first_blocks_matter_most`` (the scorecard applies the same one).
 """
 from __future__ import annotations
 
@@ -11,25 +12,12 @@ import os
 
 import pandas as pd
 
-from zones.analysis.importance import importance_frame, measure_models
+from zones.analysis.importance import delta_loss_bounds, importance_frame, measure_models
 from zones.figures import BOOK_MODE_ENV
 from zones.measure.ablation import DEFAULT_EVAL_TOKENS
 from zones.report.common import NAN, ChapterResult, save
 from zones.report.format import fmt_interval
-
-FIRST_FRACTION = 0.1   # "the first blocks": the first ⌈0.1 · L⌉ blocks (at least one)
-
-
-def _bounds(table: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
-    if {"delta_loss_low", "delta_loss_high"} <= set(table.columns):
-        return table["delta_loss_low"].astype(float), table["delta_loss_high"].astype(float)
-    nan = pd.Series(NAN, index=table.index)
-    return nan, nan
-
-
-def interval_text(value: float, low: float, high: float, unit: str = "nats") -> str:
-    """``"0.41 [0.37, 0.46] nats"`` (``zones.report.format.fmt_interval``; ``[n/a]`` without one)."""
-    return fmt_interval(value, low, high, unit=unit)
+from zones.report.verdicts import first_blocks_matter_most
 
 
 def ablation_numbers(table: pd.DataFrame, k: int = 3) -> dict:
@@ -42,7 +30,7 @@ def ablation_numbers(table: pd.DataFrame, k: int = 3) -> dict:
     no detectable cost; NaN without intervals).
     """
     df = table.reset_index(drop=True)
-    low, high = _bounds(df)
+    low, high = delta_loss_bounds(df)
     delta = df["delta_loss"].astype(float)
     order = delta.sort_values(ascending=False).index[:k]
     positive = float(delta.clip(lower=0).sum())
@@ -80,60 +68,20 @@ def concentration_text(numbers: dict) -> str:
 
 def top_blocks_text(numbers: dict, model: str) -> str:
     """``"block 0 (2.1 [1.9, 2.3] nats), block 29 (…) and block 3 (…) in M"``."""
-    named = [f"block {i} ({interval_text(d, lo, hi)})" for i, d, lo, hi in
+    named = [f"block {i} ({fmt_interval(d, lo, hi, unit='nats')})" for i, d, lo, hi in
              zip(numbers["top"], numbers["top_delta"], numbers["top_low"], numbers["top_high"])]
     listed = named[0] if len(named) == 1 else ", ".join(named[:-1]) + f" and {named[-1]}"
     return f"{listed} in {model}"
 
 
-def first_blocks(n_blocks: int) -> list[int]:
-    """The blocks the claim "the first blocks matter most" is about: the first ⌈0.1 · L⌉."""
-    return list(range(max(1, math.ceil(FIRST_FRACTION * n_blocks))))
-
-
-def first_blocks_matter_most(table: pd.DataFrame) -> dict:
-    """Is the most important block one of the first blocks (:func:`first_blocks`), clearly?
-
-    Rule: ``holds`` if the block with the largest ΔLoss is a first block and its interval's
-    lower end lies above the upper end of every later block's interval; ``does not hold`` if
-    some later block's interval lies above the intervals of all the first blocks; otherwise
-    ``inconclusive`` (also when the table has no intervals). The comparison of separate
-    intervals is conservative: a paired difference would separate at least as often.
-
-    Returns ``first_blocks`` (text), ``first_ranks`` (each first block's rank by ΔLoss, 1 =
-    costliest), ``n_blocks``, ``top_first, top_first_delta, top_first_low, top_first_high``,
-    the same for ``top_later``, and ``verdict``.
-    """
-    df = table.sort_values("layer").reset_index(drop=True)
-    low, high = _bounds(df)
-    head = df["layer"].isin(first_blocks(len(df)))
-    if head.all():
-        raise ValueError("the model has too few blocks to compare its first blocks with later ones")
-    first_i = df.loc[head, "delta_loss"].idxmax()
-    later_i = df.loc[~head, "delta_loss"].idxmax()
-    if low.isna().any() or high.isna().any():
-        verdict = "inconclusive"
-    elif df.loc[first_i, "delta_loss"] >= df.loc[later_i, "delta_loss"] and low[first_i] > high[~head].max():
-        verdict = "holds"
-    elif (low[~head] > high[head].max()).any():
-        verdict = "does not hold"
-    else:
-        verdict = "inconclusive"
-    span = first_blocks(len(df))
-    ranks = df["delta_loss"].rank(ascending=False, method="min").astype(int)
-    reach_i = high[~head].idxmax() if high[~head].notna().any() else later_i   # the later interval reaching highest
-    return dict(first_blocks=f"{span[0]}" if len(span) == 1 else f"{span[0]}–{span[-1]}",
-                first_ranks={int(df.loc[i, "layer"]): int(ranks[i]) for i in df.index[head]}, n_blocks=int(len(df)),
-                top_first=int(df.loc[first_i, "layer"]), top_first_delta=float(df.loc[first_i, "delta_loss"]),
-                top_first_low=float(low[first_i]), top_first_high=float(high[first_i]),
-                top_later=int(df.loc[later_i, "layer"]), top_later_delta=float(df.loc[later_i, "delta_loss"]),
-                top_later_low=float(low[later_i]), top_later_high=float(high[later_i]),
-                reach_later=int(df.loc[reach_i, "layer"]), reach_later_delta=float(df.loc[reach_i, "delta_loss"]),
-                reach_later_low=float(low[reach_i]), reach_later_high=float(high[reach_i]), verdict=verdict)
-
-
 def _ordinal(n: int) -> str:
     return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+def _block(result: dict, which: str) -> str:
+    """``"block 3 (0.41 [0.37, 0.46] nats)"``: the block ``result[which]`` with its ΔLoss interval."""
+    delta = fmt_interval(result[f"{which}_delta"], result[f"{which}_low"], result[f"{which}_high"], unit="nats")
+    return f"block {result[which]} ({delta})"
 
 
 def _overlap(result: dict) -> str:
@@ -142,8 +90,7 @@ def _overlap(result: dict) -> str:
         return "there are no intervals to separate them"
     if result.get("reach_later", result["top_later"]) == result["top_later"]:
         return "their intervals overlap"
-    reach = interval_text(result["reach_later_delta"], result["reach_later_low"], result["reach_later_high"])
-    return (f"the interval of block {result['reach_later']} ({reach}) reaches above the lower end of block "
+    return (f"the interval of {_block(result, 'reach_later')} reaches above the lower end of block "
             f"{result['top_first']}'s")
 
 
@@ -151,8 +98,7 @@ def first_blocks_sentence(result: dict) -> str:
     """The chapter's sentence on the paper's "first blocks matter most", from
     :func:`first_blocks_matter_most`: the verdict, and where *each* first block ranks, so a
     verdict carried by one block is not read as one about all of them."""
-    first = f"block {result['top_first']} ({interval_text(result['top_first_delta'], result['top_first_low'], result['top_first_high'])})"
-    later = f"block {result['top_later']} ({interval_text(result['top_later_delta'], result['top_later_low'], result['top_later_high'])})"
+    first, later = _block(result, "top_first"), _block(result, "top_later")
     head = {"holds": f"The costliest of the first blocks ({result['first_blocks']}), {first}, costs more than any "
                      f"later block, the costliest of which is {later}, and the intervals do not overlap.",
             "does not hold": f"The first blocks do not matter most here: {later} costs more than any of blocks "
@@ -188,7 +134,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256, ev
                 n_tokens=first["n_tokens"], seq_len=int(seq_len), base_loss=first["base_loss"],
                 base_ppl=first["base_ppl"], top3_text="; ".join(top_blocks_text(m, m["model"]) for m in per_model),
                 top_block=first["top"][0], top_delta=first["top_delta"][0],
-                top_interval=interval_text(first["top_delta"][0], first["top_low"][0], first["top_high"][0]),
+                top_interval=fmt_interval(first["top_delta"][0], first["top_low"][0], first["top_high"][0], unit="nats"),
                 top_over_median=first["top_delta"][0] / first["median_delta"] if first["median_delta"] > 0 else NAN,
                 top3_share=100 * first["top_share"], concentration_text=concentration_text(first),
                 n_lowering_text="; ".join(f"{m['model']}: {m['n_lowering']} of {m['n_blocks']}" for m in per_model),

@@ -43,62 +43,21 @@ from zones.pruning import (
     PruningContext,
     alpha_zones,
     best_sets,
-    compare_strategies,
     crossover_k,
     pairwise_differences,
     pruning_sweep,
     summarize_pruning,
 )
+from zones.pruning.compare import reference_comparisons, worst_best_gaps
 from zones.report.common import NAN, ChapterResult, save
 from zones.report.format import fmt_interval, fmt_num, fmt_ratio
-from zones.report.verdicts import PAPER_RATIO, score_ratio_direction, score_ratio_magnitude, verdict_phrase
+from zones.report.verdicts import OURS, PAPER_RATIO, score_ratio_direction, score_ratio_magnitude, verdict_phrase
 from zones.spectra import alpha_table
 
-OURS = "zone_aware"
 REFERENCES = ("last_n", "last_n_keep_last", "random", "random_protected")   # compared with ours, in this order
 
 
 # --- tables ------------------------------------------------------------------------------------------
-
-def comparisons(table: pd.DataFrame, window_losses: pd.DataFrame, ours: str = OURS,
-                references: Sequence[str] = REFERENCES) -> pd.DataFrame:
-    """``zones.pruning.compare_strategies(reference, ours)`` for each reference present, stacked:
-    ``reference, ours, k, reference_delta_ppl, ours_delta_ppl, ratio, ratio_low, ratio_high,
-    status, winner`` (ratio = ΔPPL(reference) / ΔPPL(ours): above 1, ours removed blocks more
-    cheaply)."""
-    present = set(table["strategy"])
-    parts = []
-    for reference in [r for r in references if r in present and r != ours]:
-        c = compare_strategies(table, reference, ours, window_losses)
-        parts.append(c.rename(columns={reference: "reference_delta_ppl", ours: "ours_delta_ppl"})
-                     .assign(reference=reference, ours=ours)
-                     [["reference", "ours", "k", "reference_delta_ppl", "ours_delta_ppl", "ratio", "ratio_low",
-                       "ratio_high", "status", "winner"]])
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
-        columns=["reference", "ours", "k", "reference_delta_ppl", "ours_delta_ppl", "ratio", "ratio_low",
-                 "ratio_high", "status", "winner"])
-
-
-def gaps(table: pd.DataFrame, window_losses: pd.DataFrame, best: pd.DataFrame) -> pd.DataFrame:
-    """Per k, how many times the worst strategy's ΔPPL is the best's, with its paired interval:
-    ``best_sets`` columns plus ``worst_best_ratio, worst_best_ratio_low, worst_best_ratio_high,
-    gap_status`` (``compare_strategies(worst, best)`` at that k; ``collapsed`` where the best's
-    ΔPPL interval reaches 0 or the ratio exceeds the collapse limit)."""
-    out = best.copy()
-    cache: dict[tuple[str, str], pd.DataFrame] = {}
-    ratio, low, high, status = [], [], [], []
-    for row in best.itertuples():
-        key = (row.worst, row.best)
-        if row.worst == row.best:
-            ratio.append(1.0), low.append(1.0), high.append(1.0), status.append("ratio")
-            continue
-        if key not in cache:
-            cache[key] = compare_strategies(table, row.worst, row.best, window_losses).set_index("k")
-        at = cache[key].loc[row.k]
-        ratio.append(float(at["ratio"])), low.append(float(at["ratio_low"])), high.append(float(at["ratio_high"]))
-        status.append(str(at["status"]))
-    return out.assign(worst_best_ratio=ratio, worst_best_ratio_low=low, worst_best_ratio_high=high, gap_status=status)
-
 
 def interval_table(summary: pd.DataFrame, strategies: Sequence[str], value: str = "delta_loss") -> pd.DataFrame:
     """Strategies (rows) × k (columns), each cell ``"0.19 [0.12, 0.27]"`` (``value`` with its
@@ -281,15 +240,18 @@ def recipe_text(pairwise: pd.DataFrame, k: int, recipe: Sequence[str], ours: str
 
 
 def seeds_text(summary: pd.DataFrame, k: int, seeded: Sequence[str] = ("random", "random_protected")) -> str:
-    """Median and interquartile range over seeds of each seeded strategy's ΔPPL at k."""
+    """Each seeded strategy at k: its median Δloss over seeds (the statistic every comparison
+    decides by), the ΔPPL at that median, and the interquartile range of the seeds' ΔPPL."""
     parts = []
     for name in seeded:
         row = summary[(summary["strategy"] == name) & (summary["k"] == k)]
         if row.empty:
             continue
         r = row.iloc[0]
-        parts.append(f"{name}: median ΔPPL {fmt_interval(r['delta_ppl'], r['delta_ppl_low'], r['delta_ppl_high'])}, "
-                     f"interquartile range over its {int(r['n_seeds'])} seeds {fmt_num(r['delta_ppl_q25'])} to "
+        dloss = fmt_interval(r["delta_loss"], r["delta_loss_low"], r["delta_loss_high"], unit="nats")
+        parts.append(f"{name}: median Δloss {dloss}, ΔPPL at that median "
+                     f"{fmt_interval(r['delta_ppl'], r['delta_ppl_low'], r['delta_ppl_high'])}; interquartile range "
+                     f"of ΔPPL over its {int(r['n_seeds'])} seeds {fmt_num(r['delta_ppl_q25'])} to "
                      f"{fmt_num(r['delta_ppl_q75'])}")
     return "; ".join(parts)
 
@@ -332,7 +294,6 @@ def findings(table: pd.DataFrame, summary: pd.DataFrame, pairwise: pd.DataFrame,
     out["recipe_text"] = recipe_text(pairwise, k_max, [r for r in recipe if r in present], ours)
     out["seeds_text"] = seeds_text(summary, k_max) or "no seeded strategy was run"
     out["behind_text"] = behind_text(comparison, ours)
-    out["behind_text"] = behind_text(comparison, ours)
     return out
 
 
@@ -344,7 +305,8 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
     """The chapter: plans and scores every strategy (``zones.pruning.pruning_sweep``, cached)
     → ``pruning.csv`` (every strategy, seed and k), ``window_losses.csv`` (per eval window),
     ``by_strategy.csv`` (per strategy and k, with intervals), ``pairwise.csv``, ``best.csv``
-    (:func:`gaps`), ``crossover.csv`` (:func:`comparisons`) and ``summary.json``. ``models``: a list
+    (``zones.pruning.compare.worst_best_gaps``), ``crossover.csv``
+    (``zones.pruning.compare.reference_comparisons``) and ``summary.json``. ``models``: a list
     (or one model); this chapter shows the first in detail. A token budget of None is the whole split."""
     started = time.time()
     model = check_models(models)[0]
@@ -365,8 +327,8 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
     main = [s for s in strategies if s not in RECIPE_ABLATIONS]
     summary = summarize_pruning(table, windows)
     pairwise = pairwise_differences(table, windows)
-    best = gaps(table, windows, best_sets(table, windows, strategies=main))
-    comparison = comparisons(table, windows)
+    best = worst_best_gaps(table, windows, best_sets(table, windows, strategies=main))
+    comparison = reference_comparisons(table, windows, OURS, REFERENCES)
 
     zone_params = STRATEGIES[OURS].params
     profile = PruningContext(loaded.model, alpha=alpha).layer_alpha(zone_params["estimator"], zone_params["role"])

@@ -4,12 +4,13 @@ compared with block pruning at equal parameters removed, with loss, KL and top-1
 Rules the page states, each applied by the function named:
 
 * a sublayer ρ is "detectable" only where its bootstrap interval excludes 0
-  (``zones.report.importance_vs_alpha.rho_verdict``);
+  (``zones.report.verdicts.rho_verdict``);
 * a strategy is *cheaper* than the reference at a budget only where the paired interval of
   their Δloss difference lies below 0, *costlier* where it lies above, else *not separable*
   (:func:`standing`);
 * the attention/MLP asymmetry is stated from the paired interval of the difference
-  "mean attention ΔLoss − mean MLP ΔLoss" over blocks (:func:`asymmetry`);
+  "mean attention ΔLoss − mean MLP ΔLoss" over blocks (:func:`asymmetry`, from
+  ``zones.analysis.sublayers.part_difference``);
 * with ``block_agreement=True``, every single-block ablation also gets KL and top-1 with
   intervals, and the page says whether KL orders the blocks as ΔLoss does by Spearman ρ over
   blocks (``zones.analysis.importance.spearman``).
@@ -20,17 +21,17 @@ import gc
 import os
 from typing import Sequence
 
-import numpy as np
 import pandas as pd
 
+from zones.analysis.bootstrap import interval_side
 from zones.analysis.importance import model_labels, spearman
-from zones.analysis.sublayers import sublayer_importance, sublayer_rho_table
+from zones.analysis.sublayers import part_difference, sublayer_importance, sublayer_rho_table
 from zones.core.data import corpus_windows, load_corpus
 from zones.core.models import load_model
 from zones.figures import BOOK_MODE_ENV
 from zones.measure.ablation import ablation_window_losses
 from zones.measure.agreement import agreement_window_losses, summarize_agreement
-from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES, paired_bootstrap
+from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES
 from zones.measure.sublayers import sublayer_params
 from zones.pruning.sublayers import (
     DEFAULT_BLOCK_STRATEGIES,
@@ -40,10 +41,11 @@ from zones.pruning.sublayers import (
     score_plans,
     tokens_per_second,
 )
-from zones.report.common import ChapterResult, interval_side, save
-from zones.report.format import fmt_interval
-from zones.report.importance_vs_alpha import rho_verdict
-from zones.series import heldout_windows, run_label, train_series
+from zones.report.common import ChapterResult, save
+from zones.report.format import fmt_interval, fmt_ratio
+from zones.report.verdicts import rho_verdict
+from zones.series import series_sublayer_rho
+from zones.series.runs import SUBLAYER_RHO_COLUMNS
 from zones.spectra import alpha_table
 
 # CPU budgets of the chapter on SmolLM2-135M (2 cores, <= 120 s cold): windows of 128 tokens,
@@ -56,32 +58,21 @@ K_MAX = 2
 SERIES_EVAL_TOKENS = 16 * 127   # held-out tokens per trained model (its own tokenizer and text)
 
 
-def series_sublayer_rho(profile: str | None = "cpu", depths=None, train_overrides: dict | None = None, *,
-                        eval_tokens: int = SERIES_EVAL_TOKENS,
-                        estimator: str = "alpha_shape", batch_size: int = 16, n_resamples: int = N_RESAMPLES,
-                        n_permutations: int = N_PERMUTATIONS, seed: int = 0, progress: bool = False) -> pd.DataFrame:
-    """ρ(sublayer ΔLoss, the sublayer's weighted α) of every model of a trained depth series
-    (``zones.series.train_series(depths, profile, **train_overrides)``: with the same
-    arguments, the depth-series chapter's runs, read from the cache), each on its own held-out windows. Columns: ``model, depth, seed, part, n_blocks, rho,
-    ci_low, ci_high, p_value, verdict``; empty for ``profile=None``."""
+def series_rho_table(profile: str | None = "cpu", depths=None, train_overrides: dict | None = None, *,
+                     eval_tokens: int = SERIES_EVAL_TOKENS, estimator: str = "alpha_shape", batch_size: int = 16,
+                     n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, seed: int = 0,
+                     progress: bool = False) -> pd.DataFrame:
+    """``zones.series.series_sublayer_rho`` of the trained series ``profile`` (the same
+    arguments as the depth-series chapter, so its runs are read from the cache), with each
+    row's ``verdict`` (``zones.report.verdicts.rho_verdict``); empty for ``profile=None``."""
     if profile is None:
-        return pd.DataFrame(columns=["model", "depth", "seed", "part", "n_blocks", "rho", "ci_low", "ci_high",
-                                     "p_value", "verdict"])
-    rows = []
-    for run in train_series(depths, profile, progress=progress, **(train_overrides or {})):
-        loaded = run.load()
-        long = ablation_window_losses(loaded.model, heldout_windows(run, eval_tokens), parts=True,
-                                      batch_size=batch_size, progress=progress)
-        rho = sublayer_rho_table(long, alpha_table(loaded.model), n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
-        label = run_label(run)
-        for part in ("attn", "mlp"):
-            r = rho[(rho["part"] == part) & (rho["estimator"] == estimator) & (rho["role"] == "weighted")].iloc[0]
-            name = "attention" if part == "attn" else "MLP"
-            rows.append(dict(model=label, depth=run.config.depth, seed=run.config.seed, part=part,
-                             n_blocks=int(long["layer"].nunique()), rho=r["rho"], ci_low=r["ci_low"],
-                             ci_high=r["ci_high"], p_value=r["p_value"],
-                             verdict=rho_verdict(r.to_dict(), label, f"{name} {estimator}")))
-    return pd.DataFrame(rows)
+        return pd.DataFrame(columns=[*SUBLAYER_RHO_COLUMNS, "verdict"])
+    table = series_sublayer_rho(profile, depths, train_overrides, eval_tokens=eval_tokens, estimator=estimator,
+                                batch_size=batch_size, n_resamples=n_resamples, n_permutations=n_permutations,
+                                seed=seed, progress=progress)
+    names = {"attn": "attention", "mlp": "MLP"}
+    return table.assign(verdict=[rho_verdict(dict(ci_low=r.ci_low, ci_high=r.ci_high, n=r.n_blocks), r.model,
+                                             f"{names[r.part]} {estimator}") for r in table.itertuples()])
 
 
 def series_text(series: pd.DataFrame) -> str:
@@ -106,20 +97,34 @@ def standing(low: float, high: float) -> str:
 
 
 def asymmetry(long: pd.DataFrame, *, n_resamples: int = N_RESAMPLES, seed: int = 0) -> dict:
-    """Mean attention-only ΔLoss minus mean MLP-only ΔLoss over blocks (nats), with a paired
-    95% interval over eval windows (``zones.measure.stats.paired_bootstrap``). ``verdict``:
-    ``"attention costs less"`` (interval below 0), ``"attention costs more"`` (above),
-    ``"not separable"``."""
-    layers = sorted(long["layer"].unique())
-    wide = {c: long.pivot(index="layer", columns="window", values=c).loc[layers].to_numpy(dtype=float)
-            for c in ("nll_attn", "nll_mlp", "n_tokens")}
-    tokens = wide["n_tokens"][0]
-    iv = paired_bootstrap(lambda a, m, t: (a.mean(-2).sum(-1) - m.mean(-2).sum(-1)) / t.mean(-2).sum(-1),
-                          (wide["nll_attn"], wide["nll_mlp"], np.broadcast_to(tokens, wide["nll_attn"].shape)),
-                          n_resamples=n_resamples, seed=seed)
-    side = interval_side(float(iv.low), float(iv.high), 0.0)
+    """``zones.analysis.sublayers.part_difference`` (mean attention-only ΔLoss − mean MLP-only
+    ΔLoss, paired interval over eval windows) with ``verdict``: ``"attention costs less"``
+    (interval below 0), ``"attention costs more"`` (above), ``"not separable"``."""
+    found = part_difference(long, n_resamples=n_resamples, seed=seed)
+    side = interval_side(found["low"], found["high"], 0.0)
     verdict = {"below": "attention costs less", "above": "attention costs more"}.get(side, "not separable")
-    return dict(difference=float(iv.estimate), low=float(iv.low), high=float(iv.high), verdict=verdict)
+    return dict(found, verdict=verdict)
+
+
+def speed_text(speed: pd.DataFrame) -> str:
+    """The measured speed-ups (``zones.pruning.sublayers.tokens_per_second``), each with the range
+    of its repeats, and what that range says: above 1 (faster in every repeat), below 1
+    (slower in every repeat), or including 1 (not separable from the full model's speed). A
+    timing on a shared machine, not a paired interval: the words say so."""
+    rows = speed[speed["strategy"] != "full model"]
+    if rows.empty:
+        return "no speed measured."
+    repeats = int(rows["repeats"].iloc[0])
+    if repeats < 2:
+        listed = "; ".join(f"{r.strategy} {fmt_ratio(r.speedup)}" for r in rows.itertuples())
+        return f"{listed} (one repeat each: no spread was measured, so none of these is a finding)"
+    parts = []
+    for r in rows.itertuples():
+        word = {"above": "faster in every repeat", "below": "slower in every repeat"}.get(
+            interval_side(r.speedup_min, r.speedup_max, 1.0), "not separable from 1×")
+        parts.append(f"{r.strategy} {fmt_ratio(r.speedup)} (range over {repeats} repeats "
+                     f"{fmt_ratio(r.speedup_min)}–{fmt_ratio(r.speedup_max)}: {word})")
+    return "; ".join(parts)
 
 
 def budget_text(k: int) -> str:
@@ -154,7 +159,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = SEQ_LEN
     measured forward speed at k_max (``speed.csv``). ``block_agreement``: also KL and top-1 of
     every single-block ablation of the first model (``block_agreement.csv``; about L/2 forwards
     and L LM heads per window: off in the CPU budget). ``series_profile``: the same sublayer ρ on
-    every model of the trained depth series ``profile``, ``depths``, ``train_overrides`` (as in the depth-series chapter; None: none; :func:`series_sublayer_rho` → ``series_rho.csv``)."""
+    every model of the trained depth series ``profile``, ``depths``, ``train_overrides`` (as in the depth-series chapter; None: none; :func:`series_rho_table` → ``series_rho.csv``)."""
     if progress is None:
         progress = os.environ.get(BOOK_MODE_ENV) != "1"
     names = [models] if isinstance(models, str) else list(models)
@@ -205,8 +210,8 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = SEQ_LEN
         gc.collect()
     importance = pd.concat(importance, ignore_index=True)
     rhos = pd.concat(rhos, ignore_index=True)
-    series = series_sublayer_rho(profile, depths, train_overrides, eval_tokens=series_eval_tokens, estimator=alpha_estimator,
-                                 n_resamples=n_resamples, n_permutations=n_permutations, seed=seed, progress=progress)
+    series = series_rho_table(profile, depths, train_overrides, eval_tokens=series_eval_tokens, estimator=alpha_estimator,
+                              n_resamples=n_resamples, n_permutations=n_permutations, seed=seed, progress=progress)
     first = per_model[0]
     cheapest = scored.loc[scored.groupby("k")["delta_loss"].idxmin()]
     numbers = dict(
@@ -226,14 +231,14 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = SEQ_LEN
                                 f"nats, KL {fmt_interval(r['kl'], r['kl_low'], r['kl_high'])}, top-1 "
                                 f"{fmt_interval(100 * r['top1'], 100 * r['top1_low'], 100 * r['top1_high'])}%)"
                                 for _, r in cheapest.iterrows()),
-        speed_text="; ".join(f"{r['strategy']} {r['speedup']:.2f}×" for _, r in speed.iterrows()
-                             if r["strategy"] != "full model"))
+        speed_text=speed_text(speed))
     summary = dict(corpus=corpus, seq_len=seq_len, eval_tokens=eval_tokens, calibration_tokens=calibration_tokens,
                    k_max=k_max, reference=reference, alpha_estimator=alpha_estimator, models=per_model)
     numbers["block_agreement_text"] = (
         f"Over the single-block ablations of {first['model']}, KL from the full model and ΔLoss rank the blocks with "
         f"Spearman ρ = {fmt_interval(kl_rho.rho, kl_rho.ci_low, kl_rho.ci_high)}." if kl_rho is not None else
-        "The KL and top-1 of every single-block ablation are not measured at this budget (block_agreement=True).")
+        f"The KL and top-1 of every single-block ablation are not measured in this build (block_agreement="
+        f"{block_agreement}; a build with block_agreement=True measures them).")
     numbers["series_text"] = series_text(series)
     tables = dict(importance=importance, rho=rhos, plans=scored, differences=diffs, speed=speed, series_rho=series)
     if agreement_by_block is not None:

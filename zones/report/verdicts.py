@@ -1,4 +1,4 @@
-"""The verdict vocabulary, the paper's figures, and the helpers every rule shares.
+"""The verdict vocabulary, the paper's figures, and every rule the chapters and the scorecard share.
 
 A verdict is one of :data:`HOLDS`, :data:`FAILS`, :data:`OPEN` (inconclusive) or
 :data:`MISSING` (not measured). An inconclusive verdict always says *why*
@@ -6,33 +6,46 @@ A verdict is one of :data:`HOLDS`, :data:`FAILS`, :data:`OPEN` (inconclusive) or
 runs (seeds), or an undefined interval. :class:`Verdict` is a ``str`` (it compares equal
 to its word) that carries that reason.
 
+Each rule is written once: :func:`rule` attaches the rule's words to the function that
+applies it (``score_crossover.rule``), so the scorecard's rule column, its rules table and a
+chapter page quoting the rule all print the words of the code that decides.
+
 The paper's figures (arXiv 2604.22778) live here once, so the chapters and the scorecard
-quote the same numbers. This module imports no other chapter module: every chapter module
-and the scorecard import it, never each other.
+quote the same numbers. This module imports no chapter module: every chapter module and
+the scorecard import it, never each other.
 """
 from __future__ import annotations
 
+import inspect
 import math
-from typing import Mapping
+import numbers
+from typing import Callable, Mapping
 
+import pandas as pd
+
+from zones.analysis.bootstrap import interval_side
+from zones.analysis.importance import delta_loss_bounds
 from zones.analysis.lifecycle import PAPER_DELTA_ALPHA_EXPONENT
 from zones.pruning import COLLAPSE_RATIO
-from zones.report.common import interval_side
 from zones.report.format import fmt_num, fmt_ratio, power_of_ten
 
 HOLDS, FAILS, OPEN, MISSING = "holds", "does not hold", "inconclusive", "not measured"
 VERDICTS = (HOLDS, FAILS, OPEN, MISSING)
 
-# Why a verdict is inconclusive: the limit that a larger run would lift.
+# Why a verdict is inconclusive: the limit that a larger run would lift (:func:`binding_limit`
+# decides which one binds from the data; its detail says how many units there are).
 BUDGET, BLOCKS, SEEDS, UNDEFINED = "budget", "blocks", "seeds", "undefined"
 REASONS = {
-    BUDGET: "the interval is too wide at this token budget (more eval tokens narrow it)",
-    BLOCKS: "too few blocks or layers to separate it, whatever the token budget",
-    SEEDS: "one training run per depth: the interval covers snapshot jitter only, not run-to-run variation",
+    BUDGET: "the eval tokens: the interval resamples eval windows, and more eval tokens narrow it",
+    BLOCKS: "the blocks: the interval resamples blocks (or layers), and a model has only so many; more eval "
+            "tokens would not narrow it",
+    SEEDS: "the seeds: the interval covers the training runs it resamples, not the variation between runs",
     UNDEFINED: "the interval is undefined here (too few units, or a quantity that is not positive)",
 }
+UNITS = {"windows": BUDGET, "blocks": BLOCKS, "layers": BLOCKS, "snapshots": SEEDS}
 
 OURS = "zone_aware"               # the paper's spectral-guided pruning strategy
+LAST_N_KEEP_LAST = "last_n_keep_last"   # Last-N as practitioners (and Lu et al.) use it: the final block stays
 
 # The paper's figures.
 PAPER_RHO = (0.69, 0.84)          # Spearman ρ of α against importance, across its models
@@ -43,44 +56,110 @@ PAPER_GAP = 23.7                  # the largest worst/best ΔPPL ratio over stra
 PAPER_Q_PROFILE = (0.22, 0.48)    # Pythia-410M Q-projection α, first block → last block
 PAPER_EXPONENT = PAPER_DELTA_ALPHA_EXPONENT   # Δα ∝ L^0.26 (R² = 0.99)
 
+FIRST_FRACTION = 0.1   # "the first blocks": the first ⌈0.1 · L⌉ blocks (at least one)
+
 
 class Verdict(str):
     """A verdict word (``Verdict(OPEN, BLOCKS) == "inconclusive"``) with ``reason``: a key of
-    :data:`REASONS` for an inconclusive verdict, ``""`` otherwise."""
+    :data:`REASONS` for an inconclusive verdict, ``""`` otherwise, and ``detail``: what the data
+    say about that limit (``"it resamples the model's 30 blocks"``), computed by :func:`binding_limit`."""
 
     reason: str
+    detail: str
 
-    def __new__(cls, word: str, reason: str = "") -> "Verdict":
+    def __new__(cls, word: str, reason: str = "", detail: str = "") -> "Verdict":
         if word not in VERDICTS:
             raise ValueError(f"verdict must be one of {VERDICTS}; got {word!r}")
         if word == OPEN and reason not in REASONS:
             raise ValueError(f"an inconclusive verdict needs a reason in {sorted(REASONS)}; got {reason!r}")
         self = super().__new__(cls, word)
         self.reason = reason if word == OPEN else ""
+        self.detail = detail if word == OPEN else ""
         return self
 
     @property
     def why(self) -> str:
-        """The reason in words (``""`` unless inconclusive)."""
-        return REASONS.get(self.reason, "")
+        """The reason in words, with its detail (``""`` unless inconclusive)."""
+        text = REASONS.get(self.reason, "")
+        return f"{text}; {self.detail}" if text and self.detail else text
 
 
-def side_verdict(side: str, good: str, reason: str = BUDGET) -> Verdict:
-    """Map :func:`common.interval_side` to a verdict: the ``good`` side holds, the opposite
-    fails, a straddling interval is inconclusive for ``reason``, an undefined one for
-    :data:`UNDEFINED`."""
+def _listed(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" and {items[-1]}"
+
+
+def binding_limit(units: str, *, low: float = 0.0, high: float = 0.0, n_units: int | None = None,
+                  tokens: int | None = None, estimate: float | None = None, threshold: float | None = None,
+                  runs_resampled: int | None = None, seeds_trained: Mapping[int, int] | None = None) -> tuple[str, str]:
+    """``(reason, detail)``: the limit that binds an inconclusive interval, decided from the data.
+
+    In this order: an interval with a NaN bound is :data:`UNDEFINED`; an interval that resamples
+    within one training run (``runs_resampled`` < 2) is bound by the :data:`SEEDS`, whatever it
+    resamples, and the detail gives ``seeds_trained`` (depth → runs trained); otherwise the
+    resampled ``units`` decide (:data:`UNITS`: ``windows`` → :data:`BUDGET`, ``blocks`` or
+    ``layers`` → :data:`BLOCKS`), with ``n_units`` (and, for eval windows, ``tokens`` and how
+    many times the tokens would make the half-width smaller than |``estimate`` − ``threshold``|,
+    since it shrinks as 1/√tokens).
+    """
+    if units not in UNITS:
+        raise ValueError(f"units must be one of {sorted(UNITS)}; got {units!r}")
+    if not finite(low, high):
+        return UNDEFINED, ""
+    if (runs_resampled is not None and runs_resampled < 2) or units == "snapshots":
+        trained = ""
+        if seeds_trained:
+            counts = [f"{n} at depth {d}" for d, n in sorted(seeds_trained.items())]
+            trained = f"; training runs the series has: {_listed(counts)}"
+        covers = "one training run per depth" if (runs_resampled or 1) < 2 else f"{runs_resampled} runs"
+        return SEEDS, f"it resamples the {units} of {covers}{trained}"
+    reason = UNITS[units]
+    named = "eval windows" if units == "windows" else units
+    counted = f"{n_units} {named}" if n_units is not None else named
+    if reason == BLOCKS:
+        return BLOCKS, f"it resamples the model's {counted}"
+    detail = f"it resamples {counted}" + (f" ({tokens:,} tokens)" if tokens else "")
+    if finite(estimate, threshold) and estimate != threshold:
+        factor = ((high - low) / 2 / abs(estimate - threshold)) ** 2
+        if factor > 1:
+            detail += f"; about {fmt_num(factor, 2)}× the tokens would separate it from {fmt_num(threshold)}, if " \
+                      f"the estimate held"
+    return BUDGET, detail
+
+
+def inconclusive(units: str, **data) -> Verdict:
+    """``Verdict(OPEN, *binding_limit(units, **data))``."""
+    return Verdict(OPEN, *binding_limit(units, **data))
+
+
+def rule(text: str) -> Callable[[Callable], Callable]:
+    """Decorator: ``text`` is the stated rule the function applies, written once. It becomes
+    the function's ``rule`` attribute (what the scorecard and the pages print) and the first
+    paragraph of its docstring."""
+    def attach(function: Callable) -> Callable:
+        function.rule = text
+        rest = inspect.cleandoc(function.__doc__ or "")
+        function.__doc__ = f"Rule: {text}." + (f"\n\n{rest}" if rest else "")
+        return function
+
+    return attach
+
+
+def side_verdict(side: str, good: str, reason: str = BUDGET, detail: str = "") -> Verdict:
+    """Map ``zones.analysis.bootstrap.interval_side`` to a verdict: the ``good`` side holds, the
+    opposite fails, a straddling interval is inconclusive for ``reason`` (with ``detail``), an
+    undefined one for :data:`UNDEFINED`."""
     if side == "undefined":
         return Verdict(OPEN, UNDEFINED)
     if side == "straddles":
-        return Verdict(OPEN, reason)
+        return Verdict(OPEN, reason, detail)
     return Verdict(HOLDS if side == good else FAILS)
 
 
-def from_word(word: str, reason: str = BUDGET) -> Verdict:
+def from_word(word: str, reason: str = BUDGET, detail: str = "") -> Verdict:
     """A chapter's verdict word (``holds``, ``does not hold``, ``inconclusive``) as a :class:`Verdict`."""
     if word in (HOLDS, FAILS):
         return Verdict(word)
-    return Verdict(OPEN, reason)
+    return Verdict(OPEN, reason, detail)
 
 
 def verdict_phrase(verdict: str) -> str:
@@ -92,53 +171,6 @@ def verdict_phrase(verdict: str) -> str:
     return {MISSING: f"was {MISSING}"}.get(verdict, str(verdict))
 
 
-def score_ratio_direction(low: float, high: float) -> Verdict:
-    """Claim "zone-aware removes blocks more cheaply than Last-N": the ratio ΔPPL(Last-N) /
-    ΔPPL(zone-aware) at the largest k; holds if its interval lies above 1, does not hold if
-    below 1, inconclusive (budget) if it contains 1. A zero-width interval (both arms removed
-    the same blocks, so every resample gives the same ratio) is read as it stands: no budget
-    would widen it."""
-    if finite(low, high) and low == high:
-        return Verdict(HOLDS if low > 1 else FAILS)
-    return side_verdict(interval_side(low, high, 1.0), "above")
-
-
-def score_ratio_magnitude(low: float, high: float) -> Verdict:
-    """Claim "… by 1.1×–3.6×": holds if the ratio's interval lies inside [1.1, 3.6]; does not
-    hold if it lies wholly above 3.6 (e.g. Last-N collapsed: a ratio of 10⁵ is not the
-    paper's 1.1–3.6×) or wholly below 1.1; inconclusive (budget) if it crosses 1.1 or 3.6."""
-    lo, hi = PAPER_RATIO
-    if not finite(low, high):
-        return Verdict(OPEN, UNDEFINED)
-    if low >= lo and high <= hi:
-        return Verdict(HOLDS)
-    if low > hi or high < lo:
-        return Verdict(FAILS)
-    return Verdict(OPEN, BUDGET)
-
-
-def score_crossover(winners: Mapping[int, str], ours: str = OURS, reference: str = "last_n") -> Verdict:
-    """Claim "Last-N is better at small k, zone-aware from k ≈ 6": ``winners`` maps k to the
-    separable winner at k (``compare_strategies``' ``winner``: ``ours``, ``reference`` or
-    ``tie``). Holds if the reference wins at some k, ours at some later k and at the largest
-    k, and ours never before the reference's last win (ties in between are allowed); does not hold if ours wins
-    at k = 1 … with the reference never ahead (no crossover: ours is better from the start),
-    or the reference is ahead at the largest k (ours never overtakes); inconclusive (budget)
-    otherwise (ties hide where, or whether, they cross)."""
-    ks = sorted(winners)
-    if not ks:
-        return Verdict(OPEN, UNDEFINED)
-    ahead = [k for k in ks if winners[k] == ours]
-    behind = [k for k in ks if winners[k] == reference]
-    if behind and winners[ks[-1]] == reference:
-        return Verdict(FAILS)
-    if not behind and ahead and ahead[0] == ks[0]:
-        return Verdict(FAILS)
-    if behind and ahead and max(behind) < min(ahead) and winners[ks[-1]] == ours:
-        return Verdict(HOLDS)
-    return Verdict(OPEN, BUDGET)
-
-
 def min_permutation_p(n: int) -> float:
     """The smallest two-sided permutation p-value a rank correlation of ``n`` pairs can reach:
     ``2 / n!`` (only the two perfect orderings are as extreme), e.g. 1/12 for 4 blocks."""
@@ -146,15 +178,8 @@ def min_permutation_p(n: int) -> float:
 
 
 def finite(*values) -> bool:
-    """Every value a finite number."""
-    return all(isinstance(v, (int, float)) and math.isfinite(v) for v in values)
-
-
-def interval_text(low: float, high: float, digits: int = 3) -> str:
-    """``"[0.12, 0.34]"`` (``zones.report.format.fmt_num``), or ``"undefined"``."""
-    if not finite(low, high):
-        return "undefined"
-    return f"[{fmt_num(low, digits)}, {fmt_num(high, digits)}]"
+    """Every value a finite number (numpy scalars included, bools not)."""
+    return all(isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) for v in values)
 
 
 def ratio_interval_text(low: float, high: float) -> str:
@@ -168,7 +193,261 @@ def ratio_interval_text(low: float, high: float) -> str:
     return f"[{fmt_ratio(low)}, {fmt_ratio(high)}]"
 
 
-__all__ = ["OURS", "score_crossover", "score_ratio_direction", "score_ratio_magnitude", "BLOCKS", "BUDGET", "FAILS", "HOLDS", "MISSING", "OPEN", "PAPER_CROSSOVER_K", "PAPER_EXPONENT",
-           "PAPER_GAP", "PAPER_Q_PROFILE", "PAPER_RATIO", "PAPER_RHO", "PAPER_RHO_P", "REASONS", "SEEDS",
-           "UNDEFINED", "VERDICTS", "Verdict", "finite", "from_word", "interval_side", "interval_text",
-           "min_permutation_p", "ratio_interval_text", "side_verdict", "verdict_phrase"]
+# --- α predicts importance ---------------------------------------------------------------------------
+
+@rule(f"ρ of the α chosen in advance (the chapter's parameter, not the best of the table); holds if its 95% "
+      f"interval lies at or above {PAPER_RHO[0]} and p < {PAPER_RHO_P}; does not hold if it lies below "
+      f"{PAPER_RHO[0]}; inconclusive otherwise, bound by the blocks (its interval resamples blocks and its p "
+      f"permutes them; with n blocks even a perfect ordering cannot reach p below 2/n!)")
+def score_rho(rho: float, low: float, high: float, p_value: float, n_blocks: int | None = None) -> Verdict:
+    """Claim "α predicts importance, ρ = 0.69–0.84 with p < 0.02"; ``n_blocks`` gives the
+    smallest p a permutation test can reach (:func:`min_permutation_p`)."""
+    side = interval_side(low, high, PAPER_RHO[0])
+    if side == "below":
+        return Verdict(FAILS)
+    if n_blocks is not None and min_permutation_p(int(n_blocks)) >= PAPER_RHO_P:
+        return Verdict(OPEN, BLOCKS, f"with {n_blocks} blocks the smallest two-sided permutation p is "
+                                     f"{fmt_num(min_permutation_p(int(n_blocks)), 2)}, not below {PAPER_RHO_P}")
+    if (side == "above" or (side == "straddles" and low == PAPER_RHO[0])) and p_value < PAPER_RHO_P:
+        return Verdict(HOLDS)
+    return inconclusive("blocks", low=low, high=high, n_units=n_blocks)
+
+
+@rule("ρ's 95% interval excludes 0: α detectably predicts importance, in the sign of ρ; it includes 0: not "
+      "detectably (the interval resamples blocks, so a model with more blocks, not more eval tokens, would narrow "
+      "it); undefined: ρ cannot be computed")
+def rho_verdict(correlation: dict, model: str, alpha_name: str) -> str:
+    """The chapters' verdict sentence on one model's ρ (``rho, ci_low, ci_high`` and, when known,
+    ``n`` or ``n_layers`` or ``n_blocks`` of ``zones.analysis.importance.spearman``)."""
+    side = interval_side(correlation["ci_low"], correlation["ci_high"], 0.0)
+    if side == "undefined":
+        return f"On {model} ρ cannot be computed (too few blocks, or a constant α or ΔLoss)."
+    if side == "straddles":
+        n = next((correlation[k] for k in ("n", "n_layers", "n_blocks") if finite(correlation.get(k))), None)
+        blocks = f"its {int(n)} blocks" if n is not None else "its blocks"
+        return (f"On {model} the interval includes zero: the block's {alpha_name} does not detectably predict its "
+                f"importance (the interval resamples {blocks}; more eval tokens would not narrow it).")
+    direction = "larger" if side == "above" else "smaller"
+    return (f"On {model} the interval excludes zero: blocks with a {direction} {alpha_name} tend to matter "
+            f"more.")
+
+
+# --- zone-aware against Last-N -----------------------------------------------------------------------
+
+@rule("ratio = ΔPPL(Last-N) / ΔPPL(zone-aware) at the largest k; holds if its 95% interval lies above 1; does "
+      "not hold if below 1; inconclusive (budget) if it contains 1; a zero-width interval (both removed the same "
+      "blocks, so every resample gives the same ratio) is read as it stands")
+def score_ratio_direction(low: float, high: float, *, ratio: float | None = None, tokens: int | None = None) -> Verdict:
+    """Claim "zone-aware removes blocks more cheaply than Last-N", from the ratio's interval
+    (``ratio`` and ``tokens``, when given, say how far a larger budget would have to go)."""
+    if finite(low, high) and low == high:
+        return Verdict(HOLDS if low > 1 else FAILS)
+    return side_verdict(interval_side(low, high, 1.0), "above",
+                        *binding_limit("windows", low=low, high=high, tokens=tokens, estimate=ratio, threshold=1.0))
+
+
+@rule(f"the same ratio; holds if its 95% interval lies inside [{PAPER_RATIO[0]}, {PAPER_RATIO[1]}]; does not "
+      f"hold if it lies wholly above {PAPER_RATIO[1]} (a ratio far above the paper's range, as when Last-N "
+      f"collapses, is not the paper's finding) or wholly below {PAPER_RATIO[0]}; inconclusive (budget) if it "
+      f"crosses either end, (undefined) if it is undefined")
+def score_ratio_magnitude(low: float, high: float, *, ratio: float | None = None,  # noqa: ARG001 (the same signature)
+                          tokens: int | None = None) -> Verdict:
+    """Claim "… by 1.1×–3.6×", from the ratio's interval."""
+    lo, hi = PAPER_RATIO
+    if not finite(low, high):
+        return Verdict(OPEN, UNDEFINED)
+    if low >= lo and high <= hi:
+        return Verdict(HOLDS)
+    if low > hi or high < lo:
+        return Verdict(FAILS)
+    return inconclusive("windows", low=low, high=high, tokens=tokens)
+
+
+@rule("the separable winner at each k (its paired Δloss interval excludes 0; otherwise neither wins there); "
+      "holds if Last-N wins at some k, zone-aware wins at the largest k, and every zone-aware win comes after "
+      "Last-N's last win (at the k between and after, zone-aware may be not separable from Last-N, but is "
+      "never behind it); does not hold if zone-aware wins at the smallest k with Last-N never ahead (no "
+      "crossover), if Last-N wins at the largest k (zone-aware never overtakes), or if a zone-aware win comes "
+      "before a Last-N win (they trade places: no single crossover); inconclusive (budget) otherwise: ties "
+      "hide whether, or where, they cross")
+def score_crossover(winners: Mapping[int, str], ours: str = OURS, reference: str = "last_n", *,
+                    tokens: int | None = None) -> Verdict:
+    """Claim "Last-N is better at small k, zone-aware from k ≈ 6" (the paper: zone-aware
+    overtakes Last-N from about k = 6). ``winners`` maps k to the separable winner at k
+    (``compare_strategies``' ``winner``: ``ours``, ``reference`` or ``tie``). A tie after
+    Last-N's last win does not stop the claim from holding (an overtaking seen through
+    intervals may pass through ties); a Last-N win after a zone-aware win does."""
+    ks = sorted(winners)
+    if not ks:
+        return Verdict(OPEN, UNDEFINED)
+    ahead = [k for k in ks if winners[k] == ours]
+    behind = [k for k in ks if winners[k] == reference]
+    if behind and winners[ks[-1]] == reference:
+        return Verdict(FAILS)
+    if not behind and ahead and ahead[0] == ks[0]:
+        return Verdict(FAILS)
+    if behind and ahead and min(ahead) < max(behind):
+        return Verdict(FAILS)
+    if behind and ahead and winners[ks[-1]] == ours:
+        return Verdict(HOLDS)
+    return inconclusive("windows", tokens=tokens)
+
+
+@rule(f"the largest worst/best ΔPPL ratio over k; holds if its 95% interval lies above 1 and reaches "
+      f"{PAPER_GAP} or beyond (gaps at least as large as the paper's); does not hold if it lies wholly below "
+      f"{PAPER_GAP}; inconclusive if it is undefined (the best arm's ΔPPL interval reaches 0) or contains 1")
+def score_gap(low: float, high: float, *, tokens: int | None = None) -> Verdict:
+    """Claim "the choice of strategy matters: worst-vs-best gaps up to 23.7×": a gap larger
+    than the paper's bears "up to 23.7×" out (or exceeds it); it does not contradict it."""
+    if not finite(low, high):
+        return Verdict(OPEN, UNDEFINED)
+    if high < PAPER_GAP:
+        return Verdict(FAILS)
+    if low > 1:
+        return Verdict(HOLDS)
+    return inconclusive("windows", low=low, high=high, tokens=tokens)
+
+
+HEALING_CLAIM = "spectral-guided pruning beats Last-N after healing"
+HEALING_PAPER = "1.1×–3.6× lower ΔPPL than Last-N (before healing; the paper does not heal)"
+
+
+@rule("d = Δloss(Last-N keeping the last block) − Δloss(zone-aware), both healed by the same method and token "
+      "budget, at the largest k, on the same eval windows; holds if its 95% interval lies above 0; does not hold "
+      "if it lies below 0; inconclusive (budget) otherwise")
+def score_after_healing(low: float, high: float, *, difference: float | None = None,
+                        tokens: int | None = None) -> Verdict:
+    """The healing chapter's claim, from the interval of d after healing (above 0: zone-aware's
+    healed model is better)."""
+    limit = binding_limit("windows", low=low, high=high, tokens=tokens, estimate=difference, threshold=0.0)
+    return side_verdict(interval_side(low, high, 0.0), "above", *limit)
+
+
+# --- the α profile, block importance, the lifecycle --------------------------------------------------
+
+@rule("over relative depth, blocks resampled, the first that applies: holds for an inverted U (the fitted "
+      "parabola's curvature interval below 0, its turn inside the depth) or a rise (the fitted line's rise "
+      "interval above 0); does not hold for a fall (the rise interval below 0) or a U shape (the curvature "
+      "interval above 0, its turn inside); inconclusive (blocks) otherwise")
+def score_shape(shape: str, *, n_blocks: int | None = None) -> Verdict:
+    """Claim "the α profile rises with depth (an inverted U in deeper models)", from
+    ``zones.analysis.profile.profile_shape``'s ``shape`` (the weights are all there is, so
+    only more blocks would narrow an inconclusive one)."""
+    if shape in ("rises", "inverted U"):
+        return Verdict(HOLDS)
+    if shape in ("falls", "U-shaped"):
+        return Verdict(FAILS)
+    if shape == "undefined":
+        return Verdict(OPEN, UNDEFINED)
+    return inconclusive("blocks", n_units=n_blocks)
+
+
+@rule("std over blocks of the Q/K α profile / that of V/O; holds if its 95% interval lies above 1; does not "
+      "hold if below 1; inconclusive (blocks) otherwise")
+def score_asymmetry(low: float, high: float, *, n_layers: int | None = None) -> Verdict:
+    """Claim "Q/K carry the depth dependence, V/O stay flat", from the ratio's interval
+    (``zones.analysis.profile.qk_vo_asymmetry``: layers resampled)."""
+    return side_verdict(interval_side(low, high, 1.0), "above", *binding_limit("layers", low=low, high=high,
+                                                                                n_units=n_layers))
+
+
+def first_blocks(n_blocks: int) -> list[int]:
+    """The blocks the claim "the first blocks matter most" is about: the first ⌈0.1 · L⌉."""
+    return list(range(max(1, math.ceil(FIRST_FRACTION * n_blocks))))
+
+
+@rule("holds if the costliest block is one of the first ⌈L/10⌉ and its ΔLoss interval lies above every later "
+      "block's; does not hold if a later block's interval lies above all of theirs; inconclusive (budget) "
+      "otherwise")
+def first_blocks_matter_most(table: pd.DataFrame) -> dict:
+    """Is the most important block one of the first blocks (:func:`first_blocks`), clearly?
+
+    Without intervals in the table the verdict is ``inconclusive``. The comparison of separate
+    intervals is conservative: a paired difference would separate at least as often.
+
+    Returns ``first_blocks`` (text), ``first_ranks`` (each first block's rank by ΔLoss, 1 =
+    costliest), ``n_blocks``, ``top_first, top_first_delta, top_first_low, top_first_high``,
+    the same for ``top_later`` and for ``reach_later`` (the later block whose interval reaches
+    highest), and ``verdict`` (a word).
+    """
+    df = table.sort_values("layer").reset_index(drop=True)
+    low, high = delta_loss_bounds(df)
+    head = df["layer"].isin(first_blocks(len(df)))
+    if head.all():
+        raise ValueError("the model has too few blocks to compare its first blocks with later ones")
+    first_i = df.loc[head, "delta_loss"].idxmax()
+    later_i = df.loc[~head, "delta_loss"].idxmax()
+    if low.isna().any() or high.isna().any():
+        verdict = OPEN
+    elif df.loc[first_i, "delta_loss"] >= df.loc[later_i, "delta_loss"] and low[first_i] > high[~head].max():
+        verdict = HOLDS
+    elif (low[~head] > high[head].max()).any():
+        verdict = FAILS
+    else:
+        verdict = OPEN
+    span = first_blocks(len(df))
+    ranks = df["delta_loss"].rank(ascending=False, method="min").astype(int)
+    reach_i = high[~head].idxmax() if high[~head].notna().any() else later_i   # the later interval reaching highest
+    return dict(first_blocks=f"{span[0]}" if len(span) == 1 else f"{span[0]}–{span[-1]}",
+                first_ranks={int(df.loc[i, "layer"]): int(ranks[i]) for i in df.index[head]}, n_blocks=int(len(df)),
+                top_first=int(df.loc[first_i, "layer"]), top_first_delta=float(df.loc[first_i, "delta_loss"]),
+                top_first_low=float(low[first_i]), top_first_high=float(high[first_i]),
+                top_later=int(df.loc[later_i, "layer"]), top_later_delta=float(df.loc[later_i, "delta_loss"]),
+                top_later_low=float(low[later_i]), top_later_high=float(high[later_i]),
+                reach_later=int(df.loc[reach_i, "layer"]), reach_later_delta=float(df.loc[reach_i, "delta_loss"]),
+                reach_later_low=float(low[reach_i]), reach_later_high=float(high[reach_i]), verdict=verdict)
+
+
+@rule("g = mean compression of the first half of the layers − the second half's, at every snapshot after "
+      "step 0; the leading half is the one whose extreme (max g for early, min g for late) has an interval "
+      "excluding 0, the earlier one if both; holds if the early half led and the interval of g's later "
+      "minimum lies below 0; does not hold if the late half led, or the early half led and that interval lies "
+      "above 0 (no reversal); inconclusive (blocks: layers per half) otherwise")
+def score_wave(leader: str, after_low: float, after_high: float, *, n_layers: int | None = None) -> Verdict:
+    """Claim "a compression wave runs from early to late layers, then reverses", from
+    ``zones.analysis.lifecycle.wave_reversal`` (step 0 excluded; ``n_layers``: the layers its
+    halves resample)."""
+    side = interval_side(after_low, after_high, 0.0)
+    if leader == "late" or (leader == "early" and side == "above"):
+        return Verdict(FAILS)
+    if leader == "early" and side == "below":
+        return Verdict(HOLDS)
+    return Verdict(OPEN, BLOCKS, binding_limit("layers", n_units=n_layers)[1])
+
+
+@rule(f"by the interval of b alone (snapshots resampled): holds if it contains {PAPER_EXPONENT} and lies above 0; "
+      f"does not hold if it excludes {PAPER_EXPONENT}; inconclusive otherwise (it contains {PAPER_EXPONENT} and "
+      f"0, or is undefined)")
+def score_exponent_interval(low: float, high: float) -> str:
+    """The lifecycle chapter's reading of b's snapshot-jitter interval, as a word (the
+    scorecard's verdict is :func:`score_exponent`)."""
+    side = interval_side(low, high, PAPER_EXPONENT)
+    if side == "undefined":
+        return OPEN
+    if side != "straddles":
+        return FAILS
+    return HOLDS if low > 0 else OPEN
+
+
+@rule(f"b = log–log slope of Δα (averaged over the last quarter's snapshots) on depth; by its interval the claim "
+      f"would hold if it contains {PAPER_EXPONENT} and lies above 0 and not hold if it excludes {PAPER_EXPONENT}, "
+      f"but that interval resamples the snapshots of the runs it reads: while it reads one training run per depth "
+      f"(it covers snapshot jitter, not run-to-run variation) the verdict is inconclusive (seeds), however many "
+      f"seeds the series trained")
+def score_exponent(word: str, *, runs_resampled: int = 1, seeds_trained: Mapping[int, int] | None = None) -> Verdict:
+    """Claim "Δα ∝ L^0.26": the chapter's jitter-only word (:func:`score_exponent_interval`)
+    is shown in the row; ``runs_resampled``: the runs per depth its interval resamples;
+    ``seeds_trained``: depth → the runs the series trained (read from the runs)."""
+    if runs_resampled >= 2:
+        return from_word(word, *binding_limit("snapshots", runs_resampled=runs_resampled))
+    return inconclusive("snapshots", runs_resampled=runs_resampled, seeds_trained=seeds_trained)
+
+
+__all__ = ["BLOCKS", "BUDGET", "FAILS", "FIRST_FRACTION", "HEALING_CLAIM", "HEALING_PAPER", "HOLDS",
+           "LAST_N_KEEP_LAST", "MISSING", "OPEN", "OURS", "PAPER_CROSSOVER_K", "PAPER_EXPONENT", "PAPER_GAP",
+           "PAPER_Q_PROFILE", "PAPER_RATIO", "PAPER_RHO", "PAPER_RHO_P", "REASONS", "SEEDS", "UNDEFINED",
+           "UNITS", "VERDICTS", "Verdict", "binding_limit", "finite", "first_blocks", "first_blocks_matter_most",
+           "from_word", "inconclusive", "min_permutation_p", "ratio_interval_text", "rho_verdict", "rule", "score_after_healing",
+           "score_asymmetry", "score_crossover", "score_exponent", "score_exponent_interval", "score_gap",
+           "score_ratio_direction", "score_ratio_magnitude", "score_rho", "score_shape", "score_wave",
+           "side_verdict", "verdict_phrase"]

@@ -74,6 +74,7 @@ from zones.series.runs import (
                      series_history,
                      series_importance,
                      series_snapshots,
+                     series_sublayer_rho,
                      series_summary,
                      train_series,
 )
@@ -93,7 +94,8 @@ __all__ = [
     "build_model", "corpus_tokens", "flops_per_token", "heldout_split", "heldout_windows", "late_improvement",
     "learning_rate", "load_checkpoint", "load_run", "make_optimizer", "parameter_count", "profile_config",
     "profile_depths", "profile_seeds", "run_key", "run_label", "run_path", "save_model_directory",
-    "series_configs", "series_history", "series_importance", "series_snapshots", "series_summary",
+    "series_configs", "series_history", "series_importance", "series_snapshots", "series_sublayer_rho",
+    "series_summary",
     "spectral_snapshot", "split_windows", "tokenizer_and_tokens", "train_model", "train_series",
     "train_tokenizer", "write_checkpoint",
 ]

@@ -1,5 +1,6 @@
 """A trained series (one run per depth and seed) as tables: the runs, their loss curves, their
-spectral snapshots, and the single-block ablation with α of every run (``series_importance``)."""
+spectral snapshots, the single-block ablation with α of every run (``series_importance``), and
+the sublayer ρ of every run (``series_sublayer_rho``)."""
 from __future__ import annotations
 
 from typing import Iterable
@@ -8,7 +9,9 @@ import numpy as np
 import pandas as pd
 
 from zones.analysis.importance import ModelImportance
-from zones.measure.ablation import ablation_table
+from zones.analysis.sublayers import sublayer_rho_table
+from zones.measure.ablation import ablation_table, ablation_window_losses
+from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES
 from zones.series.config import series_configs
 from zones.series.io import HISTORY_COLUMNS, SNAPSHOT_COLUMNS, TrainedRun
 from zones.series.loop import train_model
@@ -82,3 +85,30 @@ def series_importance(runs: list[TrainedRun], *, eval_tokens: int | None = 8128,
         results.append(ModelImportance(str(run.path), run_label(run), loaded.fingerprint,
                                        run.config.depth, ablation, alpha_table(loaded.model)))
     return results
+
+
+SUBLAYER_RHO_COLUMNS = ["model", "depth", "seed", "part", "n_blocks", "rho", "ci_low", "ci_high", "p_value"]
+
+
+def series_sublayer_rho(profile: str = "cpu", depths=None, train_overrides: dict | None = None, *,
+                        eval_tokens: int, estimator: str = "alpha_shape", batch_size: int = 16,
+                        n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, seed: int = 0,
+                        progress: bool = False) -> pd.DataFrame:
+    """ρ(sublayer ΔLoss, the sublayer's weighted α) of every model of a trained depth series
+    (:func:`train_series` ``(depths, profile, **train_overrides)``: with the same arguments, the
+    depth-series chapter's runs, read from the cache), each on ``eval_tokens`` of its own
+    held-out windows (``zones.analysis.sublayers.sublayer_rho_table``). Columns
+    :data:`SUBLAYER_RHO_COLUMNS`: one row per run and part (``attn``, ``mlp``)."""
+    rows = []
+    for run in train_series(depths, profile, progress=progress, **(train_overrides or {})):
+        loaded = run.load()
+        long = ablation_window_losses(loaded.model, heldout_windows(run, eval_tokens), parts=True,
+                                      batch_size=batch_size, progress=progress)
+        rho = sublayer_rho_table(long, alpha_table(loaded.model), n_resamples=n_resamples,
+                                 n_permutations=n_permutations, seed=seed)
+        for part in ("attn", "mlp"):
+            r = rho[(rho["part"] == part) & (rho["estimator"] == estimator) & (rho["role"] == "weighted")].iloc[0]
+            rows.append(dict(model=run_label(run), depth=run.config.depth, seed=run.config.seed, part=part,
+                             n_blocks=int(long["layer"].nunique()), rho=r["rho"], ci_low=r["ci_low"],
+                             ci_high=r["ci_high"], p_value=r["p_value"]))
+    return pd.DataFrame(rows, columns=SUBLAYER_RHO_COLUMNS)

@@ -1,0 +1,84 @@
+"""ρ(α, ΔLoss) over the runs of a trained series: per run, pooled over the seeds of a depth and
+over every run, and how alike the seeds of one depth are.
+
+Input: an importance table of several runs (``model, depth, seed, layer, delta_loss, alpha``,
+as the depth-series chapter stacks ``zones.analysis.importance.importance_frame``). Every
+interval resamples blocks (``zones.analysis.importance.spearman``).
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+from scipy.stats import rankdata
+
+from zones.analysis.importance import spearman
+from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES
+
+RHO_RUN_COLUMNS = ["depth", "seed", "model", "n_blocks", "rho", "ci_low", "ci_high", "half_width", "p_value"]
+POOLED_COLUMNS = ["depth", "n_runs", "n_blocks", "rho", "ci_low", "ci_high", "half_width", "p_value"]
+
+
+def rho_by_run(importance: pd.DataFrame, *, n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS,
+               seed: int = 0) -> pd.DataFrame:
+    """Spearman ρ(α, ΔLoss) of each run, the tidy table the claims page scores.
+
+    Columns ``RHO_RUN_COLUMNS``: ``depth, seed, model, n_blocks, rho, ci_low, ci_high``
+    (bootstrap 95 % over blocks), ``half_width`` ((high − low) / 2), ``p_value`` (two-sided
+    permutation)."""
+    rows = []
+    for (depth, run_seed, model), part in importance.groupby(["depth", "seed", "model"], sort=True):
+        c = spearman(part["alpha"], part["delta_loss"], n_resamples=n_resamples, n_permutations=n_permutations,
+                     seed=seed)
+        rows.append(dict(depth=int(depth), seed=int(run_seed), model=model, n_blocks=c.n, rho=c.rho,
+                         ci_low=c.ci_low, ci_high=c.ci_high, half_width=(c.ci_high - c.ci_low) / 2,
+                         p_value=c.p_value))
+    return pd.DataFrame(rows, columns=RHO_RUN_COLUMNS)
+
+
+def within_model_ranks(importance: pd.DataFrame) -> pd.DataFrame:
+    """``importance`` with ``alpha_rank`` and ``delta_rank``: each block's rank within its own
+    model, scaled to (0, 1) as (rank − ½) / n so models of different depths pool."""
+    out = importance.copy()
+    for column, name in (("alpha", "alpha_rank"), ("delta_loss", "delta_rank")):
+        out[name] = out.groupby("model")[column].transform(lambda v: (rankdata(v) - 0.5) / len(v))
+    return out
+
+
+def rho_pooled(importance: pd.DataFrame, *, n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS,
+               seed: int = 0) -> pd.DataFrame:
+    """ρ pooled over runs: per depth (its seeds) and over every run (``depth = "all"``).
+
+    Ranks are taken within each model first (:func:`within_model_ranks`), so pooling compares
+    blocks only with blocks of their own model; ρ is then Spearman's over the pooled blocks, its
+    interval resamples blocks and its p permutes them. Columns ``POOLED_COLUMNS``."""
+    ranked = within_model_ranks(importance)
+    groups = [(str(int(d)), part) for d, part in ranked.groupby("depth", sort=True)] + [("all", ranked)]
+    rows = []
+    for depth, part in groups:
+        c = spearman(part["alpha_rank"], part["delta_rank"], n_resamples=n_resamples, n_permutations=n_permutations,
+                     seed=seed)
+        rows.append(dict(depth=depth, n_runs=int(part["model"].nunique()), n_blocks=c.n, rho=c.rho, ci_low=c.ci_low,
+                         ci_high=c.ci_high, half_width=(c.ci_high - c.ci_low) / 2, p_value=c.p_value))
+    return pd.DataFrame(rows, columns=POOLED_COLUMNS)
+
+
+def seed_agreement(importance: pd.DataFrame, rho_runs: pd.DataFrame) -> pd.DataFrame:
+    """Per depth: Spearman ρ between the seeds' ΔLoss profiles (block by block; the mean over
+    seed pairs, NaN with one seed), whether every seed's costliest block is the same, and the
+    spread of ρ(α, ΔLoss) between seeds (:func:`rho_by_run`). Columns ``depth, n_seeds,
+    profile_rho, costliest_blocks, same_costliest, rho_min, rho_max, rho_spread``."""
+    rows = []
+    for depth, part in importance.groupby("depth", sort=True):
+        profiles = part.pivot_table(index="layer", columns="seed", values="delta_loss")
+        seeds = list(profiles.columns)
+        pairs = [spearman(profiles[a], profiles[b], n_resamples=1, n_permutations=1).rho
+                 for a, b in itertools.combinations(seeds, 2)]
+        costliest = [int(profiles[s].idxmax()) for s in seeds]
+        rhos = rho_runs.loc[rho_runs["depth"] == depth, "rho"]
+        rows.append(dict(depth=int(depth), n_seeds=len(seeds), profile_rho=float(np.mean(pairs)) if pairs else np.nan,
+                         costliest_blocks=", ".join(map(str, costliest)), same_costliest=len(set(costliest)) == 1,
+                         rho_min=float(rhos.min()), rho_max=float(rhos.max()),
+                         rho_spread=float(rhos.max() - rhos.min())))
+    return pd.DataFrame(rows)
