@@ -74,11 +74,11 @@ def delta_ppl_bars(summary: pd.DataFrame, strategies: Sequence[str] = ("zone_awa
         y=alt.Y("delta_ppl:Q", scale=y_scale, title="ΔPPL (log scale)", stack=None, axis=SI_AXIS), tooltip=tips)
     if interval:
         low_end = 10 ** math.floor(math.log10(floor)) if floor == floor else 1.0
-        whiskers = alt.Chart(_interval_ends(df, low_end)).mark_rule(color="black").encode(
+        whiskers = alt.Chart(_interval_ends(df, low_end)).mark_rule(color="black", clip=True).encode(
             x=alt.X("k:O"), xOffset=alt.XOffset("strategy:N", sort=order),
             y=alt.Y("delta_ppl_low_plot:Q", scale=y_scale), y2="delta_ppl_high_plot:Q", tooltip=tips)
     else:
-        whiskers = base.transform_filter("datum.n_seeds > 1").mark_rule(color="black").encode(
+        whiskers = base.transform_filter("datum.n_seeds > 1").mark_rule(color="black", clip=True).encode(
             y=alt.Y("delta_ppl_min:Q", scale=y_scale), y2="delta_ppl_max:Q")
     return (bars + whiskers).properties(width="container", height=260, title=title or "ΔPPL by number of blocks removed")
 
@@ -105,7 +105,7 @@ def delta_ppl_lines(summary: pd.DataFrame, strategies: Sequence[str] | None = No
     chart = base.mark_line() + base.mark_point(filled=True, size=40)
     if _has_interval(df):
         floor = float(df["delta_ppl"].min()) / 3
-        rules = alt.Chart(_interval_ends(df, floor)).mark_rule(strokeWidth=1.5).encode(
+        rules = alt.Chart(_interval_ends(df, floor)).mark_rule(strokeWidth=1.5, clip=True).encode(
             x="k:Q", y=alt.Y("delta_ppl_low_plot:Q", scale=alt.Scale(type="log")), y2="delta_ppl_high_plot:Q",
             color=alt.Color("strategy:N", scale=_color(order), sort=order),
             opacity=alt.condition(pick, alt.value(0.6), alt.value(0.06)))
@@ -164,7 +164,7 @@ def crossover_chart(comparison: pd.DataFrame, numerator: str = "last_n",
     if has_interval:
         ends = df.assign(low_plot=df["ratio_low"].where(df["ratio_low"] > lo, lo),
                          high_plot=df["ratio_high"].where(df["ratio_high"] < hi, hi))
-        chart = chart + alt.Chart(ends).mark_rule(color="black", strokeWidth=1.5).encode(
+        chart = chart + alt.Chart(ends).mark_rule(color="black", strokeWidth=1.5, clip=True).encode(
             x=alt.X("k:Q", scale=alt.Scale(domain=[k_lo, k_hi], nice=False)),
             y=alt.Y("low_plot:Q", scale=y_scale), y2="high_plot:Q")
     if len(collapsed):

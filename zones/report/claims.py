@@ -31,7 +31,7 @@ from zones.core.cache import atomic_write_text
 from zones.pruning import COLLAPSE_RATIO
 from zones.report import healing
 from zones.report.common import ChapterResult, interval_side, read_summary, save
-from zones.report.format import fmt_interval, fmt_num, fmt_p, fmt_ratio
+from zones.report.format import fmt_interval, fmt_num, fmt_p, fmt_ratio, list_table, md_escape
 from zones.report.layer_ablation import first_blocks_matter_most
 from zones.report.verdicts import (
     BLOCKS,
@@ -502,26 +502,38 @@ def summary_markdown(scores: pd.DataFrame, link_prefix: str = "chapters/") -> st
     return head + "\n\n" + "\n".join(lines) + "\n"
 
 
+SCORECARD_NAME = "tbl-claims-scorecard"   # {numref}`tbl-claims-scorecard` cites it
+SCORECARD_CAPTION = ("The paper's claims: our figure and its 95% interval beside the paper's, "
+                     "for each model and corpus, with the verdict of the claim's rule and, when inconclusive, why.")
+
+
 class ScorecardTable:
-    """The scorecard as an HTML table (``table.zones-claims``) of four columns that fit a
-    desktop column: the claim (with the paper's figure), the verdict (with why, if
-    inconclusive), our figure (with its interval) and the model (with the corpus). Every cell
-    carries its column name (``data-label``), so at a phone's width the CSS stacks each row
-    into a card."""
+    """The scorecard as a table of four columns that fit a desktop column: the claim (with the
+    paper's figure), the verdict (with why, if inconclusive), our figure (with its interval) and
+    the model (with the corpus). In the book it is a numbered table (a MyST ``{list-table}``,
+    ``name`` for ``{numref}``) whose rows become labelled cards at a phone's width
+    (``table.zones-cards``); in JupyterLab the same table as HTML, each cell carrying its column
+    name (``data-label``)."""
 
     LABELS = ("claim", "verdict", "ours", "model")
 
-    def __init__(self, scores: pd.DataFrame, caption: str = ""):
-        self.scores, self.caption = scores, caption
+    def __init__(self, scores: pd.DataFrame, caption: str = "", name: str | None = SCORECARD_NAME):
+        self.scores, self.caption, self.name = scores, caption, name
 
     @staticmethod
-    def _cells(r: Mapping[str, Any]) -> list[str]:
-        text = lambda key: html.escape(str(r.get(key, "")) if r.get(key, "") == r.get(key, "") else "")
+    def _cells(r: Mapping[str, Any], escape: Callable[[str], str] = html.escape) -> list[str]:
+        text = lambda key: escape(str(r.get(key, "")) if r.get(key, "") == r.get(key, "") else "")
         small = lambda words: f'<br><span class="zones-small">{words}</span>' if words else ""
-        return [f"<strong>{text('claim')}</strong>{small('paper: ' + text('paper'))}",
+        bold = (lambda words: f"**{words}**") if escape is not html.escape else (lambda words: f"<strong>{words}</strong>")
+        return [f"{bold(text('claim'))}{small(escape('paper: ') + text('paper'))}",
                 _badge(str(r["verdict"])) + small(text("reason")),
-                f"{text('ours')}{small('95% interval: ' + text('interval')) if r.get('interval') not in ('–', None) else ''}",
+                f"{text('ours')}{small(escape('95% interval: ') + text('interval')) if r.get('interval') not in ('–', None) else ''}",
                 f"{text('model')}{small(text('corpus')) if r.get('corpus') not in ('–', None) else ''}"]
+
+    def _repr_markdown_(self) -> str:
+        rows = [self._cells(r, md_escape) for r in self.scores.to_dict("records")]
+        return list_table([list(self.LABELS)], rows, self.caption or None, self.name,
+                          ["zones-table", "zones-cards", "zones-claims"])
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{label}</th>" for label in self.LABELS)
@@ -530,15 +542,11 @@ class ScorecardTable:
             cells = "".join(f'<td data-label="{label}">{cell}</td>' for label, cell in zip(self.LABELS, self._cells(r)))
             body.append(f"<tr>{cells}</tr>")
         caption = f"<caption>{html.escape(self.caption)}</caption>" if self.caption else ""
-        return (f'<div class="zones-table zones-claims-box"><table class="zones-claims">{caption}<thead><tr>{head}'
-                f'</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
+        return (f'<div class="zones-table zones-claims-box"><table class="zones-table zones-cards zones-claims">'
+                f'{caption}<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
 
     def __repr__(self) -> str:
         return self.scores[["claim", "verdict", "ours", "interval", "model"]].to_string(index=False)
-
-
-SCORECARD_CAPTION = ("Table 1. The paper's claims: our figure and its 95% interval beside the paper's, "
-                     "for each model and corpus, with the verdict of the claim's rule and, when inconclusive, why.")
 
 
 def scorecard_html(scores: pd.DataFrame, caption: str = SCORECARD_CAPTION) -> ScorecardTable:
