@@ -1,13 +1,14 @@
 /* zones: tables a phone can read.
  *
- * Each body cell of a book table (table.zones-table) gets its column's header as `data-label`.
- * At a phone's width (zones.css: below 600 px) a table marked `zones-cards` (the scorecard), or
- * one that is wider than its box, shows each row as a card with one labelled field per line,
- * so no column hides behind a scroll bar and the caption wraps in the column.
+ * Each body cell of a table in the article gets its column's header as `data-label`. At a
+ * phone's width (zones.css: below 600 px) a table marked `zones-cards` (the scorecard), or one
+ * that is wider than its box, shows each row as a card with one labelled field per line, so no
+ * column hides behind a scroll bar and the caption wraps in the column.
  */
 (function () {
   "use strict";
   var PHONE = "(max-width: 600px)";
+  var TABLES = "article table";
 
   function headerNames(table) {
     // one name per column: the header rows' texts joined ("k = 1 · Δloss"), a blank header
@@ -38,7 +39,7 @@
 
   function fit() {
     var phone = window.matchMedia(PHONE).matches;
-    document.querySelectorAll("table.zones-table").forEach(function (table) {
+    document.querySelectorAll(TABLES).forEach(function (table) {
       table.classList.remove("zones-as-cards");
       if (!phone) return;
       var box = table.parentElement;
@@ -51,7 +52,7 @@
 
   var timer = null;
   function start() {
-    document.querySelectorAll("table.zones-table").forEach(label);
+    document.querySelectorAll(TABLES).forEach(label);
     fit();
     window.addEventListener("resize", function () {
       clearTimeout(timer);
