@@ -522,13 +522,16 @@ class ScorecardTable:
 
     @staticmethod
     def _cells(r: Mapping[str, Any], escape: Callable[[str], str] = html.escape) -> list[str]:
-        text = lambda key: escape(str(r.get(key, "")) if r.get(key, "") == r.get(key, "") else "")
-        small = lambda words: f'<br><span class="zones-small">{words}</span>' if words else ""
-        bold = (lambda words: f"**{words}**") if escape is not html.escape else (lambda words: f"<strong>{words}</strong>")
-        return [f"{bold(text('claim'))}{small(escape('paper: ') + text('paper'))}",
-                _badge(str(r["verdict"])) + small(text("reason")),
-                f"{text('ours')}{small(escape('95% interval: ') + text('interval')) if r.get('interval') not in ('–', None) else ''}",
-                f"{text('model')}{small(text('corpus')) if r.get('corpus') not in ('–', None) else ''}"]
+        """The four cells of row ``r``, in HTML (``escape=html.escape``) or MyST Markdown
+        (``escape=md_escape``); a badge and the small print are inline HTML in both."""
+        value = lambda key: str(r.get(key, "")) if r.get(key, "") == r.get(key, "") else ""
+        small = lambda words: f'<br><span class="zones-small">{escape(words)}</span>' if words else ""
+        bold = (lambda words: f"<strong>{words}</strong>") if escape is html.escape else (lambda words: f"**{words}**")
+        return [f"{bold(escape(value('claim')))}{small('paper: ' + value('paper'))}",
+                _badge(str(r["verdict"])) + small(value("reason")),
+                f"{escape(value('ours'))}"
+                f"{small('95% interval: ' + value('interval')) if r.get('interval') not in ('–', None) else ''}",
+                f"{escape(value('model'))}{small(value('corpus')) if r.get('corpus') not in ('–', None) else ''}"]
 
     def _repr_markdown_(self) -> str:
         rows = [self._cells(r, md_escape) for r in self.scores.to_dict("records")]
