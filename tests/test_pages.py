@@ -141,7 +141,7 @@ def test_a_chart_with_panels_stacks_them_on_a_phone():
     assert narrow["config"]["legend"]["orient"] == "bottom" and "datasets" not in narrow
     faceted = chart.properties(width=200).facet(facet="g:N", columns=3).to_dict()
     assert figures.narrow_spec(faceted)["columns"] == 1
-    heatmaps = figures.phone_columns(chart.properties(width=150).facet(facet="g:N", columns=3), 2).to_dict()
+    heatmaps = figures.phone_layout(chart.properties(width=150).facet(facet="g:N", columns=3), 2).to_dict()
     assert figures.narrow_spec(heatmaps)["columns"] == 2
     assert figures.narrow_spec(figures.fit(chart).to_dict()) is None   # a single chart already fits
 

@@ -1,9 +1,10 @@
 /* zones: tables a phone can read.
  *
- * Each body cell of a table in the article gets its column's header as `data-label`. At a
- * phone's width (zones.css: below 600 px) a table marked `zones-cards` (the scorecard), or one
- * that is wider than its box, shows each row as a card with one labelled field per line, so no
- * column hides behind a scroll bar and the caption wraps in the column.
+ * Each body cell of a table in the article gets its column's header as `data-label`. A table
+ * wider than its box is set in smaller type (`zones-compact`); one still too wide, or one
+ * marked `zones-cards` (the scorecard) at a phone's width, shows each row as a card with one
+ * labelled field per line (`zones-as-cards`), so no column hides behind a scroll bar and the
+ * caption wraps in the column.
  */
 (function () {
   "use strict";
@@ -37,16 +38,24 @@
     });
   }
 
+  function fits(table) {
+    var box = table.parentElement;
+    return box.scrollWidth <= box.clientWidth + 1 &&
+           table.getBoundingClientRect().width <= box.getBoundingClientRect().width + 1;
+  }
+
+  // A table never hides a column: as it is if it fits its box; else in smaller type
+  // (zones-compact); else, or always at a phone's width when marked zones-cards, as cards.
   function fit() {
     var phone = window.matchMedia(PHONE).matches;
     document.querySelectorAll(TABLES).forEach(function (table) {
-      table.classList.remove("zones-as-cards");
-      if (!phone) return;
-      var box = table.parentElement;
-      if (table.classList.contains("zones-cards") || box.scrollWidth > box.clientWidth + 1 ||
-          table.getBoundingClientRect().width > box.getBoundingClientRect().width + 1) {
-        table.classList.add("zones-as-cards");
-      }
+      table.classList.remove("zones-as-cards", "zones-compact");
+      if (phone && table.classList.contains("zones-cards")) { table.classList.add("zones-as-cards"); return; }
+      if (fits(table)) return;
+      table.classList.add("zones-compact");
+      if (fits(table)) return;
+      table.classList.remove("zones-compact");
+      table.classList.add("zones-as-cards");
     });
   }
 

@@ -123,10 +123,14 @@ def wrap_titles(spec, width: int = TITLE_CHARS):
     return out
 
 
-def phone_columns(chart, columns: int):
-    """``chart`` with ``columns`` panels to a row in its phone layout (default 1): small panels
-    such as heatmaps can stay two abreast."""
-    return chart.properties(usermeta={"zones": {"phone_columns": int(columns)}})
+def phone_layout(chart, columns: int = 1, panel_width: int | None = None):
+    """``chart`` with ``columns`` panels to a row in its phone layout (default 1: small panels
+    such as heatmaps may stay two abreast) and each panel ``panel_width`` px wide (default: as
+    wide as a phone's column allows; less when long axis labels need room)."""
+    meta = {"phone_columns": int(columns)}
+    if panel_width:
+        meta["phone_panel"] = int(panel_width)
+    return chart.properties(usermeta={"zones": meta})
 
 
 def narrow_spec(spec: dict) -> dict | None:
@@ -134,12 +138,14 @@ def narrow_spec(spec: dict) -> dict | None:
     view that takes the container's width).
 
     Panels side by side (``hconcat``) go one under the other, wrapped panels (``concat`` or
-    ``facet`` with ``columns``) to ``phone_columns`` a row (``usermeta``, default 1), every
-    panel at most as wide as a phone's column allows, legends under the chart and titles
-    wrapped shorter. The data are not copied (``datasets`` is left out).
+    ``facet`` with ``columns``) to ``phone_columns`` a row (``usermeta``, see
+    :func:`phone_layout`; default 1), every panel as wide as a phone's column allows (or
+    ``phone_panel``), legends under the chart and titles wrapped shorter. The data are not
+    copied (``datasets`` is left out).
     """
-    columns = int(((spec.get("usermeta") or {}).get("zones") or {}).get("phone_columns", 1))
-    panel = max(80, (NARROW_WIDTH - NARROW_AXIS) // columns - (10 if columns > 1 else 0))
+    meta = (spec.get("usermeta") or {}).get("zones") or {}
+    columns = int(meta.get("phone_columns", 1))
+    panel = int(meta.get("phone_panel") or max(80, (NARROW_WIDTH - NARROW_AXIS) // columns - (10 if columns > 1 else 0)))
     changed = False
 
     def walk(node):
@@ -156,8 +162,8 @@ def narrow_spec(spec: dict) -> dict | None:
                 out["vconcat"], changed = walk(value), True
             elif key == "columns" and ("concat" in node or "facet" in node) and value != columns:
                 out[key], changed = columns, True
-            elif key == "width" and isinstance(value, (int, float)) and value > panel:
-                out[key], changed = panel, True
+            elif key == "width" and isinstance(value, (int, float)) and value != panel:
+                out[key], changed = panel, True   # one panel to a row: as wide as the column
             else:
                 out[key] = walk(value)
         return out

@@ -13,7 +13,7 @@ from typing import Sequence
 import altair as alt
 import pandas as pd
 
-from zones.figures import COLUMN_WIDTH, SI_AXIS, SI_LABELS  # charts fit the book's column; SI axis labels
+from zones.figures import COLUMN_WIDTH, SI_AXIS, SI_LABELS, phone_layout  # charts fit the column; SI axis labels
 
 # Ours in blue, the heuristic it is measured against in orange, chance in grey.
 COLORS = {"zone_aware": "#1f77b4", "last_n": "#ff7f0e", "random": "#7f7f7f", "alpha_lowest": "#9467bd",
@@ -207,4 +207,5 @@ def removed_on_profile(zones: pd.DataFrame, plans: pd.DataFrame, k: int,
         tooltip=["strategy:N", "layer:O", alt.Tooltip("turn:Q", title="removed as number")])
     turns = base.mark_text(fontSize=8, color="white").encode(text="turn:Q")
     grid = (squares + turns).properties(width=COLUMN_WIDTH - 200, height=18 * len(order))
-    return alt.vconcat(profile, grid).resolve_scale(color="independent")
+    # on a phone the strategies' names beside the grid leave less room for the panels
+    return phone_layout(alt.vconcat(profile, grid).resolve_scale(color="independent"), panel_width=190)

@@ -81,9 +81,9 @@ def delta_alpha_scaling(table: pd.DataFrame, exponent: float, prefactor: float,
     anchor_y = prefactor * anchor_x ** exponent
     lines = pd.concat([
         pd.DataFrame(dict(depth=depths, delta_alpha=prefactor * depths ** exponent,
-                          line=f"fit: L^{exponent:.2f}")),
+                          line=f"fit: b = {exponent:.2f}")),
         pd.DataFrame(dict(depth=depths, delta_alpha=anchor_y * (depths / anchor_x) ** paper_exponent,
-                          line=f"paper: L^{paper_exponent:.2f}")),
+                          line=f"paper: b = {paper_exponent:.2f}")),
     ])
     values = pd.concat([lines["delta_alpha"], table["delta_alpha"]])
     x = alt.X("depth:Q", title="depth L (blocks)", axis=alt.Axis(values=sorted(table["depth"].unique().tolist())),
@@ -91,7 +91,7 @@ def delta_alpha_scaling(table: pd.DataFrame, exponent: float, prefactor: float,
     y = alt.Y("delta_alpha:Q", title="Δα (max − min over layers)",
               scale=alt.Scale(type="log", nice=False, domain=[float(values.min()) / 1.3, float(values.max()) * 1.3]))
     drawn = alt.Chart(lines).mark_line().encode(
-        x=x, y=y, strokeDash=alt.StrokeDash("line:N", title=None), color=alt.value("#555"))
+        x=x, y=y, strokeDash=alt.StrokeDash("line:N", title="Δα ∝ Lᵇ"), color=alt.value("#555"))
     points = alt.Chart(table).mark_point(filled=True, size=90, color="#d62728").encode(
         x=x, y=y, tooltip=["depth:Q", alt.Tooltip("delta_alpha:Q", format=".3f")])
     return fit(alt.layer(drawn, points).properties(title=title or "Δα against depth"), height=260)

@@ -393,7 +393,7 @@ REGISTRY: list[Claim] = [
           "minimum lies below 0; does not hold if the late half led, or the early half led and that interval lies "
           "above 0 (no reversal); inconclusive (blocks: layers per half) otherwise", "spectral_lifecycle",
           _wave_rows),
-    Claim("exponent", "Δα ∝ L^0.26", f"b = {PAPER_EXPONENT} (R² = 0.99)",
+    Claim("exponent", "Δα ∝ Lᵇ with b = 0.26", f"b = {PAPER_EXPONENT} (R² = 0.99)",
           f"b = log–log slope of Δα (averaged over the last quarter's snapshots) on depth; its interval resamples "
           f"snapshots, so it covers snapshot jitter only: by that interval the claim would hold if it contains "
           f"{PAPER_EXPONENT} and lies above 0 and not hold if it excludes {PAPER_EXPONENT}, but with one training "

@@ -236,13 +236,17 @@ def rounded(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
 MARKUP = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation mark: Markdown may read any of them
 
 
+BREAK_AFTER = re.compile(r"(\\[_/,])(?=\S)")  # an escaped _ / or , followed by more text
+
+
 def md_escape(text) -> str:
     """``text`` as literal MyST Markdown inline text: every ASCII punctuation mark escaped (so
     ``*``, ``_``, ``$``, ``{role}`` or a leading ``1.`` stay characters), line breaks as spaces,
-    and a break opportunity after each underscore (a long name such as ``zone_aware_no_protection``
-    wraps there instead of widening its column)."""
+    and a break opportunity after each ``_``, ``/`` and ``,`` inside a word (a long name such as
+    ``zone_aware_no_protection``, a path, or a list ``0:attn,1:attn`` wraps there instead of
+    widening its column)."""
     escaped = MARKUP.sub(r"\\\1", " ".join(str(text).split()))
-    return escaped.replace("\\_", "\\_<wbr>")
+    return BREAK_AFTER.sub(r"\1<wbr>", escaped)
 
 
 def _fence(body: str) -> str:
