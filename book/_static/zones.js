@@ -1,7 +1,7 @@
 /* zones: tables a phone can read.
  *
  * Each body cell of a table in the article gets its column's header as `data-label`. A table
- * wider than its box is set in smaller type (`zones-compact`); one still too wide, or one
+ * wider than its box is set in smaller type (`zones-compact`, then `zones-tiny`); one still too wide, or one
  * marked `zones-cards` (the scorecard) at a phone's width, shows each row as a card with one
  * labelled field per line (`zones-as-cards`), so no column hides behind a scroll bar and the
  * caption wraps in the column.
@@ -44,17 +44,21 @@
            table.getBoundingClientRect().width <= box.getBoundingClientRect().width + 1;
   }
 
-  // A table never hides a column: as it is if it fits its box; else in smaller type
-  // (zones-compact); else, or always at a phone's width when marked zones-cards, as cards.
+  // A table never hides a column: as it is if it fits its box; else in smaller type, one step
+  // then another (zones-compact, zones-tiny); else, or always at a phone's width when marked
+  // zones-cards, as cards.
+  var SMALLER = ["zones-compact", "zones-tiny"];
   function fit() {
     var phone = window.matchMedia(PHONE).matches;
     document.querySelectorAll(TABLES).forEach(function (table) {
-      table.classList.remove("zones-as-cards", "zones-compact");
+      table.classList.remove("zones-as-cards", "zones-compact", "zones-tiny");
       if (phone && table.classList.contains("zones-cards")) { table.classList.add("zones-as-cards"); return; }
       if (fits(table)) return;
-      table.classList.add("zones-compact");
-      if (fits(table)) return;
-      table.classList.remove("zones-compact");
+      for (var i = 0; i < SMALLER.length; i++) {
+        table.classList.add(SMALLER[i]);
+        if (fits(table)) return;
+        table.classList.remove(SMALLER[i]);
+      }
       table.classList.add("zones-as-cards");
     });
   }
@@ -63,6 +67,7 @@
   function start() {
     document.querySelectorAll(TABLES).forEach(label);
     fit();
+    window.addEventListener("load", fit);   // after fonts and formulas have their final size
     window.addEventListener("resize", function () {
       clearTimeout(timer);
       timer = setTimeout(fit, 100);
