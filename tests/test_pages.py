@@ -242,18 +242,23 @@ def test_per_block_bars_are_coloured_by_alpha_and_tell_seeds_apart_by_opacity():
 
 
 def _y_domains_hold_their_rules(spec: dict) -> list[str]:
-    """Every rule (error bar) of ``spec``: its ends inside its y scale's domain, and clipped."""
+    """Every rule (error bar) of ``spec``: its ends inside the range its y scale states, and
+    clipped (a range left to the data let a whisker run past the axis' top)."""
     data = spec.get("datasets", {})
     wrong = []
     for layer in _layers(spec):
         if layer["mark"]["type"] != "rule" or "y2" not in layer["encoding"]:
             continue
         y = layer["encoding"]["y"]
-        domain = (y.get("scale") or {}).get("domain")
+        scale = y.get("scale") or {}
+        domain = scale.get("domain") or ([scale["domainMin"], scale["domainMax"]] if "domainMax" in scale else None)
         rows = data[layer["data"]["name"]] if "data" in layer else next(iter(data.values()))
         ends = [r[y["field"]] for r in rows] + [r[layer["encoding"]["y2"]["field"]] for r in rows]
         if not layer["mark"].get("clip"):
             wrong.append(f"rule on {y['field']} is not clipped")
+        if not domain:
+            wrong.append(f"rule on {y['field']}: its axis does not state its range")
+            continue
         if domain and (min(ends) < domain[0] or max(ends) > domain[1]):
             wrong.append(f"rule on {y['field']} spans {min(ends):.3g}..{max(ends):.3g}, its axis {domain}")
     return wrong
@@ -269,6 +274,12 @@ def test_error_bars_stay_inside_their_axes():
     one = one.groupby("layer", as_index=False).first()
     spec = ablation_bars(one).to_dict()
     assert _y_domains_hold_their_rules(spec) == []
+    from zones.figures.pruning import delta_ppl_bars
+
+    summary = pd.DataFrame([dict(strategy=s, k=k, delta_ppl=v * k, delta_ppl_low=-1.0 if s == "zone_aware" else v * k / 3,
+                                 delta_ppl_high=v * k * 4, delta_ppl_min=v * k, delta_ppl_max=v * k, n_seeds=1)
+                            for s, v in (("zone_aware", 0.5), ("last_n", 1e4), ("random", 3.0)) for k in (1, 2, 3, 4)])
+    assert _y_domains_hold_their_rules(delta_ppl_bars(summary).to_dict()) == []
 
 
 # --- what a page loads -----------------------------------------------------------------------

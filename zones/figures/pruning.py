@@ -63,9 +63,15 @@ def delta_ppl_bars(summary: pd.DataFrame, strategies: Sequence[str] = ("zone_awa
         color=alt.Color("strategy:N", scale=_color(order), sort=order, title="strategy"),
     )
     floor = df[["delta_ppl", "delta_ppl_min"]].where(lambda d: d > 0).min().min() if len(df) else 1.0
-    # bars grow from a power of ten below the smallest value, so every bar is visible
-    y_scale = alt.Scale(type="log", domainMin=10 ** math.floor(math.log10(floor)) if floor == floor else 1.0)
     interval = _has_interval(df)
+    # bars grow from a power of ten below the smallest value, so every bar is visible; the axis
+    # reaches above the highest whisker, so no error bar leaves it
+    tops = ["delta_ppl", "delta_ppl_max"] + (["delta_ppl_high"] if interval else [])
+    top = df[[c for c in tops if c in df]].max().max() if len(df) else 1.0
+    ends = dict(domainMin=10 ** math.floor(math.log10(floor)) if floor == floor else 1.0)
+    if top == top and top > 0:
+        ends["domainMax"] = 10 ** math.ceil(math.log10(top * 1.2))
+    y_scale = alt.Scale(type="log", **ends)
     tips = ["strategy:N", "k:O", alt.Tooltip("delta_ppl:Q", format=".3g", title="ΔPPL (median over seeds)")]
     tips += _interval_tooltips() if interval else []
     tips += [alt.Tooltip("delta_ppl_min:Q", format=".3g", title="min over seeds"),
