@@ -144,6 +144,8 @@ def test_a_chart_with_panels_stacks_them_on_a_phone():
     heatmaps = figures.phone_layout(chart.properties(width=150).facet(facet="g:N", columns=3), 2).to_dict()
     assert figures.narrow_spec(heatmaps)["columns"] == 2
     assert figures.narrow_spec(figures.fit(chart).to_dict()) is None   # a single chart already fits
+    thin_bars = alt.hconcat(alt.Chart(df).mark_bar(width=4).encode(x="x:Q", y="y:Q").properties(width=300))
+    assert figures.narrow_spec(thin_bars.to_dict())["vconcat"][0]["mark"]["width"] == 4   # a mark keeps its size
 
 
 def test_the_page_draws_the_layout_that_fits_its_box_with_one_copy_of_the_data():

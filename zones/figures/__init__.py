@@ -156,8 +156,8 @@ def narrow_spec(spec: dict) -> dict | None:
             return node
         out = {}
         for key, value in node.items():
-            if key in ("datasets", "data", "encoding", "transform", "params", "usermeta"):
-                out[key] = value  # what is drawn, never how it is laid out
+            if key in ("datasets", "data", "encoding", "transform", "params", "usermeta", "mark", "config"):
+                out[key] = value  # what is drawn and how marks look, never how panels are laid out
             elif key == "hconcat":
                 out["vconcat"], changed = walk(value), True
             elif key == "columns" and ("concat" in node or "facet" in node) and value != columns:
