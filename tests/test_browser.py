@@ -12,6 +12,7 @@ Debian's chromium with every non-``file:`` request blocked, at 1280 and 390 px, 
 - nothing is wider than the article column or the viewport, and nothing but code is cut
   (a box that scrolls sideways: a table, its caption, a display equation);
 - no table's cells overlap, and no two neighbouring cells' texts touch ("smollm2-135malpha");
+- every table caption carries the number Sphinx gave it (none typed by hand);
 - no library log line (``zones: converting …``) is printed in a page.
 
 Every check is shown to fail on a small static page with that defect
@@ -160,6 +161,13 @@ AUDIT = r"""() => {
     }
   }
 
+  // a table's caption carries the number Sphinx gave it, never one typed by hand
+  const captions = [...article.querySelectorAll('table > caption')].filter(c => !hidden(c)).map(c => {
+      const text = (c.querySelector('.caption-text') || c).textContent.trim();
+      return !c.querySelector('.caption-number') ? 'a table caption without its number: ' + text.slice(0, 50)
+           : /^Table \d/.test(text) ? 'a caption that types its own number: ' + text.slice(0, 50) : ''; })
+    .filter(Boolean).slice(0, 4);
+
   // charts: marks drawn, no error, width, and the scale they are drawn at
   const charts = [...document.querySelectorAll('.zones-chart')].map(c => {
     const svg = c.querySelector('svg');
@@ -177,7 +185,7 @@ AUDIT = r"""() => {
           formulas: document.querySelectorAll('.math').length,
           typeset: document.querySelectorAll('.math mjx-container').length,
           tex_errors: document.querySelectorAll('mjx-merror').length, tex, plain, tables: tables.slice(0, 8),
-          charts, logs,
+          captions, charts, logs,
           claims_rows: [...document.querySelectorAll('table.zones-claims tbody tr')].map(r => getComputedStyle(r).display),
           badges: document.querySelectorAll('.zones-badge').length};
 }"""
@@ -232,6 +240,7 @@ def audit(page, seen: dict, width: int) -> tuple[dict, list[tuple[str, str]]]:
         problems.append(("wide", f"the page scrolls sideways by {m['page_scroll']}px"))
     problems += [("cut", f"cut: {c}") for c in m["cut"]]
     problems += [("table", t) for t in m["tables"]]
+    problems += [("caption", c) for c in m["captions"]]
     problems += [("log", f"a log line in the page: {line}") for line in m["logs"]]
     card = "block" if width < 600 else "table-row"
     if m["claims_rows"] and set(m["claims_rows"]) != {card}:
@@ -292,7 +301,8 @@ body {{ margin: 0; font: 16px sans-serif; }} article.bd-article {{ padding: 0 16
 td, th {{ padding: 0.3em 0.6em; }}
 </style></head><body><article class="bd-article"><h1>A page</h1>
 <p>Every block of the model is removed in turn and the loss is measured again.</p>
-<table><thead><tr><th>model</th><th>estimator</th></tr></thead>
+<table><caption><span class="caption-number">Table 1 </span><span class="caption-text">Models.</span></caption>
+<thead><tr><th>model</th><th>estimator</th></tr></thead>
 <tbody><tr><td>smollm2-135m</td><td>alpha_shape</td></tr></tbody></table>
 {body}</article></body></html>"""
 
@@ -308,9 +318,10 @@ DEFECTS = {
     "overlapping cells": ('<table><tr><td>depth 12, seed 0</td>'
                           '<td style="position: relative; left: -40px">12</td></tr></table>'),
     "log": '<div class="cell_output"><pre>zones: converting model.Q4_1.gguf to safetensors (once, ~30 s) ...</pre></div>',
+    "typed number": '<table><caption>Table 3. Δloss of each strategy</caption><tr><td>1</td></tr></table>',
 }
 KIND = {"tex": "tex", "plain formula": "tex", "console": "console", "wide": "wide", "cut": "cut",
-        "touching cells": "table", "overlapping cells": "table", "log": "log"}
+        "touching cells": "table", "overlapping cells": "table", "log": "log", "typed number": "caption"}
 
 
 @pytest.mark.parametrize("width", WIDTHS)
