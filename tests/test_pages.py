@@ -144,6 +144,8 @@ def test_a_chart_with_panels_stacks_them_on_a_phone():
     heatmaps = figures.phone_layout(chart.properties(width=150).facet(facet="g:N", columns=3), 2).to_dict()
     assert figures.narrow_spec(heatmaps)["columns"] == 2
     assert figures.narrow_spec(figures.fit(chart).to_dict()) is None   # a single chart already fits
+    legend = figures.narrow_spec(figures.fit(chart.encode(color="g:N")).to_dict())   # ... but not its legend
+    assert legend["config"]["legend"]["orient"] == "bottom" and legend["width"] == "container"
     thin_bars = alt.hconcat(alt.Chart(df).mark_bar(width=4).encode(x="x:Q", y="y:Q").properties(width=300))
     assert figures.narrow_spec(thin_bars.to_dict())["vconcat"][0]["mark"]["width"] == 4   # a mark keeps its size
 

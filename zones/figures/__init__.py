@@ -135,12 +135,13 @@ def phone_layout(chart, columns: int = 1, panel_width: int | None = None):
 
 def narrow_spec(spec: dict) -> dict | None:
     """The phone layout of a Vega-Lite ``spec``, or None when the chart needs none (a single
-    view that takes the container's width).
+    view that takes the container's width and has no legend).
 
     Panels side by side (``hconcat``) go one under the other, wrapped panels (``concat`` or
     ``facet`` with ``columns``) to ``phone_columns`` a row (``usermeta``, see
     :func:`phone_layout`; default 1), every panel as wide as a phone's column allows (or
-    ``phone_panel``), legends under the chart and titles wrapped shorter. The data are not
+    ``phone_panel``), legends under the chart (beside it they squeeze a phone's plot) and titles
+    wrapped shorter. The data are not
     copied (``datasets`` is left out).
     """
     meta = (spec.get("usermeta") or {}).get("zones") or {}
@@ -169,12 +170,30 @@ def narrow_spec(spec: dict) -> dict | None:
         return out
 
     narrow = walk({k: v for k, v in spec.items() if k != "datasets"})
-    if not changed:
+    if not changed and not _has_legend(spec):
         return None
     config = dict(narrow.get("config") or {})
     config["legend"] = {**(config.get("legend") or {}), "orient": "bottom", "columns": 2, "labelLimit": 150}
     narrow["config"] = config
     return wrap_titles(narrow, NARROW_TITLE_CHARS)
+
+
+LEGEND_CHANNELS = ("color", "fill", "stroke", "shape", "size", "opacity", "fillOpacity", "strokeDash")
+
+
+def _has_legend(spec) -> bool:
+    """Whether ``spec`` draws a legend (a field on a legend channel whose legend is not off):
+    beside a chart on a phone it would squeeze the plot, so the phone layout puts it below."""
+    if isinstance(spec, list):
+        return any(_has_legend(item) for item in spec)
+    if not isinstance(spec, dict):
+        return False
+    encoding = spec.get("encoding") or {}
+    for channel in LEGEND_CHANNELS:
+        definition = encoding.get(channel)
+        if isinstance(definition, dict) and "field" in definition and definition.get("legend", {}) is not None:
+            return True
+    return any(_has_legend(value) for key, value in spec.items() if key not in ("datasets", "data", "encoding"))
 
 
 def _js(value) -> str:

@@ -180,7 +180,9 @@ def crossover_chart(comparison: pd.DataFrame, numerator: str = "last_n",
         at = dict(x=alt.X("k:Q", scale=alt.Scale(domain=[k_lo, k_hi], nice=False)), y=alt.Y("y:Q", scale=y_scale))
         chart = (chart + alt.Chart(marks).mark_point(shape="triangle-up", filled=True, size=90, color="#b71c1c")
                  .encode(tooltip=tips, **at)
-                 + alt.Chart(marks).mark_text(dy=-11, fontSize=10, color="#b71c1c").encode(text="label:N", **at))
+                 # one word, over the first: over every triangle the words run together on a phone
+                 + alt.Chart(marks[marks["k"] == marks["k"].min()]).mark_text(
+                     dy=-11, align="left", dx=-6, fontSize=10, color="#b71c1c").encode(text="label:N", **at))
     return chart.properties(width="container", height=260,
                                                     title=f"{numerator} / {denominator}: above 1, {denominator} wins")
 
