@@ -74,6 +74,8 @@ def test_row_labels_are_stub_columns_and_a_captioned_table_always_gets_a_name():
     with pytest.raises(ValueError, match="table name"):
         display_table(table, caption="x", name="no spaces please").markdown()
     assert "zone\\_<wbr>aware" in md_escape("zone_aware")   # a long name may wrap at its underscores
+    assert md_escape("0:attn,1:attn, 1,009 [1,350, 2,767]") == ("0\\:attn\\,<wbr>1\\:attn\\, 1\\,009 "
+                                                              "\\[1\\,350\\, 2\\,767\\]")   # never inside a number
 
 
 def test_a_colon_run_in_a_cell_cannot_close_the_table():

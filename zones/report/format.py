@@ -236,7 +236,9 @@ def rounded(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
 MARKUP = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation mark: Markdown may read any of them
 
 
-BREAK_AFTER = re.compile(r"(\\[_/,])(?=\S)")  # an escaped _ / or , followed by more text
+# an escaped _ or / followed by more text, or an escaped comma inside a word but not between
+# digits (a list "0:attn,1:attn" may wrap there; "1,009" may not)
+BREAK_AFTER = re.compile(r"(\\[_/](?=\S)|(?<!\d)\\,(?=\S)|\\,(?=[^\s\d]))")
 
 
 def md_escape(text) -> str:
@@ -244,7 +246,7 @@ def md_escape(text) -> str:
     ``*``, ``_``, ``$``, ``{role}`` or a leading ``1.`` stay characters), line breaks as spaces,
     and a break opportunity after each ``_``, ``/`` and ``,`` inside a word (a long name such as
     ``zone_aware_no_protection``, a path, or a list ``0:attn,1:attn`` wraps there instead of
-    widening its column)."""
+    widening its column), never inside a number (``1,009``)."""
     escaped = MARKUP.sub(r"\\\1", " ".join(str(text).split()))
     return BREAK_AFTER.sub(r"\1<wbr>", escaped)
 
