@@ -33,6 +33,7 @@
       Array.prototype.forEach.call(body.rows, function (row) {
         Array.prototype.forEach.call(row.cells, function (cell, i) {
           if (names[i] && !cell.hasAttribute("data-label")) cell.setAttribute("data-label", names[i]);
+          if (!cell.textContent.trim()) cell.classList.add("zones-blank");   // a card leaves it out
         });
       });
     });
