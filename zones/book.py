@@ -23,7 +23,8 @@ bar's rate turns those weights into this machine's time. Nothing of it reaches t
 Every asset a page loads ships with the build: Vega (``zones.figures``) and MathJax (from
 the ``django-static-mathjax`` package) are copied into ``book/_static``, and progress bars
 left in an executed chapter (tqdm widgets, which would make the page load require.js and
-the widget manager from CDNs) are removed with the widget state.
+the widget manager from CDNs) are removed with the widget state. The library's log lines
+(``zones: converting … gguf``) leave the pages for the terminal (``drop_log_lines``).
 """
 from __future__ import annotations
 
@@ -158,6 +159,35 @@ def drop_progress_widgets(path: Path) -> int:
     return removed
 
 
+LOG_LINE = re.compile(r"^zones( [a-z]+)?: ")  # "zones: converting ...", "zones book: ..."
+
+
+def drop_log_lines(path: Path) -> list[str]:
+    """Remove the library's log lines (``zones: converting … gguf``) from the printed output of
+    an executed notebook, and return them: they belong in the terminal, not in the page. A
+    printed output left empty is removed."""
+    notebook = nbformat.read(path, as_version=4)
+    dropped = []
+    for cell in notebook.cells:
+        if cell.cell_type != "code":
+            continue
+        kept = []
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream":
+                lines = str(output.get("text", "")).splitlines(keepends=True)
+                logs = [line for line in lines if LOG_LINE.match(line)]
+                if logs:
+                    dropped += [line.rstrip("\n") for line in logs]
+                    output["text"] = "".join(line for line in lines if not LOG_LINE.match(line))
+                    if not output["text"].strip():
+                        continue
+            kept.append(output)
+        cell["outputs"] = kept
+    if dropped:
+        nbformat.write(notebook, path)
+    return dropped
+
+
 def chapter_source(root: Path, name: str) -> Path:
     """``notebooks/NAME.md``, the committed text of chapter ``name``."""
     source = Path(root) / "notebooks" / f"{name}.md"
@@ -278,6 +308,8 @@ def execute_chapter(root: Path, name: str, parameters: dict[str, Any],
     try:
         run_notebook(source, running, params, cwd=target_dir, note=note)
         drop_progress_widgets(running)
+        for line in drop_log_lines(running):
+            log(f"{name}: {line}")
         os.replace(running, target)
     except papermill.PapermillExecutionError as err:
         os.replace(running, failed)

@@ -6,8 +6,11 @@ the bundle is a static file every page loads; in JupyterLab ``setup()`` displays
 
 Every chart fits the book's article column: a single or layered chart takes the column's
 width (``fit``, Altair's ``width="container"``); panels of a faceted or concatenated chart
-wrap into rows (``wrap``, ``panel_width``) instead of running off the right edge, and the
-book's CSS shrinks what is still wider (a phone) as a whole.
+wrap into rows (``wrap``, ``panel_width``) instead of running off the right edge. A chart with
+panels has two layouts in the page: the one it was built with, for a laptop, and its phone
+layout (``narrow_spec``: panels one under the other, each as wide as a phone's column, legends
+underneath), which the page draws when the chart's box is narrower than ``NARROW_BELOW``.
+Both share one copy of the data.
 """
 from __future__ import annotations
 
@@ -68,6 +71,14 @@ def panel_width(columns: int, legend: bool = True) -> int:
     return max(120, (COLUMN_WIDTH - spare) // max(1, columns) - 20)
 
 
+def balanced_columns(panels: int, most: int = 3) -> int:
+    """Panels to a row (2 … ``most``) that leave the fewest empty places in the grid's last row,
+    the widest such: 3 panels in one row of 3, 4 in two rows of 2."""
+    if panels <= most:
+        return max(1, panels)
+    return min(range(2, most + 1), key=lambda c: (-panels % c, -c))
+
+
 def stack(charts, **kwargs) -> alt.VConcatChart:
     """Charts one above the other as ONE figure; a chart sized to the container gets the
     column's width (a concatenated view cannot take the container's)."""
@@ -83,6 +94,10 @@ def wrap(panels, columns: int = 2, **kwargs) -> alt.ConcatChart:
 
 
 TITLE_CHARS = 40  # a title line at most this long fits a chart at a phone's width
+NARROW_BELOW = 560  # px: a chart whose box is narrower than this draws its phone layout
+NARROW_WIDTH = 310  # px: a phone's article column (a 390 px screen), less the chart's own padding
+NARROW_AXIS = 70    # px: the y axis and its title beside a panel
+NARROW_TITLE_CHARS = 32
 
 
 def wrap_titles(spec, width: int = TITLE_CHARS):
@@ -108,12 +123,110 @@ def wrap_titles(spec, width: int = TITLE_CHARS):
     return out
 
 
+def phone_layout(chart, columns: int = 1, panel_width: int | None = None):
+    """``chart`` with ``columns`` panels to a row in its phone layout (default 1: small panels
+    such as heatmaps may stay two abreast) and each panel ``panel_width`` px wide (default: as
+    wide as a phone's column allows; less when long axis labels need room)."""
+    meta = {"phone_columns": int(columns)}
+    if panel_width:
+        meta["phone_panel"] = int(panel_width)
+    return chart.properties(usermeta={"zones": meta})
+
+
+def narrow_spec(spec: dict) -> dict | None:
+    """The phone layout of a Vega-Lite ``spec``, or None when the chart needs none (a single
+    view that takes the container's width and has no legend).
+
+    Panels side by side (``hconcat``) go one under the other, wrapped panels (``concat`` or
+    ``facet`` with ``columns``) to ``phone_columns`` a row (``usermeta``, see
+    :func:`phone_layout`; default 1), every panel as wide as a phone's column allows (or
+    ``phone_panel``), legends under the chart (beside it they squeeze a phone's plot) and titles
+    wrapped shorter. The data are not
+    copied (``datasets`` is left out).
+    """
+    meta = (spec.get("usermeta") or {}).get("zones") or {}
+    columns = int(meta.get("phone_columns", 1))
+    panel = int(meta.get("phone_panel") or max(80, (NARROW_WIDTH - NARROW_AXIS) // columns - (10 if columns > 1 else 0)))
+    changed = False
+
+    def walk(node):
+        nonlocal changed
+        if isinstance(node, list):
+            return [walk(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        out = {}
+        for key, value in node.items():
+            if key in ("datasets", "data", "encoding", "transform", "params", "usermeta", "mark", "config"):
+                out[key] = value  # what is drawn and how marks look, never how panels are laid out
+            elif key == "hconcat":
+                out["vconcat"], changed = walk(value), True
+            elif key == "columns" and ("concat" in node or "facet" in node) and value != columns:
+                out[key], changed = columns, True
+            elif key == "width" and isinstance(value, (int, float)) and value != panel:
+                out[key], changed = panel, True   # one panel to a row: as wide as the column
+            else:
+                out[key] = walk(value)
+        return out
+
+    narrow = walk({k: v for k, v in spec.items() if k != "datasets"})
+    if not changed and not _has_legend(spec):
+        return None
+    config = dict(narrow.get("config") or {})
+    config["legend"] = {**(config.get("legend") or {}), "orient": "bottom", "columns": 2, "labelLimit": 150}
+    narrow["config"] = config
+    return wrap_titles(narrow, NARROW_TITLE_CHARS)
+
+
+LEGEND_CHANNELS = ("color", "fill", "stroke", "shape", "size", "opacity", "fillOpacity", "strokeDash")
+
+
+def _has_legend(spec) -> bool:
+    """Whether ``spec`` draws a legend (a field on a legend channel whose legend is not off):
+    beside a chart on a phone it would squeeze the plot, so the phone layout puts it below."""
+    if isinstance(spec, list):
+        return any(_has_legend(item) for item in spec)
+    if not isinstance(spec, dict):
+        return False
+    encoding = spec.get("encoding") or {}
+    for channel in LEGEND_CHANNELS:
+        definition = encoding.get(channel)
+        if isinstance(definition, dict) and "field" in definition and definition.get("legend", {}) is not None:
+            return True
+    return any(_has_legend(value) for key, value in spec.items() if key not in ("datasets", "data", "encoding"))
+
+
+def _js(value) -> str:
+    """``value`` as a JavaScript literal that is safe inside ``<script>`` (no ``</`` in it)."""
+    return json.dumps(value).replace("</", "<\\/")
+
+
 def _offline_renderer(spec: dict, **_options) -> dict:
-    spec = wrap_titles(spec)
     div = f"zones-chart-{uuid.uuid4().hex[:12]}"
-    html = (f'<div id="{div}" class="zones-chart"></div>\n'
-            f"<script>vegaEmbed('#{div}', {json.dumps(spec)}, {{actions: false}})"
-            f".catch(function(e) {{ document.getElementById('{div}').innerText = 'chart error: ' + e; }});</script>")
+    narrow = narrow_spec(spec)
+    wide = wrap_titles(spec)
+    fail = f"function (e) {{ document.getElementById('{div}').innerText = 'chart error: ' + e; }}"
+    if narrow is None:
+        script = f"vegaEmbed('#{div}', {_js(wide)}, {{actions: false}}).catch({fail});"
+    else:
+        # one copy of the data for both layouts; the layout follows the box's width
+        datasets = wide.pop("datasets", {})
+        script = ("(function () {\n"
+                  f"  var box = document.getElementById('{div}'), data = {_js(datasets)};\n"
+                  f"  var wide = {_js(wide)};\n"
+                  f"  var narrow = {_js(narrow)};\n"
+                  "  wide.datasets = data; narrow.datasets = data;\n"
+                  "  var shown = null, timer = null;\n"
+                  "  function draw() {\n"
+                  f"    var spec = box.getBoundingClientRect().width < {NARROW_BELOW} ? narrow : wide;\n"
+                  "    if (spec === shown) return;\n"
+                  "    shown = spec;\n"
+                  f"    vegaEmbed('#{div}', spec, {{actions: false}}).catch({fail});\n"
+                  "  }\n"
+                  "  draw();\n"
+                  "  window.addEventListener('resize', function () { clearTimeout(timer); timer = setTimeout(draw, 150); });\n"
+                  "})();")
+    html = f'<div id="{div}" class="zones-chart"></div>\n<script>{script}</script>'
     return {"text/html": html}
 
 

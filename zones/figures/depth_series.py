@@ -1,5 +1,11 @@
-"""Figures of the depth-series chapter in the paper's form: one panel per depth, the seeds of
-a depth side by side (bars) or as coloured points.
+"""Figures of the depth-series chapter in the paper's form: one panel per depth.
+
+The per-block bars are coloured by the block's α (as the SmolLM2 chart,
+``zones.figures.layer_ablation.ablation_bars``), the seeds of a depth side by side and told
+apart by their opacity (seed 0 solid, the next seeds pale). The
+ΔLoss-against-α panels label each point with its block (``L0``, ``L1``, …) and mark each run's
+most important block with a red diamond and its least important with a blue square, as the
+paper's figure does.
 
 All take the chapter's tidy tables (``zones.report.depth_series``): ``importance`` (``model,
 depth, seed, layer, delta_loss, delta_loss_low, delta_loss_high, alpha``), ``history``
@@ -11,64 +17,115 @@ import altair as alt
 import pandas as pd
 
 from zones.figures import fit, panel_width, wrap
-from zones.figures.layer_ablation import log_floor
+from zones.figures.layer_ablation import ALPHA_SCHEME, log_floor
 
 SEED_TITLE = "training seed"
+# the paper's marks: the most important block a red diamond, the least important a blue square
+MARKS = {"most important": ("diamond", "#d62728"), "least important": ("square", "#1f77b4"),
+         "other": ("circle", "#757575")}
+
+
+SEED_LEGEND = alt.Legend(symbolType="square", symbolFillColor="#616161", symbolStrokeColor="#616161")
+PALE = 0.45  # the opacity of the seeds after the first
 
 
 def _plot_values(frame: pd.DataFrame) -> pd.DataFrame:
+    """``*_plot`` columns a log axis can draw: a value ≤ 0 (a block whose removal lowers the
+    loss, or an interval's end) at the axis floor; the true values stay for the tooltips."""
     df = frame.copy()
     floor = log_floor(df["delta_loss"])
     df["raises_loss"] = df["delta_loss"] > 0
     for column in ("delta_loss", "delta_loss_low", "delta_loss_high"):
         if column in df:
             df[f"{column}_plot"] = df[column].where(df[column] > floor, floor)
+    df["block"] = "L" + df["layer"].astype(int).astype(str)
+    df["seed_label"] = "seed " + df["seed"].astype(str)
     return df
 
 
 def _domain(df: pd.DataFrame) -> list[float]:
-    top = df["delta_loss_high_plot"].max() if "delta_loss_high_plot" in df else df["delta_loss_plot"].max()
-    return [float(df["delta_loss_plot"].min()) / 1.5, float(top) * 1.5]
+    """The log axis' range: every drawn value inside it, interval ends included (a whisker never
+    leaves its panel)."""
+    drawn = [c for c in ("delta_loss_plot", "delta_loss_low_plot", "delta_loss_high_plot") if c in df]
+    values = df[drawn].stack()
+    return [float(values.min()) / 1.5, float(values.max()) * 1.5]
 
 
-def ablation_by_depth(importance: pd.DataFrame, *, height: int = 220) -> alt.ConcatChart:
-    """ΔLoss when each block is removed alone (log axis), bars per block with the seeds side
-    by side and each bar's paired 95 % interval; one panel per depth. A block whose removal
-    lowers the loss is drawn at the axis floor (its value is in the tooltip)."""
+def _seed_opacity(df: pd.DataFrame) -> alt.Opacity:
+    """The seed as opacity (seed 0 solid, the others pale): colour and shape carry α and the marks."""
+    seeds = sorted(df["seed_label"].unique(), key=lambda s: int(s.split()[-1]))
+    scale = alt.Scale(domain=seeds, range=[1.0] + [PALE] * (len(seeds) - 1))
+    return alt.Opacity("seed_label:O", title=SEED_TITLE, scale=scale, legend=SEED_LEGEND)
+
+
+def ablation_by_depth(importance: pd.DataFrame, *, alpha_title: str = "α", height: int = 220) -> alt.ConcatChart:
+    """ΔLoss when each block is removed alone (log axis) with its paired 95 % interval, one
+    panel per depth: bars coloured by the block's α (one colour scale for every panel), the
+    seeds side by side (seed 0 solid, others pale). A block whose removal
+    lowers the loss is a grey stub at the axis floor (its value is in the tooltip)."""
     df = _plot_values(importance)
     domain = _domain(df)
-    y = alt.Y("delta_loss_plot:Q", title="ΔLoss when removed (nats, log)", scale=alt.Scale(type="log", domain=domain))
-    tooltip = ["model:N", alt.Tooltip("layer:O", title="block"), alt.Tooltip("delta_loss:Q", format=".4f"),
-               alt.Tooltip("delta_loss_low:Q", format=".4f"), alt.Tooltip("delta_loss_high:Q", format=".4f"),
-               alt.Tooltip("alpha:Q", format=".3f")]
-    panels = []
-    depths = sorted(df["depth"].unique())
-    for depth in depths:
-        part = df[df["depth"] == depth]
-        base = alt.Chart(part).encode(x=alt.X("layer:O", title="block"), xOffset="seed:N", tooltip=tooltip)
-        bars = base.mark_bar().encode(y=y, y2=alt.datum(domain[0]), color=alt.Color("seed:N", title=SEED_TITLE),
-                                      opacity=alt.condition("datum.raises_loss", alt.value(1.0), alt.value(0.35)))
-        rules = base.mark_rule(color="#212121").encode(
-            y=alt.Y("delta_loss_low_plot:Q", scale=alt.Scale(type="log", domain=domain)), y2="delta_loss_high_plot:Q")
-        panels.append(alt.layer(bars, rules, title=f"depth {depth}")
-                      .properties(width=panel_width(1) if depth == max(depths) else panel_width(2), height=height))
-    return wrap(panels, columns=2).resolve_scale(y="shared", color="shared")
-
-
-def importance_by_depth(importance: pd.DataFrame, *, alpha_title: str = "α", height: int = 220) -> alt.ConcatChart:
-    """ΔLoss (log) of each block against its α, the seeds as colours; one panel per depth."""
-    df = _plot_values(importance)
-    domain = _domain(df)
+    scale = alt.Scale(type="log", domain=domain)
+    y = alt.Y("delta_loss_plot:Q", title="ΔLoss when removed (nats, log)", scale=scale)
+    tooltip = ["model:N", alt.Tooltip("block:N"), alt.Tooltip("seed:N", title=SEED_TITLE),
+               alt.Tooltip("delta_loss:Q", format=".4f"), alt.Tooltip("delta_loss_low:Q", format=".4f"),
+               alt.Tooltip("delta_loss_high:Q", format=".4f"), alt.Tooltip("alpha:Q", format=".3f", title=alpha_title)]
+    alpha_color = alt.Color("alpha:Q", title=alpha_title,
+                            scale=alt.Scale(scheme=ALPHA_SCHEME, domain=[float(df["alpha"].min()), float(df["alpha"].max())]))
     panels = []
     for depth in sorted(df["depth"].unique()):
         part = df[df["depth"] == depth]
-        panels.append(alt.Chart(part, title=f"depth {depth}").mark_point(filled=True, size=50).encode(
-            x=alt.X("alpha:Q", title=alpha_title, scale=alt.Scale(zero=False)),
-            y=alt.Y("delta_loss_plot:Q", title="ΔLoss (nats, log)", scale=alt.Scale(type="log", domain=domain)),
-            color=alt.Color("seed:N", title=SEED_TITLE),
-            tooltip=["model:N", alt.Tooltip("layer:O", title="block"), alt.Tooltip("alpha:Q", format=".3f"),
-                     alt.Tooltip("delta_loss:Q", format=".4f")]).properties(width=panel_width(3), height=height))
-    return alt.hconcat(*panels).resolve_scale(y="shared", color="shared")
+        base = alt.Chart(part).encode(x=alt.X("layer:O", title="block"), xOffset="seed_label:N", tooltip=tooltip)
+        bars = base.transform_filter("datum.raises_loss").mark_bar(clip=True).encode(
+            y=y, y2=alt.datum(domain[0]), color=alpha_color, opacity=_seed_opacity(df))
+        lowers = base.transform_filter("!datum.raises_loss").mark_bar(color="#bdbdbd", clip=True).encode(
+            y=y, y2=alt.datum(domain[0]))
+        rules = base.mark_rule(color="#212121", clip=True).encode(
+            y=alt.Y("delta_loss_low_plot:Q", scale=scale), y2="delta_loss_high_plot:Q")
+        panels.append(alt.layer(bars, lowers, rules, title=f"depth {depth}")
+                      .properties(width=panel_width(2), height=height))
+    return wrap(panels, columns=2).resolve_scale(y="shared", color="shared", opacity="shared")
+
+
+def _marked(df: pd.DataFrame) -> pd.DataFrame:
+    """Each run's most and least important block (largest and smallest ΔLoss) named in ``mark``."""
+    df = df.copy()
+    df["mark"] = "other"
+    for _, run in df.groupby(["depth", "seed"]):
+        df.loc[run["delta_loss"].idxmax(), "mark"] = "most important"
+        df.loc[run["delta_loss"].idxmin(), "mark"] = "least important"
+    return df
+
+
+def importance_by_depth(importance: pd.DataFrame, *, alpha_title: str = "α", height: int = 240) -> alt.ConcatChart:
+    """ΔLoss (log) of each block against its α, one panel per depth, in the paper's form: each
+    point labelled with its block (``L0``, ``L1``, …), each run's most important block a red
+    diamond and its least important a blue square; the seeds told apart by opacity (seed 0
+    solid, others pale)."""
+    df = _marked(_plot_values(importance))
+    domain = _domain(df)
+    marks = alt.Scale(domain=list(MARKS), range=[shape for shape, _ in MARKS.values()])
+    colors = alt.Scale(domain=list(MARKS), range=[color for _, color in MARKS.values()])
+    tooltip = ["model:N", alt.Tooltip("block:N"), alt.Tooltip("seed:N", title=SEED_TITLE),
+               alt.Tooltip("alpha:Q", format=".3f", title=alpha_title), alt.Tooltip("delta_loss:Q", format=".4f"),
+               alt.Tooltip("mark:N", title="in this run")]
+    panels = []
+    for depth in sorted(df["depth"].unique()):
+        part = df[df["depth"] == depth]
+        base = alt.Chart(part).encode(
+            x=alt.X("alpha:Q", title=alpha_title, scale=alt.Scale(zero=False, padding=14)),
+            y=alt.Y("delta_loss_plot:Q", title="ΔLoss (nats, log)", scale=alt.Scale(type="log", domain=domain)))
+        points = base.mark_point(filled=True, clip=True).encode(
+            shape=alt.Shape("mark:N", title="block", scale=marks),
+            color=alt.Color("mark:N", title="block", scale=colors),
+            opacity=_seed_opacity(df),
+            size=alt.condition("datum.mark != 'other'", alt.value(120), alt.value(40)),
+            tooltip=tooltip)
+        labels = base.mark_text(align="left", dx=6, dy=-6, fontSize=9, clip=True).encode(
+            text="block:N",
+            color=alt.condition("datum.mark != 'other'", alt.value("#000000"), alt.value("#616161")))
+        panels.append(alt.layer(points, labels, title=f"depth {depth}").properties(width=panel_width(2), height=height))
+    return wrap(panels, columns=2).resolve_scale(y="shared", color="shared", shape="shared", opacity="shared")
 
 
 def loss_curves_by_seed(history: pd.DataFrame) -> alt.Chart:

@@ -71,8 +71,11 @@ def _tooltip(df: pd.DataFrame, alpha_title: str) -> list:
 
 
 def _log_domain(df: pd.DataFrame) -> list[float]:
-    top = df["delta_loss_high_plot"].max() if "delta_loss_high_plot" in df else df["delta_loss_plot"].max()
-    return [float(df["delta_loss_plot"].min()) / 1.5, float(max(top, df["delta_loss_plot"].max())) * 1.5]
+    """The log axis' range: every drawn value inside it, the error bars' ends included (a
+    whisker never leaves its panel)."""
+    drawn = [c for c in ("delta_loss_plot", "delta_loss_low_plot", "delta_loss_high_plot") if c in df]
+    values = df[drawn].stack()
+    return [float(values.min()) / 1.5, float(values.max()) * 1.5]
 
 
 def _y(domain: list[float], title: str = "ΔLoss when removed (nats, log)") -> alt.Y:
@@ -109,7 +112,7 @@ def ablation_bars(frame: pd.DataFrame, *, alpha_title: str = "α", titles: Mappi
         lowers = base.transform_filter("!datum.raises_loss").mark_bar(color="#bdbdbd")
         layers = [bars, lowers]
         if _has_interval(part):  # the 95% paired bootstrap interval of each block's ΔLoss
-            layers.append(alt.Chart(part).mark_rule(color="#212121", strokeWidth=1.2).encode(
+            layers.append(alt.Chart(part).mark_rule(color="#212121", strokeWidth=1.2, clip=True).encode(
                 x=alt.X("layer:O"), y=alt.Y("delta_loss_low_plot:Q", scale=alt.Scale(type="log", domain=domain)), y2="delta_loss_high_plot:Q",
                 tooltip=_tooltip(part, alpha_title)))
         panels.append(alt.layer(*layers, title=_panel_title(model, titles))

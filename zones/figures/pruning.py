@@ -13,7 +13,7 @@ from typing import Sequence
 import altair as alt
 import pandas as pd
 
-from zones.figures import COLUMN_WIDTH, SI_AXIS, SI_LABELS  # charts fit the book's column; SI axis labels
+from zones.figures import COLUMN_WIDTH, SI_AXIS, SI_LABELS, phone_layout  # charts fit the column; SI axis labels
 
 # Ours in blue, the heuristic it is measured against in orange, chance in grey.
 COLORS = {"zone_aware": "#1f77b4", "last_n": "#ff7f0e", "random": "#7f7f7f", "alpha_lowest": "#9467bd",
@@ -63,9 +63,15 @@ def delta_ppl_bars(summary: pd.DataFrame, strategies: Sequence[str] = ("zone_awa
         color=alt.Color("strategy:N", scale=_color(order), sort=order, title="strategy"),
     )
     floor = df[["delta_ppl", "delta_ppl_min"]].where(lambda d: d > 0).min().min() if len(df) else 1.0
-    # bars grow from a power of ten below the smallest value, so every bar is visible
-    y_scale = alt.Scale(type="log", domainMin=10 ** math.floor(math.log10(floor)) if floor == floor else 1.0)
     interval = _has_interval(df)
+    # bars grow from a power of ten below the smallest value, so every bar is visible; the axis
+    # reaches above the highest whisker, so no error bar leaves it
+    tops = ["delta_ppl", "delta_ppl_max"] + (["delta_ppl_high"] if interval else [])
+    top = df[[c for c in tops if c in df]].max().max() if len(df) else 1.0
+    ends = dict(domainMin=10 ** math.floor(math.log10(floor)) if floor == floor else 1.0)
+    if top == top and top > 0:
+        ends["domainMax"] = 10 ** math.ceil(math.log10(top * 1.2))
+    y_scale = alt.Scale(type="log", **ends)
     tips = ["strategy:N", "k:O", alt.Tooltip("delta_ppl:Q", format=".3g", title="ΔPPL (at the median Δloss over seeds)")]
     tips += _interval_tooltips() if interval else []
     tips += [alt.Tooltip("delta_ppl_min:Q", format=".3g", title="min over seeds"),
@@ -74,11 +80,11 @@ def delta_ppl_bars(summary: pd.DataFrame, strategies: Sequence[str] = ("zone_awa
         y=alt.Y("delta_ppl:Q", scale=y_scale, title="ΔPPL (log scale)", stack=None, axis=SI_AXIS), tooltip=tips)
     if interval:
         low_end = 10 ** math.floor(math.log10(floor)) if floor == floor else 1.0
-        whiskers = alt.Chart(_interval_ends(df, low_end)).mark_rule(color="black").encode(
+        whiskers = alt.Chart(_interval_ends(df, low_end)).mark_rule(color="black", clip=True).encode(
             x=alt.X("k:O"), xOffset=alt.XOffset("strategy:N", sort=order),
             y=alt.Y("delta_ppl_low_plot:Q", scale=y_scale), y2="delta_ppl_high_plot:Q", tooltip=tips)
     else:
-        whiskers = base.transform_filter("datum.n_seeds > 1").mark_rule(color="black").encode(
+        whiskers = base.transform_filter("datum.n_seeds > 1").mark_rule(color="black", clip=True).encode(
             y=alt.Y("delta_ppl_min:Q", scale=y_scale), y2="delta_ppl_max:Q")
     return (bars + whiskers).properties(width="container", height=260, title=title or "ΔPPL by number of blocks removed")
 
@@ -105,7 +111,7 @@ def delta_ppl_lines(summary: pd.DataFrame, strategies: Sequence[str] | None = No
     chart = base.mark_line() + base.mark_point(filled=True, size=40)
     if _has_interval(df):
         floor = float(df["delta_ppl"].min()) / 3
-        rules = alt.Chart(_interval_ends(df, floor)).mark_rule(strokeWidth=1.5).encode(
+        rules = alt.Chart(_interval_ends(df, floor)).mark_rule(strokeWidth=1.5, clip=True).encode(
             x="k:Q", y=alt.Y("delta_ppl_low_plot:Q", scale=alt.Scale(type="log")), y2="delta_ppl_high_plot:Q",
             color=alt.Color("strategy:N", scale=_color(order), sort=order),
             opacity=alt.condition(pick, alt.value(0.6), alt.value(0.06)))
@@ -164,7 +170,7 @@ def crossover_chart(comparison: pd.DataFrame, numerator: str = "last_n",
     if has_interval:
         ends = df.assign(low_plot=df["ratio_low"].where(df["ratio_low"] > lo, lo),
                          high_plot=df["ratio_high"].where(df["ratio_high"] < hi, hi))
-        chart = chart + alt.Chart(ends).mark_rule(color="black", strokeWidth=1.5).encode(
+        chart = chart + alt.Chart(ends).mark_rule(color="black", strokeWidth=1.5, clip=True).encode(
             x=alt.X("k:Q", scale=alt.Scale(domain=[k_lo, k_hi], nice=False)),
             y=alt.Y("low_plot:Q", scale=y_scale), y2="high_plot:Q")
     if len(collapsed):
@@ -174,7 +180,9 @@ def crossover_chart(comparison: pd.DataFrame, numerator: str = "last_n",
         at = dict(x=alt.X("k:Q", scale=alt.Scale(domain=[k_lo, k_hi], nice=False)), y=alt.Y("y:Q", scale=y_scale))
         chart = (chart + alt.Chart(marks).mark_point(shape="triangle-up", filled=True, size=90, color="#b71c1c")
                  .encode(tooltip=tips, **at)
-                 + alt.Chart(marks).mark_text(dy=-11, fontSize=10, color="#b71c1c").encode(text="label:N", **at))
+                 # one word, over the first: over every triangle the words run together on a phone
+                 + alt.Chart(marks[marks["k"] == marks["k"].min()]).mark_text(
+                     dy=-11, align="left", dx=-6, fontSize=10, color="#b71c1c").encode(text="label:N", **at))
     return chart.properties(width="container", height=260,
                                                     title=f"{numerator} / {denominator}: above 1, {denominator} wins")
 
@@ -207,4 +215,5 @@ def removed_on_profile(zones: pd.DataFrame, plans: pd.DataFrame, k: int,
         tooltip=["strategy:N", "layer:O", alt.Tooltip("turn:Q", title="removed as number")])
     turns = base.mark_text(fontSize=8, color="white").encode(text="turn:Q")
     grid = (squares + turns).properties(width=COLUMN_WIDTH - 200, height=18 * len(order))
-    return alt.vconcat(profile, grid).resolve_scale(color="independent")
+    # on a phone the strategies' names beside the grid leave less room for the panels
+    return phone_layout(alt.vconcat(profile, grid).resolve_scale(color="independent"), panel_width=190)

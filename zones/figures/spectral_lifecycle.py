@@ -5,30 +5,35 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from zones.figures import fit, panel_width
+from zones.figures import balanced_columns, fit, panel_width
 
 GROUP_ORDER = ["Q/K", "V/O", "MLP", "all"]
 
 
 def lifecycle_heatmap(grid: pd.DataFrame, title: str, value_title: str,
                       scheme: str = "viridis", reverse: bool = False) -> alt.FacetChart:
-    """Layer × step heatmaps of a ``group_grid`` table: one row per depth, one column per group."""
+    """Layer × step heatmaps of a ``group_grid`` table, one panel per depth and group: a row of
+    groups per depth on a laptop, one panel under the other on a phone. Each panel has its own
+    layer axis (the depths have different numbers of layers)."""
     groups = [g for g in GROUP_ORDER if g in set(grid["group"])]
-    base = alt.Chart(grid).mark_rect().encode(
+    depths = sorted(grid["depth"].unique())
+    df = grid.assign(panel=grid["depth"].map(lambda d: f"depth {d}") + " · " + grid["group"])
+    order = [f"depth {d} · {g}" for d in depths for g in groups]
+    base = alt.Chart(df).mark_rect().encode(
         x=alt.X("step:O", title="training step", axis=alt.Axis(labelAngle=-90, labelOverlap=True)),
         y=alt.Y("layer:O", title="layer", sort="descending"),
         color=alt.Color("value:Q", title=value_title, scale=alt.Scale(scheme=scheme, reverse=reverse)),
         tooltip=["depth:O", "group:N", "layer:O", "step:Q", alt.Tooltip("value:Q", format=".3f")],
     ).properties(width=panel_width(len(groups)) - 15, height=110)
-    return base.facet(row=alt.Row("depth:O", title="depth"),
-                      column=alt.Column("group:N", title=None, sort=groups),
+    return base.facet(facet=alt.Facet("panel:N", title=None, sort=order), columns=len(groups),
                       title=title).resolve_scale(y="independent")
 
 
-def wave_gradient_lines(gradient: pd.DataFrame, columns: int = 2) -> alt.FacetChart:
-    """Early-minus-late compression against step, one panel per group (``columns`` to a row),
-    one line per depth."""
+def wave_gradient_lines(gradient: pd.DataFrame, columns: int | None = None) -> alt.FacetChart:
+    """Early-minus-late compression against step, one panel per group (``columns`` to a row:
+    by default as many as leave no empty place in the grid), one line per depth."""
     groups = [g for g in GROUP_ORDER if g in set(gradient["group"])]
+    columns = columns or balanced_columns(len(groups))
     base = alt.Chart(gradient)
     lines = base.mark_line(point=True).encode(
         x=alt.X("step:Q", title="training step"),
@@ -41,10 +46,11 @@ def wave_gradient_lines(gradient: pd.DataFrame, columns: int = 2) -> alt.FacetCh
         facet=alt.Facet("group:N", title=None, sort=groups), columns=columns)
 
 
-def final_profiles(profile: pd.DataFrame, value_title: str = "α", columns: int = 2) -> alt.FacetChart:
+def final_profiles(profile: pd.DataFrame, value_title: str = "α", columns: int | None = None) -> alt.FacetChart:
     """The final α profile against relative depth, one line per depth, one panel per group
-    (``columns`` to a row)."""
+    (``columns`` to a row: by default as many as leave no empty place in the grid)."""
     groups = [g for g in GROUP_ORDER if g in set(profile["group"])]
+    columns = columns or balanced_columns(len(groups))
     return alt.Chart(profile).mark_line(point=True).encode(
         x=alt.X("relative_depth:Q", title="relative depth"),
         y=alt.Y("value:Q", title=value_title, scale=alt.Scale(zero=False)),
@@ -63,9 +69,9 @@ def delta_alpha_scaling(table: pd.DataFrame, exponent: float, prefactor: float,
     anchor_y = prefactor * anchor_x ** exponent
     lines = pd.concat([
         pd.DataFrame(dict(depth=depths, delta_alpha=prefactor * depths ** exponent,
-                          line=f"fit: L^{exponent:.2f}")),
+                          line=f"fit: b = {exponent:.2f}")),
         pd.DataFrame(dict(depth=depths, delta_alpha=anchor_y * (depths / anchor_x) ** paper_exponent,
-                          line=f"paper: L^{paper_exponent:.2f}")),
+                          line=f"paper: b = {paper_exponent:.2f}")),
     ])
     values = pd.concat([lines["delta_alpha"], table["delta_alpha"]])
     x = alt.X("depth:Q", title="depth L (blocks)", axis=alt.Axis(values=sorted(table["depth"].unique().tolist())),
@@ -73,7 +79,7 @@ def delta_alpha_scaling(table: pd.DataFrame, exponent: float, prefactor: float,
     y = alt.Y("delta_alpha:Q", title="Δα (max − min over layers)",
               scale=alt.Scale(type="log", nice=False, domain=[float(values.min()) / 1.3, float(values.max()) * 1.3]))
     drawn = alt.Chart(lines).mark_line().encode(
-        x=x, y=y, strokeDash=alt.StrokeDash("line:N", title=None), color=alt.value("#555"))
+        x=x, y=y, strokeDash=alt.StrokeDash("line:N", title="Δα ∝ Lᵇ"), color=alt.value("#555"))
     points = alt.Chart(table).mark_point(filled=True, size=90, color="#d62728").encode(
         x=x, y=y, tooltip=["depth:Q", alt.Tooltip("delta_alpha:Q", format=".3f")])
     return fit(alt.layer(drawn, points).properties(title=title or "Δα against depth"), height=260)

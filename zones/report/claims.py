@@ -32,7 +32,7 @@ from zones.analysis.profile import trend_word
 from zones.core.cache import atomic_write_text
 from zones.pruning import COLLAPSE_RATIO, RECIPE_ABLATIONS
 from zones.report.common import ChapterResult, read_summary, save
-from zones.report.format import fmt_interval, fmt_num, fmt_p, fmt_ratio
+from zones.report.format import fmt_interval, fmt_num, fmt_p, fmt_ratio, list_table, md_escape
 from zones.report.verdicts import (
     FAILS,
     HEALING_CLAIM,
@@ -512,28 +512,44 @@ def summary_markdown(scores: pd.DataFrame, link_prefix: str = "chapters/") -> st
     return text
 
 
+SCORECARD_NAME = "tbl-claims-scorecard"   # {numref}`tbl-claims-scorecard` cites it
+SCORECARD_CAPTION = ("The paper's claims, then the book's own claims beyond the paper: our figure and its 95% "
+                     "interval beside the paper's, for each model and corpus, with the verdict of the claim's rule "
+                     "and, when inconclusive, the limit that binds.")
+
+
 class ScorecardTable:
-    """The scorecard as an HTML table (``table.zones-claims``) of four columns that fit a
-    desktop column: the claim (with the paper's figure), the verdict (with why, if
-    inconclusive), our figure (with its interval) and the model (with the corpus). Every cell
-    carries its column name (``data-label``), so at a phone's width the CSS stacks each row
-    into a card."""
+    """The scorecard as a table of four columns that fit a desktop column: the claim (with the
+    paper's figure), the verdict (with why, if inconclusive), our figure (with its interval) and
+    the model (with the corpus). In the book it is a numbered table (a MyST ``{list-table}``,
+    ``name`` for ``{numref}``) whose rows become labelled cards at a phone's width
+    (``table.zones-cards``); in JupyterLab the same table as HTML, each cell carrying its column
+    name (``data-label``)."""
 
     LABELS = ("claim", "verdict", "ours", "model")
 
-    def __init__(self, scores: pd.DataFrame, caption: str = ""):
-        self.scores, self.caption = scores, caption
+    def __init__(self, scores: pd.DataFrame, caption: str = "", name: str | None = SCORECARD_NAME):
+        self.scores, self.caption, self.name = scores, caption, name
 
     @staticmethod
-    def _cells(r: Mapping[str, Any]) -> list[str]:
-        text = lambda key: html.escape(str(r.get(key, "")) if r.get(key, "") == r.get(key, "") else "")
-        small = lambda words: f'<br><span class="zones-small">{words}</span>' if words else ""
-        figure = ("paper: " + text("paper")) if r.get("source", PAPER_SOURCE) == PAPER_SOURCE else "beyond the paper"
-        interval = small("95% interval: " + text("interval")) if r.get("interval") not in ("–", None) else ""
-        return [f"<strong>{text('claim')}</strong>{small(figure)}",
-                _badge(str(r["verdict"])) + small(text("reason")),
-                f"{text('ours')}{interval}{small('note: ' + text('note')) if text('note') else ''}",
-                f"{text('model')}{small(text('corpus')) if r.get('corpus') not in ('–', None) else ''}"]
+    def _cells(r: Mapping[str, Any], escape: Callable[[str], str] = html.escape) -> list[str]:
+        """The four cells of row ``r``, in HTML (``escape=html.escape``) or MyST Markdown
+        (``escape=md_escape``); a badge and the small print are inline HTML in both."""
+        value = lambda key: str(r.get(key, "")) if r.get(key, "") == r.get(key, "") else ""
+        small = lambda words: f'<br><span class="zones-small">{escape(words)}</span>' if words else ""
+        bold = (lambda words: f"<strong>{words}</strong>") if escape is html.escape else (lambda words: f"**{words}**")
+        figure = ("paper: " + value("paper")) if r.get("source", PAPER_SOURCE) == PAPER_SOURCE else "beyond the paper"
+        interval = small("95% interval: " + value("interval")) if r.get("interval") not in ("–", None) else ""
+        note = small("note: " + value("note")) if value("note") else ""
+        return [f"{bold(escape(value('claim')))}{small(figure)}",
+                _badge(str(r["verdict"])) + small(value("reason")),
+                f"{escape(value('ours'))}{interval}{note}",
+                f"{escape(value('model'))}{small(value('corpus')) if r.get('corpus') not in ('–', None) else ''}"]
+
+    def _repr_markdown_(self) -> str:
+        rows = [self._cells(r, md_escape) for r in self.scores.to_dict("records")]
+        return list_table([list(self.LABELS)], rows, self.caption or None, self.name,
+                          ["zones-table", "zones-cards", "zones-claims"])
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{label}</th>" for label in self.LABELS)
@@ -542,16 +558,11 @@ class ScorecardTable:
             cells = "".join(f'<td data-label="{label}">{cell}</td>' for label, cell in zip(self.LABELS, self._cells(r)))
             body.append(f"<tr>{cells}</tr>")
         caption = f"<caption>{html.escape(self.caption)}</caption>" if self.caption else ""
-        return (f'<div class="zones-table zones-claims-box"><table class="zones-claims">{caption}<thead><tr>{head}'
-                f'</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
+        return (f'<div class="zones-table zones-claims-box"><table class="zones-table zones-cards zones-claims">'
+                f'{caption}<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
 
     def __repr__(self) -> str:
         return self.scores[["claim", "verdict", "ours", "interval", "model"]].to_string(index=False)
-
-
-SCORECARD_CAPTION = ("Table 1. The paper's claims, then the book's own claims beyond the paper: our figure and its 95% "
-                     "interval beside the paper's, for each model and corpus, with the verdict of the claim's rule "
-                     "and, when inconclusive, the limit that binds.")
 
 
 def scorecard_html(scores: pd.DataFrame, caption: str = SCORECARD_CAPTION) -> ScorecardTable:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import html
 import math
 import os
+import re
 from pathlib import Path
 from typing import Iterable
 
@@ -242,11 +243,109 @@ def rounded(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
     return shown
 
 
-class DisplayTable:
-    """A DataFrame shown rounded, in a box that scrolls sideways (``div.zones-table``)."""
+MARKUP = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation mark: Markdown may read any of them
 
-    def __init__(self, table: pd.DataFrame, digits: int = 3, caption: str | None = None, index: bool = False):
+
+# an escaped _ or / followed by more text, or an escaped comma inside a word but not between
+# digits (a list "0:attn,1:attn" may wrap there; "1,009" may not)
+BREAK_AFTER = re.compile(r"(\\[_/](?=\S)|(?<!\d)\\,(?=\S)|\\,(?=[^\s\d]))")
+
+
+def md_escape(text) -> str:
+    """``text`` as literal MyST Markdown inline text: every ASCII punctuation mark escaped (so
+    ``*``, ``_``, ``$``, ``{role}`` or a leading ``1.`` stay characters), line breaks as spaces,
+    and a break opportunity after each ``_``, ``/`` and ``,`` inside a word (a long name such as
+    ``zone_aware_no_protection``, a path, or a list ``0:attn,1:attn`` wraps there instead of
+    widening its column), never inside a number (``1,009``)."""
+    escaped = MARKUP.sub(r"\\\1", " ".join(str(text).split()))
+    return BREAK_AFTER.sub(r"\1<wbr>", escaped)
+
+
+def _fence(body: str) -> str:
+    """A colon fence longer than any run of colons in ``body`` (``:::`` when there is none)."""
+    runs = [len(run) for run in re.findall(r":{3,}", body)]
+    return ":" * max([3] + [n + 1 for n in runs])
+
+
+def list_table(header: list[list[str]], rows: list[list[str]], caption: str | None = None,
+               name: str | None = None, classes: Iterable[str] = (), stub_columns: int = 0) -> str:
+    """A MyST ``{list-table}`` directive: header rows ``header`` and body ``rows`` of cells
+    already in Markdown (see :func:`md_escape`), with ``caption`` (plain text) and ``name``.
+
+    Displayed as a ``text/markdown`` output, the book parses it into a real table (the book
+    sets ``nb_render_markdown_format: myst``): with a caption and a name, Sphinx numbers it
+    ("Table 3") and ``{numref}`` cites it by ``name``.
+    """
+    width = len(rows[0]) if rows else len(header[0]) if header else 0
+    if any(len(r) != width for r in [*header, *rows]):
+        raise ValueError("every row of a table needs the same number of cells")
+    if name is not None and not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", name):
+        raise ValueError(f"table name {name!r}: use letters, digits, '-' and '_' (it becomes the page's anchor)")
+    options = [f":header-rows: {len(header)}", ":widths: auto"]
+    if stub_columns:
+        options.append(f":stub-columns: {stub_columns}")
+    if name:
+        options.append(f":name: {name}")
+    if classes:
+        options.append(f":class: {' '.join(classes)}")
+    lines = []
+    for row in [*header, *rows]:
+        cells = [cell.strip() or "\u00a0" for cell in row]  # an empty item would end the list
+        lines.append(f"* - {cells[0]}")
+        lines += [f"  - {cell}" for cell in cells[1:]]
+    body = "\n".join(options) + "\n\n" + "\n".join(lines)
+    fence = _fence(body)
+    title = f" {md_escape(caption)}" if caption else ""
+    return f"{fence}{{list-table}}{title}\n{body}\n{fence}\n"
+
+
+def _labels(index: pd.Index) -> list[list[str]]:
+    """The levels of a (Multi)Index as rows of labels, a repeated label left blank after its first."""
+    levels = index.nlevels
+    values = [tuple(v) if levels > 1 else (v,) for v in index]
+    rows = []
+    for level in range(levels):
+        row, previous = [], None
+        for value in values:
+            key = value[:level + 1]
+            row.append("" if key == previous else str(value[level]))
+            previous = key
+        rows.append(row)
+    return rows
+
+
+class DisplayTable:
+    """A DataFrame shown rounded: in the book a numbered table (a MyST ``{list-table}`` with its
+    caption and ``name``), in JupyterLab the same rounded table as HTML."""
+
+    def __init__(self, table: pd.DataFrame, digits: int = 3, caption: str | None = None, index: bool = False,
+                 name: str | None = None, cards: bool = False):
         self.data, self.digits, self.caption, self.index = table, digits, caption, index
+        self.name = name if name or not caption else _caption_name(caption)
+        self.cards = cards
+
+    def classes(self) -> list[str]:
+        """``zones-table`` (the book's table style) and ``zones-cards`` when its rows become
+        labelled cards at a phone's width."""
+        return ["zones-table"] + (["zones-cards"] if self.cards else [])
+
+    def markdown(self) -> str:
+        """The table as a MyST ``{list-table}`` (see :func:`list_table`)."""
+        shown = rounded(self.data, self.digits)
+        stubs = shown.index.nlevels if self.index else 0
+        column_rows = _labels(shown.columns)
+        header = []
+        for i, labels in enumerate(column_rows):
+            last = i == len(column_rows) - 1
+            names = [str(n) if last and n is not None else "" for n in shown.index.names] if stubs else []
+            header.append([md_escape(v) for v in names + labels])
+        index_cells = list(zip(*_labels(shown.index))) if stubs else [()] * len(shown)
+        rows = [[md_escape(v) for v in (*stub, *values)]
+                for stub, values in zip(index_cells, shown.itertuples(index=False, name=None))]
+        return list_table(header, rows, self.caption, self.name, self.classes(), stubs)
+
+    def _repr_markdown_(self) -> str:
+        return self.markdown()
 
     def _repr_html_(self) -> str:
         styler = rounded(self.data, self.digits).style
@@ -254,17 +353,27 @@ class DisplayTable:
             styler = styler.hide(axis="index")
         if self.caption:
             styler = styler.set_caption(html.escape(self.caption))
-        return f'<div class="zones-table">{styler.to_html()}</div>'
+        return f'<div class="{" ".join(self.classes())}">{styler.to_html()}</div>'
 
     def __repr__(self) -> str:
         return rounded(self.data, self.digits).to_string(index=self.index)
 
 
+def _caption_name(caption: str) -> str:
+    """A name for a captioned table given none (so that it is still numbered): ``table-`` and
+    a digest of the caption."""
+    import hashlib
+
+    return "table-" + hashlib.sha1(caption.encode()).hexdigest()[:10]
+
+
 def display_table(table: pd.DataFrame, digits: int = 3, caption: str | None = None,
-                  index: bool = False) -> DisplayTable:
-    """What a page shows of ``table``: its floats to ``digits`` significant figures, in a
-    sideways-scrolling box. Display it (last line of a cell, or ``IPython.display.display``)."""
-    return DisplayTable(table, digits, caption, index)
+                  index: bool = False, name: str | None = None, cards: bool = False) -> DisplayTable:
+    """What a page shows of ``table``: its floats to ``digits`` significant figures, as a table
+    the book numbers ("Table 3", with ``caption``) and ``{numref}`` cites by ``name``; ``index``
+    shows the row labels as the first column(s); ``cards`` turns each row into a labelled card
+    at a phone's width. Display it (last line of a cell, or ``IPython.display.display``)."""
+    return DisplayTable(table, digits, caption, index, name, cards)
 
 
 def csv_links(out_dir: str | os.PathLike, names: Iterable[str] | None = None, start: str | os.PathLike | None = None):

@@ -1,0 +1,79 @@
+/* zones: tables a phone can read.
+ *
+ * Each body cell of a table in the article gets its column's header as `data-label`. A table
+ * wider than its box is set in smaller type (`zones-compact`, then `zones-tiny`); one still too wide, or one
+ * marked `zones-cards` (the scorecard) at a phone's width, shows each row as a card with one
+ * labelled field per line (`zones-as-cards`), so no column hides behind a scroll bar and the
+ * caption wraps in the column.
+ */
+(function () {
+  "use strict";
+  var PHONE = "(max-width: 600px)";
+  var TABLES = "article table";
+
+  function headerNames(table) {
+    // one name per column: the header rows' texts joined ("k = 1 · Δloss"), a blank header
+    // cell taking the text of the cell before it in its row (a label repeated under a group)
+    var rows = table.tHead ? Array.prototype.slice.call(table.tHead.rows) : [];
+    var names = [];
+    rows.forEach(function (row) {
+      var previous = "";
+      Array.prototype.forEach.call(row.cells, function (cell, i) {
+        var text = cell.textContent.replace(/#$/, "").trim() || previous;
+        previous = text;
+        names[i] = names[i] && text && names[i] !== text ? names[i] + " · " + text : (text || names[i] || "");
+      });
+    });
+    return names;
+  }
+
+  function label(table) {
+    var names = headerNames(table);
+    Array.prototype.forEach.call(table.tBodies, function (body) {
+      Array.prototype.forEach.call(body.rows, function (row) {
+        Array.prototype.forEach.call(row.cells, function (cell, i) {
+          if (names[i] && !cell.hasAttribute("data-label")) cell.setAttribute("data-label", names[i]);
+          if (!cell.textContent.trim()) cell.classList.add("zones-blank");   // a card leaves it out
+        });
+      });
+    });
+  }
+
+  function fits(table) {
+    var box = table.parentElement;
+    return box.scrollWidth <= box.clientWidth + 1 &&
+           table.getBoundingClientRect().width <= box.getBoundingClientRect().width + 1;
+  }
+
+  // A table never hides a column: as it is if it fits its box; else in smaller type, one step
+  // then another (zones-compact, zones-tiny); else, or always at a phone's width when marked
+  // zones-cards, as cards.
+  var SMALLER = ["zones-compact", "zones-tiny"];
+  function fit() {
+    var phone = window.matchMedia(PHONE).matches;
+    document.querySelectorAll(TABLES).forEach(function (table) {
+      table.classList.remove("zones-as-cards", "zones-compact", "zones-tiny");
+      if (phone && table.classList.contains("zones-cards")) { table.classList.add("zones-as-cards"); return; }
+      if (fits(table)) return;
+      for (var i = 0; i < SMALLER.length; i++) {
+        table.classList.add(SMALLER[i]);
+        if (fits(table)) return;
+        table.classList.remove(SMALLER[i]);
+      }
+      table.classList.add("zones-as-cards");
+    });
+  }
+
+  var timer = null;
+  function start() {
+    document.querySelectorAll(TABLES).forEach(label);
+    fit();
+    window.addEventListener("load", fit);   // after fonts and formulas have their final size
+    window.addEventListener("resize", function () {
+      clearTimeout(timer);
+      timer = setTimeout(fit, 100);
+    });
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
+})();
