@@ -156,3 +156,12 @@ def interval_side(low: float, high: float, threshold: float) -> str:
     if high < threshold:
         return "below"
     return "straddles"
+
+
+def precision_text(requested: str, resolved: str) -> str:
+    """How a page states the precision that scored it: ``"float32"``, or ``"bfloat16 (dtype
+    'auto': this CPU runs bf16 natively)"``, so that no number depends silently on the CPU."""
+    if requested == "auto":
+        why = "runs bf16 natively" if resolved == "bfloat16" else "has no native bf16"
+        return f"{resolved} (dtype 'auto': this machine {why})"
+    return resolved
