@@ -163,3 +163,23 @@ def test_work_is_counted_in_reference_forwards(own_cache):
     again = progress.work_done()
     ablation_table(model, windows, batch_size=2, progress=False)  # read from the store: no work
     assert progress.work_done() == again
+
+
+def test_the_depth_series_chapters_ask_for_the_same_trained_runs(monkeypatch):
+    """The depth-series, lifecycle and sublayer chapters, with their defaults, train their runs
+    through one cache key per (depth, seed): whichever runs first trains, the others read."""
+    from zones.report import depth_series, spectral_lifecycle, sublayers
+    from zones.series import runs as series_runs
+    from zones.series.io import run_key
+
+    asked: dict[str, set] = {}
+    for name, call in (("depth_series", depth_series.run), ("lifecycle", spectral_lifecycle.run),
+                       ("sublayers", lambda: sublayers.series_sublayer_rho("cpu"))):
+        def train_model(config, _name=name, **_):
+            asked.setdefault(_name, set()).add(str(sorted(run_key(config, "corpus").items())))
+
+        monkeypatch.setattr(series_runs, "train_model", train_model)
+        with pytest.raises(Exception):  # the chapter stops at its first use of an untrained run
+            call()
+    assert asked["lifecycle"] <= asked["depth_series"] == asked["sublayers"]
+    assert len(asked["depth_series"]) == 5  # D8 and D12 with two seeds, D16 with one

@@ -35,7 +35,7 @@ from zones.core.executors import check_executor
 from zones.core.models import DEFAULT_MODEL, load_model
 from zones.measure.ablation import DEFAULT_EVAL_TOKENS as ABLATION_EVAL_TOKENS
 from zones.measure.ablation import ablation_table
-from zones.measure.evaluate import DEFAULT_DTYPE, DTYPES
+from zones.measure.evaluate import AUTO, DEFAULT_DTYPE, DTYPES
 from zones.pruning import (
     DEFAULT_CALIBRATION_TOKENS,
     DEFAULT_SEEDS,
@@ -103,8 +103,9 @@ def _text_args(parser: argparse.ArgumentParser) -> None:
 
 def _dtype_arg(parser: argparse.ArgumentParser) -> None:
 
-    parser.add_argument("--dtype", default=DEFAULT_DTYPE, choices=DTYPES,
-                        help=f"scoring precision of the forward passes (default: {DEFAULT_DTYPE})")
+    parser.add_argument("--dtype", default=DEFAULT_DTYPE, choices=DTYPES + (AUTO,),
+                        help=f"scoring precision of the forward passes; auto: bfloat16 where this machine runs "
+                             f"it natively, else float32 (default: {DEFAULT_DTYPE})")
 
 
 def _budget_args(parser: argparse.ArgumentParser, calibration_help: str) -> None:
