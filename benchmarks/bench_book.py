@@ -1,14 +1,17 @@
-"""The book's time budget on this machine: each chapter cold, and a reference forward to compare machines.
+"""The book's time budget on this machine: each chapter cold, in seconds and in reference forwards.
 
 Each chapter (``_toc.yml`` order, ``zones.book.execution_order``; ``--only`` picks some) is
 executed with its default parameters through ``zones.book.run_notebook`` into a temporary
 folder, with a temporary, empty ``ZONES_CACHE`` shared by the chapters of the run (so the
 first chapter pays the model's conversion, as in a cold ``make book``). The same run times a
-reference forward: SmolLM2-135M (the default model) on 2,048 tokens (8 windows of 256) in
-float32, before and after the chapters, so a chapter's time divided by the reference is
-comparable across machines and loads. It prints the CPU (model name, PyTorch's dispatch
-capability ``zones.core.hardware.cpu_capability``, native bf16), the threads, and per chapter the
-seconds, the ratio to the reference and the budget (``zones.book.EXPECTED_SECONDS``).
+reference forward — SmolLM2-135M (the default model) on 2,048 tokens (8 windows of 256) in
+float32, ``zones.book.reference_forward_seconds`` — before and after the chapters, so a chapter's
+time divided by the reference is comparable across machines and loads. It prints the CPU
+(``zones.book.machine_line``: model name, PyTorch's dispatch capability, native bf16, threads),
+and per chapter the seconds, the reference forwards (seconds / reference), the work the chapter
+counted (``zones.core.progress``, in reference forwards: the same on every machine and under any
+load) and its budget (``zones.book.EXPECTED_REFERENCE_FORWARDS``), plus the process CPU seconds of
+the chapter's kernel and its children.
 
 ``--head`` instead measures the LM head's token chunk (``zones.measure.evaluate.HEAD_CHUNK``): per-window
 NLL of one batch through ``head_nll_windows`` with each chunk size, interleaved, with the largest
@@ -17,6 +20,7 @@ difference from the first size (the chunks change only which tokens share a call
     .venv/bin/python benchmarks/bench_book.py --only pruning,layer_ablation
     ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 .venv/bin/python benchmarks/bench_book.py --only pruning
     .venv/bin/python benchmarks/bench_book.py --head 2048,512
+    .venv/bin/python benchmarks/bench_book.py --cache DIR   # a warm cache instead: what a rebuild costs
 
 ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2`` makes an AVX-512 machine run the AVX2
 kernels (the other machine kind the book must fit); the capability line shows which ran.
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -33,11 +38,20 @@ from pathlib import Path
 
 import torch
 
-from zones.book import EXPECTED_SECONDS, chapter_source, chapters, execution_order, project_root, run_notebook
+from zones.book import (
+    EXPECTED_REFERENCE_FORWARDS,
+    chapter_source,
+    chapters,
+    execution_order,
+    machine_line,
+    project_root,
+    reference_forward_seconds,
+    run_notebook,
+)
 from zones.core.adapters import get_adapter
 from zones.core.data import corpus_windows, load_corpus
-from zones.core.hardware import cpu_capability, native_bf16
 from zones.core.models import DEFAULT_MODEL, load_model
+from zones.core.progress import PROGRESS_ENV, read_progress
 from zones.figures import BOOK_MODE_ENV
 from zones.measure import evaluate
 from zones.measure.blocks import BlockTrace
@@ -46,52 +60,33 @@ REFERENCE_TOKENS = 2048
 SEQ_LEN = 256
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
-
-
 def reference_windows(loaded):
     tokens = SEQ_LEN * (REFERENCE_TOKENS // SEQ_LEN) - REFERENCE_TOKENS // SEQ_LEN
     return corpus_windows(load_corpus("stdlib"), loaded.tokenizer, SEQ_LEN, "eval", tokens)
 
 
-def reference_forward(loaded, windows, repeats: int = 3) -> float:
-    """Median seconds of one float32 forward (body and LM head) of 2,048 tokens."""
-    ids = windows.input_ids[:REFERENCE_TOKENS // SEQ_LEN]
-    times = []
-    with torch.inference_mode():
-        loaded.model(input_ids=ids, use_cache=False)  # warm-up
-        for _ in range(repeats):
-            start = time.perf_counter()
-            loaded.model(input_ids=ids, use_cache=False)
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
-def machine_line() -> str:
-    return (f"CPU: {cpu_name()}; PyTorch capability {cpu_capability()}; native bf16: {native_bf16('cpu')}; "
-            f"threads {torch.get_num_threads()}; torch {torch.__version__}")
-
-
-def time_chapters(names: list[str], root: Path) -> dict[str, float]:
-    seconds = {}
+def time_chapters(names: list[str], root: Path) -> dict[str, dict[str, float]]:
+    """Per chapter: wall ``seconds``, ``cpu`` (its kernel's CPU seconds) and counted ``work``."""
+    out = {}
     quiet = {BOOK_MODE_ENV: "1", "TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
     os.environ.update(quiet)  # as zones.book.execute_chapter runs them (inherited by the kernel)
     with tempfile.TemporaryDirectory(prefix="zones-bench-book-") as tmp:
         for name in names:
             target = Path(tmp) / f"{name}.ipynb"
+            os.environ[PROGRESS_ENV] = str(Path(tmp) / f"{name}.work")
             print(f"executing {name} ...", file=sys.stderr, flush=True)
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), _children_cpu()
             run_notebook(chapter_source(root, name), target, cwd=Path(tmp))
-            seconds[name] = time.perf_counter() - start
-            print(f"  {name}: {seconds[name]:.0f} s", file=sys.stderr, flush=True)
-    return seconds
+            out[name] = dict(seconds=time.perf_counter() - start, cpu=_children_cpu() - cpu,
+                             work=read_progress(os.environ[PROGRESS_ENV]))
+            print(f"  {name}: {out[name]['seconds']:.0f} s", file=sys.stderr, flush=True)
+    os.environ.pop(PROGRESS_ENV, None)
+    return out
 
 
 def bench_head(chunks: list[int], repeats: int) -> None:
@@ -128,6 +123,7 @@ def main(argv=None) -> None:
     parser.add_argument("--only", default=None, help="comma-separated chapters (default: every chapter)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: PyTorch's choice)")
     parser.add_argument("--head", default=None, help="compare LM-head chunk sizes instead, e.g. 2048,512")
+    parser.add_argument("--cache", default=None, help="use this ZONES_CACHE (default: a new, empty one: cold)")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
     if args.threads:
@@ -143,19 +139,26 @@ def main(argv=None) -> None:
         if unknown:
             raise SystemExit(f"bench_book: unknown chapter(s) {unknown}; the book has {names}")
         names = [n for n in names if n in wanted]
-    os.environ["ZONES_CACHE"] = tempfile.mkdtemp(prefix="zones-bench-cache-")  # cold, for every chapter
+    os.environ["ZONES_CACHE"] = args.cache or tempfile.mkdtemp(prefix="zones-bench-cache-")  # cold by default
     print(machine_line(), flush=True)
-    seconds = time_chapters(names, root)
-    loaded = load_model(DEFAULT_MODEL)  # converted by the chapters already, in the same cold cache
-    windows = reference_windows(loaded)
-    reference = reference_forward(loaded, windows)
-    print(f"reference: {DEFAULT_MODEL} float32 forward of {REFERENCE_TOKENS} tokens: {reference:.3f} s")
-    print(f"{'chapter':22s} {'seconds':>8s} {'/ reference':>12s} {'budget s':>9s}")
-    for name, s in seconds.items():
-        budget = EXPECTED_SECONDS.get(name)
-        flag = "" if budget is None or s <= budget else "  over budget"
-        print(f"{name:22s} {s:8.0f} {s / reference:12.1f} {budget if budget is not None else '-':>9}{flag}")
-    print(f"{'total':22s} {sum(seconds.values()):8.0f} {sum(seconds.values()) / reference:12.1f}")
+    print(f"load average {os.getloadavg()[0]:.1f} at the start", flush=True)
+    start = time.perf_counter()
+    before = reference_forward_seconds(repeats=3)  # converts the model in a cold cache, as zones book does
+    setup = time.perf_counter() - start
+    timed = time_chapters(names, root)
+    after = reference_forward_seconds(repeats=3)
+    reference = statistics.mean([before, after])
+    print(f"reference: {DEFAULT_MODEL} float32 forward of {REFERENCE_TOKENS} tokens: {before:.3f} s before, "
+          f"{after:.3f} s after the chapters (their mean is the unit); load average now {os.getloadavg()[0]:.1f}")
+    print(f"{'chapter':22s} {'seconds':>8s} {'ref. fwd':>9s} {'counted':>8s} {'CPU s':>7s} {'budget':>7s}")
+    print(f"{'(setup: model, ref.)':22s} {setup:8.0f} {setup / reference:9.1f}")
+    for name, t in timed.items():
+        budget = EXPECTED_REFERENCE_FORWARDS.get(name)
+        flag = "" if budget is None or t["seconds"] / reference <= budget else "  over budget"
+        print(f"{name:22s} {t['seconds']:8.0f} {t['seconds'] / reference:9.1f} {t['work']:8.1f} {t['cpu']:7.0f} "
+              f"{budget if budget is not None else '-':>7}{flag}")
+    total = setup + sum(t["seconds"] for t in timed.values())
+    print(f"{'total':22s} {total:8.0f} {total / reference:9.1f} {sum(t['work'] for t in timed.values()):8.1f}")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from conftest import tiny_model
 from zones.core import hardware
 from zones.core.adapters import get_adapter
 from zones.core.data import CorpusError, Windows, corpus_windows, make_windows
-from zones.measure import ablation
+from zones.measure import ablation, evaluate
 from zones.measure.ablation import COLUMNS, PART_COLUMNS, ablation_table
 from zones.measure.blocks import skip_blocks, zero_sublayer
 from zones.measure.evaluate import evaluate_loss
@@ -110,43 +110,46 @@ def test_cached_sweep_is_not_recomputed(own_cache):
     assert not np.allclose(changed["loss"], first["loss"])
 
 
+def journal_rows(cache) -> int:
+    return sum(len(p.read_text().splitlines()) for p in cache.glob("window-losses/*.jsonl"))
+
+
 def test_interrupted_sweep_resumes_and_is_never_read_partial(own_cache, monkeypatch):
     model = tiny_model("gpt_neox", n_layers=4)
     windows = random_windows(n_windows=6)
     expected = ablation_table(model, windows, batch_size=2, cache=False, progress=False)
-    n_tasks = 3 * 4  # 3 batches x 4 blocks
+    n_tasks = 3 * 5  # 3 batches x (the full model and 4 blocks)
+    monkeypatch.setattr(evaluate, "SETS_PER_PASS", 1)  # every removal is stored as soon as it is checked
 
-    real_row = ablation._BatchScorer.row
+    real_values = evaluate._ChunkScorer.values
     done = []
 
-    def row_then_crash(self, batch, layer, parts):
-        if len(done) == 5:
+    def values_then_crash(self, removal):
+        if len(done) == 6:
             raise KeyboardInterrupt
-        done.append((batch, layer))
-        return real_row(self, batch, layer, parts)
+        done.append(removal)
+        return real_values(self, removal)
 
-    monkeypatch.setattr(ablation._BatchScorer, "row", row_then_crash)
+    monkeypatch.setattr(evaluate._ChunkScorer, "values", values_then_crash)
     with pytest.raises(KeyboardInterrupt):
         ablation_table(model, windows, batch_size=2, progress=False)
-    # Nothing but the journal was written: no table a later run could take as finished.
-    assert not list(own_cache.glob("ablation/*.parquet"))
-    journals = list(own_cache.glob("ablation/*.partial.jsonl"))
-    assert len(journals) == 1 and len(journals[0].read_text().splitlines()) == 5
+    # Only complete, checked rows were stored: the full model and 4 blocks of batch 0, then the
+    # full model of batch 1 (computed first, to check it; stored with its pass).
+    assert journal_rows(own_cache) == 5
 
     resumed = []
 
-    def counting_row(self, batch, layer, parts):
-        resumed.append((batch, layer))
-        return real_row(self, batch, layer, parts)
+    def counting_values(self, removal):
+        resumed.append(removal)
+        return real_values(self, removal)
 
-    monkeypatch.setattr(ablation._BatchScorer, "row", counting_row)
+    monkeypatch.setattr(evaluate._ChunkScorer, "values", counting_values)
     table = ablation_table(model, windows, batch_size=2, progress=False)
-    assert len(resumed) == n_tasks - 5 and set(resumed).isdisjoint(done)
+    assert len(resumed) == n_tasks - 5
     pd.testing.assert_frame_equal(table, expected, check_exact=False, atol=1e-9)
-    assert len(list(own_cache.glob("ablation/*.parquet"))) == 1
-    assert not list(own_cache.glob("ablation/*.partial.jsonl"))
-    key = json.loads(next(own_cache.glob("ablation/*.json")).read_text())
-    assert key["windows"] == windows.fingerprint and key["batch_size"] == 2
+    assert journal_rows(own_cache) == n_tasks
+    key = json.loads(next(own_cache.glob("window-losses/*.json")).read_text())
+    assert key["model"] and key["dtype"] == "float32"
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
@@ -250,7 +253,7 @@ def test_a_nan_weight_is_an_error_naming_the_block_and_window(kwargs, own_cache)
     windows = random_windows(n_windows=4)
     with pytest.raises(NonFiniteLossError, match=r"full model is not finite \(nan\) on window 0 of 4"):
         ablation_table(model, windows, batch_size=2, progress=False, **kwargs)
-    assert not list(own_cache.glob("ablation/*.parquet"))  # nothing cached as a result
+    assert journal_rows(own_cache) == 0  # nothing cached as a result
 
 
 def test_bfloat16_scoring_keeps_the_weights_and_is_cached_apart(own_cache, monkeypatch):
@@ -263,7 +266,7 @@ def test_bfloat16_scoring_keeps_the_weights_and_is_cached_apart(own_cache, monke
     assert not np.array_equal(fp32["loss"], bf16["loss"])
     np.testing.assert_allclose(fp32["delta_loss"], bf16["delta_loss"], atol=0.1)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
-    assert len(list(own_cache.glob("ablation/*.parquet"))) == 2
+    assert len(list(own_cache.glob("window-losses/*.jsonl"))) == 2  # one store per precision
     with pytest.raises(ValueError, match="dtype"):
         ablation_table(model, windows, cache=False, progress=False, dtype="half")
 

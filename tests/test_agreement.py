@@ -77,17 +77,17 @@ def test_cached_table_is_reused(tmp_path, monkeypatch):
     first = agreement_window_losses(model, w, ["1"], progress=False)
     second = agreement_window_losses(model, w, ["1"], progress=False)
     np.testing.assert_array_equal(first["kl"], second["kl"])
-    assert any(tmp_path.rglob("*agreement*"))
+    assert any(tmp_path.rglob("window-losses/*.jsonl"))
 
 
 def test_kept_and_recomputed_base_agree(monkeypatch):
-    import zones.measure.agreement as agreement
+    import zones.measure.evaluate as evaluate
 
     model = tiny_model("llama")
     w = windows()
     kept = agreement_window_losses(model, w, ["1", "2:mlp"], cache=False, progress=False)
-    monkeypatch.setattr(agreement, "CACHE_BYTES", 0)
-    monkeypatch.setattr(agreement, "CHUNK", 7)  # chunks that do not divide the tokens
+    monkeypatch.setattr(evaluate, "BASE_LOGP_BYTES", 0)
+    monkeypatch.setattr(evaluate, "HEAD_CHUNK", 7)  # chunks that do not divide the tokens
     recomputed = agreement_window_losses(model, w, ["1", "2:mlp"], cache=False, progress=False)
     for column in ("nll", "kl", "top1"):
         np.testing.assert_allclose(kept[column], recomputed[column], rtol=1e-6, atol=1e-9)

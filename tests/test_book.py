@@ -167,7 +167,9 @@ def _trivial_project(tmp_path: Path, names=("first", "second")) -> Path:
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
         params = nbformat.v4.new_code_cell("n_resamples = 1\nmodels = None")
         params.metadata["tags"] = ["parameters"]
-        nb.cells = [params, nbformat.v4.new_code_cell("print(n_resamples, *models)")]
+        work = nbformat.v4.new_code_cell("from zones.core.progress import REFERENCE_FLOPS, add_flops\n"
+                                         "add_flops(3 * REFERENCE_FLOPS)  # three reference forwards of work")
+        nb.cells = [params, work, nbformat.v4.new_code_cell("print(n_resamples, *models)")]
         jupytext.write(nb, root / "notebooks" / f"{name}.md", fmt="md:myst")
     toc = "".join(f"  - file: book/chapters/{n}\n" for n in names)
     (root / "_toc.yml").write_text(f"format: jb-book\nroot: book/intro\nchapters:\n{toc}")
@@ -194,34 +196,56 @@ def test_a_misspelt_chapter_parameter_is_refused_with_the_known_ones(tmp_path, m
 def test_book_shows_chapter_progress_and_an_estimate_in_the_terminal_not_the_pages(tmp_path, capsys):
     import nbformat
 
-    from zones.book import execute_chapters, last_timings
+    from zones.book import execute_chapters, last_record, last_timings
 
     root = _trivial_project(tmp_path)
-    execute_chapters(root, ["first", "second"], {"n_resamples": 3}, models="tiny")
+    execute_chapters(root, ["first", "second"], {"n_resamples": 3}, models="tiny", reference=False)
     err = capsys.readouterr().err
-    assert "2 chapters, about 2 min (the expected times)" in err  # 2 x DEFAULT_SECONDS
+    # 2 x DEFAULT_REFERENCE_FORWARDS, at REFERENCE_SECONDS_GUESS each
+    assert "2 chapters, about 2 min (20 reference forwards; the expected costs)" in err
     assert "chapter 2/2 second" in err and "elapsed, about" in err and "left" in err
-    assert "first done in" in err
-    timings = last_timings({"models": ["tiny"], "n_resamples": 3})
-    assert set(timings) == {"first", "second"}
+    assert "first done in" in err and "(3 counted)" in err
+    key = {"models": ["tiny"], "n_resamples": 3}
+    assert set(last_timings(key)) == {"first", "second"}
+    # the work each chapter's kernel counted came back through its progress file
+    assert last_record(key)["chapters"]["first"]["work"] == pytest.approx(3.0)
     page = nbformat.read(root / "book/chapters/first.ipynb", as_version=4)
     printed = "".join(o.get("text", "") for c in page.cells for o in c.get("outputs", []))
     assert printed.strip() == "3 tiny" and "elapsed" not in printed and "chapter 1/2" not in printed
-    execute_chapters(root, ["first"], {"n_resamples": 3}, models="tiny")
-    assert "(the last build)" in capsys.readouterr().err
+    execute_chapters(root, ["first"], {"n_resamples": 3}, models="tiny", reference=False)
+    assert "the last build)" in capsys.readouterr().err
 
 
 def test_a_damaged_timings_record_only_costs_the_estimate(capsys):
-    from zones.book import _store_timing, _timings_entry, chapter_weights, last_timings
+    from zones.book import _store_timing, _timings_entry, chapter_costs, last_record, last_timings
 
     params = {"case": "damaged timings"}
     _store_timing(params, "pruning", 12.0)
     assert last_timings(params) == {"pruning": 12.0}
-    assert chapter_weights(["pruning", "claims", "new"], params) == {"pruning": 12.0, "claims": 5, "new": 60}
+    costs = chapter_costs(["pruning", "claims", "new"], params)
+    # seconds without a reference forward are read at REFERENCE_SECONDS_GUESS; the others are guesses
+    assert {k: v["reference_forwards"] for k, v in costs.items()} == {"pruning": 2.4, "claims": 2, "new": 10}
+    _store_timing(params, "healing", 10.0, reference=2.0, work=4.0)
+    assert last_record(params)["chapters"]["healing"] == dict(seconds=10.0, reference_forwards=5.0, work=4.0)
+    assert last_record(params)["reference_seconds"] == 2.0 and "bf16" in last_record(params)["machine"]
+    assert chapter_costs(["pruning"], params)["pruning"]["reference_forwards"] == pytest.approx(6.0)  # 12 s / 2 s
     path, _ = _timings_entry(params)
     path.write_text('{"pruning": 1200.0}')
     assert last_timings(params) == {}
     assert f"cache entry {path} is damaged" in capsys.readouterr().err
+
+
+def test_the_estimate_moves_with_the_work_a_running_chapter_counts():
+    from zones.book import RUNNING_CAP, Estimate
+
+    costs = {"a": dict(reference_forwards=10.0, work=5.0), "b": dict(reference_forwards=30.0, work=30.0)}
+    estimate = Estimate(costs, reference=2.0)
+    assert estimate.total == 40 and estimate.seconds_left(0) == 80  # 40 reference forwards of 2 s
+    assert estimate.position("a", work=2.5) == 5  # half its counted work: half its cost
+    assert estimate.position("a", work=50) == RUNNING_CAP * 10  # never done before it ends
+    estimate.finish("a", seconds=40.0)  # it took twice the reference's pace: so will the rest
+    assert estimate.position() == 10 and estimate.seconds_per_forward() == 4.0
+    assert estimate.seconds_left(estimate.position("b", work=15)) == 15 * 4.0
 
 
 def test_every_assignment_in_a_parameters_cell_is_a_parameter_papermill_sees():

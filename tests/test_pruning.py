@@ -296,28 +296,32 @@ def test_table_delta_ppl_equals_direct_evaluation(model, windows):
 
 
 def test_table_is_cached_and_resumes(model, windows, monkeypatch, tmp_path):
+    from zones.measure import evaluate
+
     monkeypatch.setenv("ZONES_CACHE", str(tmp_path))  # no sets scored by other tests
     ev, _ = windows
     args = dict(strategies=["last_n", "random"], k_max=3, seeds=3, batch_size=2, progress=False)
+    real = evaluate._ChunkScorer.values
     calls = []
-    real = sweep_module.evaluate_removals
 
-    def interrupted(*a, **kw):
-        calls.append(len(a[2]))
-        if len(calls) == 2:
+    def interrupted(self, removal):
+        if len(calls) == 6:
             raise KeyboardInterrupt
-        return real(*a, **kw)
+        calls.append(removal)
+        return real(self, removal)
 
-    monkeypatch.setattr(sweep_module, "SETS_PER_PASS", 4)
-    monkeypatch.setattr(sweep_module, "evaluate_removals", interrupted)
+    monkeypatch.setattr(evaluate, "SETS_PER_PASS", 4)
+    monkeypatch.setattr(evaluate._ChunkScorer, "values", interrupted)
     with pytest.raises(KeyboardInterrupt):
         pruning_table(model, ev, **args)
-    first_chunk = calls[0]
     calls.clear()
-    monkeypatch.setattr(sweep_module, "evaluate_removals", lambda *a, **kw: calls.append(len(a[2])) or real(*a, **kw))
+    monkeypatch.setattr(evaluate._ChunkScorer, "values", lambda self, r: calls.append(r) or real(self, r))
     resumed = pruning_table(model, ev, **args)
     n_sets = len(set(resumed["removed"].map(lambda r: tuple(sorted(parse_removed(r)))))) + 1
-    assert sum(calls) == n_sets - first_chunk  # the journaled chunk is not scored again
+    n_batches = -(-ev.n_windows // 2)
+    # The first batch's first pass of 4 sets was stored; every other (batch, set) is computed now,
+    # the full model of each batch once (first, to check it).
+    assert len(calls) == n_sets * n_batches - 4
     calls.clear()
     again = pruning_table(model, ev, **args)
     assert calls == []
@@ -334,7 +338,7 @@ def test_bad_arguments_fail_before_any_forward(model, windows, monkeypatch):
     def no_forward(*a, **kw):
         raise AssertionError("a forward pass ran")
 
-    monkeypatch.setattr(sweep_module, "evaluate_removals", no_forward)
+    monkeypatch.setattr(sweep_module, "score_windows", no_forward)
     monkeypatch.setattr(strategies, "BlockTrace", no_forward)
     with pytest.raises(ValueError, match="k_max=7 is too large"):
         pruning_table(model, ev, cal, strategies=["last_n"], k_max=7)

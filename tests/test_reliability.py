@@ -271,7 +271,7 @@ def test_a_journal_row_missing_its_loss_is_named_not_used(tmp_path, capfd, tiny_
 
     assert main(prune(tiny_model_dir, corpus_file, "--out", str(tmp_path / "first"))) == 0
     capfd.readouterr()
-    journal = next((cache_dir() / "pruning-losses").glob("*.jsonl"))
+    journal = next((cache_dir() / "window-losses").glob("*.jsonl"))
     lines = journal.read_text().splitlines()
     row = json.loads(lines[0])
     row.pop("loss", None) or row.pop("nll", None)

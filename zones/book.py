@@ -16,9 +16,14 @@ Chapters that read the others' tables (``RUN_LAST``: the claims scorecard) execu
 wherever ``_toc.yml`` places them.
 
 The terminal shows one progress bar over the chapters, with the time elapsed and an
-estimate of the time left: each chapter weighs its seconds in the last build with the same
-parameters (kept in the cache, ``cache_dir()/book``), else its ``EXPECTED_SECONDS``, and the
-bar's rate turns those weights into this machine's time. Nothing of it reaches the pages.
+estimate of the time left, in one unit on every machine: the **reference forward** (one
+float32 SmolLM2-135M forward of 2,048 tokens, ``zones.core.progress``). The build first times
+one here (:func:`reference_forward_seconds`); each chapter weighs its cost in the last build
+with the same parameters (the record kept in the cache, ``cache_dir()/book``: seconds,
+reference forwards and the work the chapter counted), else its
+``EXPECTED_REFERENCE_FORWARDS``; and while a chapter runs, the work it counts (windows,
+removal sets, training steps, reported through the file named by ``$ZONES_PROGRESS``) moves
+the bar and the estimate (:class:`Estimate`). Nothing of it reaches the pages.
 
 Every asset a page loads ships with the build: Vega (``zones.figures``) and MathJax (from
 the ``django-static-mathjax`` package) are copied into ``book/_static``, and progress bars
@@ -50,18 +55,25 @@ from tqdm.auto import tqdm
 from zones.core.cache import CacheError, atomic_write_bytes, atomic_write_text, entry_path, read_entry, write_entry
 from zones.core.checks import check_models
 from zones.core.glossary import DEFAULT_BUDGET, TERMS, check_value, parse_text, preset
+from zones.core.progress import PROGRESS_ENV, read_progress
 from zones.figures import BOOK_MODE_ENV, write_vega_bundle
 
 RUN_LAST = ("claims",)  # chapters that read the tables the other chapters wrote
 MATHJAX_PACKAGE = "django-static-mathjax"
 MATHJAX_FILE = "tex-svg-full.js"  # TeX input, SVG output, every extension: no fonts or extensions to fetch
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
-# seconds a chapter takes cold on 2 cores with its default parameters (the book's time budget);
-# a chapter not listed weighs DEFAULT_SECONDS, and a chapter's last build replaces the guess
-EXPECTED_SECONDS = {"alpha_profile": 30, "layer_ablation": 240, "importance_vs_alpha": 10, "pruning": 240,
-                    "depth_series": 300, "spectral_lifecycle": 10, "healing": 150, "sublayers": 120,
-                    "predictors": 30, "claims": 5}
-DEFAULT_SECONDS = 60
+# What each chapter costs cold with its default parameters, in reference forwards (one float32
+# SmolLM2-135M forward of 2,048 tokens, ``zones.core.progress``): the same on every machine. A
+# chapter not listed weighs DEFAULT_REFERENCE_FORWARDS; a chapter's last build replaces the guess.
+# Measured by benchmarks/bench_book.py (README: the budget table).
+EXPECTED_REFERENCE_FORWARDS = {"alpha_profile": 7, "layer_ablation": 40, "importance_vs_alpha": 4, "pruning": 45,
+                               "healing": 15, "sublayers": 40, "predictors": 3, "depth_series": 70,
+                               "spectral_lifecycle": 3, "claims": 2}
+DEFAULT_REFERENCE_FORWARDS = 10
+REFERENCE_SEQ_LEN = 256         # the reference forward: 8 windows of 256 tokens
+REFERENCE_SECONDS_GUESS = 5.0   # a reference forward's seconds when it could not be timed (2 cores, AVX-512)
+RUNNING_CAP = 0.98              # a running chapter never shows as done before it ends
+PROGRESS_EVERY = 5              # seconds between updates of the estimate
 # The note at the top of every page of a build at a budget other than the default (a Markdown cell).
 BUDGET_NOTES = {
     "class": ":::{note}\nThis is a **class build** (`zones book --budget class`): every chapter runs on small "
@@ -285,9 +297,11 @@ def run_notebook(source: Path, target: Path, parameters: dict[str, Any] | None =
 
 
 def execute_chapter(root: Path, name: str, parameters: dict[str, Any],
-                    declared: dict[str, Any] | None = None, log=print, note: str | None = None) -> Path:
+                    declared: dict[str, Any] | None = None, log=print, note: str | None = None,
+                    progress_file: Path | None = None) -> Path:
     """Execute chapter ``name`` with the ``parameters`` it declares into ``book/chapters``
-    (``note``: a Markdown cell at the top of its page). A failing chapter is a ``ChapterFailed``
+    (``note``: a Markdown cell at the top of its page); the work it counts goes to
+    ``progress_file`` (``zones.core.progress``). A failing chapter is a ``ChapterFailed``
     whose message is its exception's one line (see :func:`book_wording`)."""
     source = chapter_source(root, name)
     target_dir = root / "book" / "chapters"
@@ -302,7 +316,8 @@ def execute_chapter(root: Path, name: str, parameters: dict[str, Any],
     log(f"zones book: executing {name} with {params}")
     # The kernel inherits the environment: book mode, and no progress bars in the pages
     # (a bar in a notebook is a widget, and a widget makes the page load scripts from CDNs).
-    quiet = {BOOK_MODE_ENV: "1", "TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    quiet = {BOOK_MODE_ENV: "1", "TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+             PROGRESS_ENV: str(progress_file or "")}
     saved = {key: os.environ.get(key) for key in quiet}
     os.environ.update(quiet)
     try:
@@ -356,14 +371,49 @@ def copy_project(dest: Path, names: list[str] | None = None, root: Path | None =
     return dest
 
 
+# --- the time budget: reference forwards, the record of each build, the estimate of the time left ----
+
+def reference_forward_seconds(repeats: int = 2) -> float | None:
+    """Seconds of one reference forward on this machine now: the default model (SmolLM2-135M)
+    in float32 over 2,048 tokens (8 stdlib eval windows of 256), body and LM head, the fastest
+    of ``repeats`` after a one-window warm-up (about ``repeats`` + 0.2 reference forwards, and
+    the model's load: a cold cache converts it here, once, instead of in the first chapter).
+    ``None`` when the default model cannot be loaded (the estimate then runs on seconds)."""
+    import torch
+
+    from zones.core.data import corpus_windows
+    from zones.core.models import DEFAULT_MODEL, load_model
+    from zones.core.progress import REFERENCE_TOKENS
+
+    try:
+        loaded = load_model(DEFAULT_MODEL)
+        windows = corpus_windows("stdlib", loaded.tokenizer, REFERENCE_SEQ_LEN, "eval",
+                                 REFERENCE_TOKENS - REFERENCE_TOKENS // REFERENCE_SEQ_LEN)
+    except Exception as err:  # the estimate is a courtesy: never stop a build over it
+        print(f"zones book: no reference forward ({err}); estimating in seconds", file=sys.stderr)
+        return None
+    ids = windows.input_ids
+    times = []
+    with torch.inference_mode():
+        loaded.model(input_ids=ids[:1], use_cache=False)
+        for _ in range(repeats):
+            start = time.perf_counter()
+            loaded.model(input_ids=ids, use_cache=False)
+            times.append(time.perf_counter() - start)
+    return min(times)
+
+
 def _timings_entry(parameters: dict[str, Any]) -> tuple[Path, dict]:
     parts = dict(kind="book_timings", parameters=parameters)
     return entry_path("book", parts, ext="seconds"), parts  # a JSON payload; its sidecar is the .json
 
 
-def last_timings(parameters: dict[str, Any]) -> dict[str, float]:
-    """Seconds each chapter took in the last build with these parameters ({} if none). Only an
-    estimate rests on them: a damaged record is reported and ignored."""
+def last_record(parameters: dict[str, Any]) -> dict[str, Any]:
+    """The record of the last build with these parameters: ``reference_seconds`` (a reference
+    forward's seconds then), ``machine``, and ``chapters``: per chapter ``seconds``,
+    ``reference_forwards`` (seconds / reference_seconds) and ``work`` (the reference forwards of
+    work it counted, ``zones.core.progress``). ``{}`` if none; a damaged record is reported and
+    ignored (only the estimate rests on it)."""
     path, parts = _timings_entry(parameters)
     try:
         found = read_entry(path, parts)
@@ -372,21 +422,112 @@ def last_timings(parameters: dict[str, Any]) -> dict[str, float]:
         return {}
     if found is None:
         return {}
-    timings = json.loads(found[0])
-    return {k: float(v) for k, v in timings.items()} if isinstance(timings, dict) else {}
+    record = json.loads(found[0])
+    if not isinstance(record, dict):
+        return {}
+    if "chapters" not in record:  # a record of seconds only (an older zones)
+        record = dict(chapters={k: dict(seconds=float(v)) for k, v in record.items()})
+    return record
 
 
-def _store_timing(parameters: dict[str, Any], name: str, seconds: float) -> None:
+def last_timings(parameters: dict[str, Any]) -> dict[str, float]:
+    """Seconds each chapter took in the last build with these parameters ({} if none)."""
+    return {k: float(v["seconds"]) for k, v in last_record(parameters).get("chapters", {}).items()}
+
+
+def _store_timing(parameters: dict[str, Any], name: str, seconds: float, *, reference: float | None = None,
+                  work: float | None = None) -> None:
+    """Add chapter ``name``'s cost to the record (seconds; with a reference forward's seconds,
+    also in reference forwards; ``work``: what it counted)."""
     path, parts = _timings_entry(parameters)
-    timings = dict(last_timings(parameters), **{name: round(seconds, 1)})
-    write_entry(path, parts, json.dumps(timings, indent=2, sort_keys=True).encode())
+    record = last_record(parameters)
+    entry = dict(seconds=round(seconds, 1))
+    if reference:
+        entry["reference_forwards"] = round(seconds / reference, 1)
+        record["reference_seconds"] = round(reference, 3)
+        record["machine"] = machine_line()
+    if work is not None:
+        entry["work"] = round(work, 2)
+    record.setdefault("chapters", {})[name] = entry
+    write_entry(path, parts, json.dumps(record, indent=2, sort_keys=True).encode())
 
 
-def chapter_weights(names: list[str], parameters: dict[str, Any]) -> dict[str, float]:
-    """Each chapter's expected seconds: its last build with these parameters, else
-    ``EXPECTED_SECONDS`` (``DEFAULT_SECONDS`` for a chapter not listed)."""
-    last = last_timings(parameters)
-    return {n: max(1.0, last.get(n, EXPECTED_SECONDS.get(n, DEFAULT_SECONDS))) for n in names}
+def machine_line() -> str:
+    """The CPU, PyTorch's kernels, native bf16 or not, and the threads: what a timing ran on."""
+    import platform
+
+    import torch
+
+    from zones.core.hardware import cpu_capability, native_bf16
+
+    name = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.partition(":")[2].strip()
+                break
+    except OSError:
+        pass
+    return (f"{name}; PyTorch capability {cpu_capability()}; native bf16: {native_bf16('cpu')}; "
+            f"threads {torch.get_num_threads()}")
+
+
+def chapter_costs(names: list[str], parameters: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Each chapter's expected cost: ``reference_forwards`` (its last build with these
+    parameters, else ``EXPECTED_REFERENCE_FORWARDS``, else ``DEFAULT_REFERENCE_FORWARDS``) and
+    ``work`` (the work it counted then, else the same number: counted work is about one
+    reference forward per reference forward of time)."""
+    last = last_record(parameters).get("chapters", {})
+    reference = last_record(parameters).get("reference_seconds")
+    costs = {}
+    for name in names:
+        entry = last.get(name, {})
+        forwards = entry.get("reference_forwards")
+        if forwards is None and "seconds" in entry and reference:
+            forwards = entry["seconds"] / reference
+        if forwards is None and "seconds" in entry:
+            forwards = entry["seconds"] / REFERENCE_SECONDS_GUESS
+        if forwards is None:
+            forwards = EXPECTED_REFERENCE_FORWARDS.get(name, DEFAULT_REFERENCE_FORWARDS)
+        work = entry.get("work") or forwards
+        costs[name] = dict(reference_forwards=max(0.1, float(forwards)), work=max(0.1, float(work)))
+    return costs
+
+
+class Estimate:
+    """The time left, from the work done: chapters done count their expected reference forwards,
+    the running chapter the share of its expected work it has counted so far (never quite all of
+    it), and a reference forward costs what it cost in the chapters done (before the first
+    ends: the reference forward timed at the start)."""
+
+    def __init__(self, costs: dict[str, dict[str, float]], reference: float | None):
+        self.costs, self.reference = costs, reference or REFERENCE_SECONDS_GUESS
+        self.total = sum(c["reference_forwards"] for c in costs.values())
+        self.done = 0.0          # expected reference forwards of the chapters done
+        self.done_seconds = 0.0
+
+    def position(self, name: str | None = None, work: float = 0.0) -> float:
+        """Reference forwards done, with ``work`` counted so far in the running chapter ``name``."""
+        if name is None:
+            return self.done
+        cost = self.costs[name]
+        return self.done + min(work / cost["work"], RUNNING_CAP) * cost["reference_forwards"]
+
+    def finish(self, name: str, seconds: float) -> None:
+        self.done += self.costs[name]["reference_forwards"]
+        self.done_seconds += seconds
+
+    def seconds_per_forward(self) -> float:
+        return self.done_seconds / self.done if self.done > 0 and self.done_seconds > 0 else self.reference
+
+    def seconds_left(self, position: float) -> float:
+        return max(0.0, self.total - position) * self.seconds_per_forward()
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 \
+        else f"{seconds // 60:02d}:{seconds % 60:02d}"
 
 
 def chapter_values(name: str, declared: dict[str, Any], budget: str, implicit: dict[str, Any],
@@ -400,47 +541,70 @@ def chapter_values(name: str, declared: dict[str, Any], budget: str, implicit: d
 
 def execute_chapters(root: Path, names: list[str], parameters: dict[str, Any] | None = None, *,
                      models: list[str] | None = None, budget: str = DEFAULT_BUDGET, from_text: bool = False,
-                     progress: bool = True) -> list[Path]:
+                     progress: bool = True, reference: bool = True) -> list[Path]:
     """Execute chapters ``names`` in order, under one progress bar with an estimate of the time
-    left (terminal only). ``models`` (a list; one string is one model) is given to the chapters
-    that declare ``models``; ``budget`` gives each chapter that budget's values (the glossary's
-    presets); every key of ``parameters`` must be declared by one of the chapters, and every
-    value fit its type (``from_text``: YAML texts): both are checked before any chapter runs."""
+    left (terminal only; :class:`Estimate`). ``models`` (a list; one string is one model) is
+    given to the chapters that declare ``models``; ``budget`` gives each chapter that budget's
+    values (the glossary's presets); every key of ``parameters`` must be declared by one of the
+    chapters, and every value fit its type (``from_text``: YAML texts): both are checked before
+    any chapter runs. A reference forward is timed first (:func:`reference_forward_seconds`;
+    ``reference=False`` skips it: the estimate then assumes ``REFERENCE_SECONDS_GUESS``), and each
+    chapter's seconds, reference forwards and counted work are recorded (:func:`last_record`)."""
     budget = check_value("budget", budget)
     declared = {n: declared_parameters(chapter_source(root, n)) for n in names}
     parameters = check_parameters(dict(parameters or {}), declared, from_text=from_text)  # before any chapter runs
     implicit = {"models": check_models(models)} if models else {}
     key = {**implicit, **parameters, **({"budget": budget} if budget != DEFAULT_BUDGET else {})}
-    weights = chapter_weights(names, key)
+    costs = chapter_costs(names, key)
 
     def say(message: str) -> None:  # above the bar, in the terminal
         tqdm.write(message, file=sys.stderr) if progress else print(message, flush=True)
 
-    minutes = sum(weights.values()) / 60
-    say(f"zones book: {len(names)} chapters, about {minutes:.0f} min "
-        f"({'the last build' if last_timings(key) else 'the expected times'})")
-    bar = tqdm(total=round(sum(weights.values())), unit="s", file=sys.stderr, disable=not progress,
+    reference = reference_forward_seconds() if names and reference else None
+    estimate = Estimate(costs, reference)
+    if reference:
+        say(f"zones book: a reference forward (SmolLM2-135M, float32, 2,048 tokens) takes {reference:.2f} s here")
+    source = "the last build" if last_timings(key) else "the expected costs"
+    say(f"zones book: {len(names)} chapters, about {estimate.seconds_left(0) / 60:.0f} min "
+        f"({estimate.total:.0f} reference forwards; {source})")
+    bar = tqdm(total=max(estimate.total, 1e-9), unit="ref", file=sys.stderr, disable=not progress,
                desc=f"zones book: chapter 1/{len(names)} {names[0]}" if names else "zones book",
-               bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed} elapsed, about {remaining} left")
+               bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed} elapsed{postfix}")
+    running: dict[str, Any] = dict(name=None, file=None)
     stop = threading.Event()
 
-    def refresh():  # the bar's clock keeps running during a long chapter
-        while not stop.wait(5):
-            bar.refresh()
+    def refresh():  # the estimate moves with the work the running chapter reports
+        work = read_progress(running["file"]) if running["file"] else 0.0
+        position = estimate.position(running["name"], work)
+        bar.n = min(position, bar.total)
+        bar.set_postfix_str(f"about {_clock(estimate.seconds_left(position))} left", refresh=False)
+        bar.refresh()
 
-    ticker = threading.Thread(target=refresh, daemon=True)
+    def tick():
+        while not stop.wait(PROGRESS_EVERY):
+            refresh()
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    refresh()
     ticker.start()
     done = []
     try:
-        for k, name in enumerate(names, 1):
-            bar.set_description_str(f"zones book: chapter {k}/{len(names)} {name}")
-            start = time.time()
-            given = chapter_values(name, declared[name], budget, implicit, parameters)
-            done.append(execute_chapter(root, name, given, declared[name], log=say, note=BUDGET_NOTES.get(budget)))
-            seconds = time.time() - start
-            _store_timing(key, name, seconds)
-            bar.update(round(weights[name]))
-            say(f"zones book: {name} done in {seconds:.0f} s")
+        with tempfile.TemporaryDirectory(prefix="zones-progress-") as folder:
+            for k, name in enumerate(names, 1):
+                bar.set_description_str(f"zones book: chapter {k}/{len(names)} {name}")
+                running.update(name=name, file=Path(folder) / f"{name}.work")
+                start = time.time()
+                given = chapter_values(name, declared[name], budget, implicit, parameters)
+                done.append(execute_chapter(root, name, given, declared[name], log=say, note=BUDGET_NOTES.get(budget),
+                                             progress_file=running["file"]))
+                seconds = time.time() - start
+                work = read_progress(running["file"])
+                _store_timing(key, name, seconds, reference=reference, work=work)
+                estimate.finish(name, seconds)
+                running.update(name=None, file=None)
+                refresh()
+                cost = f", {seconds / reference:.0f} reference forwards" if reference else ""
+                say(f"zones book: {name} done in {seconds:.0f} s{cost} ({work:.0f} counted)")
     finally:
         stop.set()
         bar.close()

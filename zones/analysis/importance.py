@@ -29,6 +29,7 @@ from zones.core.data import corpus_windows, load_corpus
 from zones.core.models import load_model
 from zones.measure.ablation import DEFAULT_EVAL_TOKENS, ablation_table
 from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES, check_level, paired_bootstrap, seeded
+from zones.measure.subject import as_subject
 from zones.spectra import alpha_table, layer_alpha
 
 # Per-matrix columns of ``zones.spectra.alpha_table`` worth correlating with importance, in
@@ -162,6 +163,7 @@ class ModelImportance:
     n_blocks: int
     ablation: pd.DataFrame   # zones.measure.ablation.ablation_table
     alphas: pd.DataFrame     # zones.spectra.alpha_table
+    dtype: str = "float32"   # the precision the ablation was scored in (resolved: never "auto")
 
     def importance(self, estimator: str = "alpha_shape", role: str = "weighted") -> pd.DataFrame:
         """``importance_table`` with this model's α, plus a ``model`` column (the label)."""
@@ -189,8 +191,9 @@ def measure_models(models: Sequence[str] | str, *, corpus: str = "stdlib", seq_l
                    progress: bool = True, dtype: str = "float32") -> list[ModelImportance]:
     """Ablation and α tables of each model in turn, on the same corpus and token budget.
 
-    Both tables are cached, so a second chapter with the same parameters only reads them.
-    ``eval_tokens=None`` scores the whole split; ``dtype`` is the ablation's scoring precision.
+    Both tables are cached, so a second chapter with the same parameters only reads them (and
+    one on fewer tokens reads the first batches). ``eval_tokens=None`` scores the whole split;
+    ``dtype`` is the ablation's scoring precision (``"auto"``: bfloat16 where native).
     """
     names = [models] if isinstance(models, str) else list(models)
     if not names:
@@ -200,10 +203,10 @@ def measure_models(models: Sequence[str] | str, *, corpus: str = "stdlib", seq_l
     for name, label in zip(names, model_labels(names)):
         loaded = load_model(name, device=device)
         windows = corpus_windows(text, loaded.tokenizer, seq_len, split, eval_tokens)
-        table = ablation_table(loaded.model, windows, parts=parts, batch_size=batch_size, progress=progress,
-                               dtype=dtype)
+        subject = as_subject(loaded.model, dtype, fingerprint=loaded.fingerprint)  # precision resolved once
+        table = ablation_table(subject, windows, parts=parts, batch_size=batch_size, progress=progress)
         alphas = alpha_table(loaded.model)
-        results.append(ModelImportance(name, label, loaded.fingerprint, len(table), table, alphas))
+        results.append(ModelImportance(name, label, loaded.fingerprint, len(table), table, alphas, subject.dtype))
         del loaded
         gc.collect()
     return results

@@ -16,8 +16,12 @@ Corpora by name:
 
 Token windows: the corpus is tokenized once, cut into non-overlapping windows of ``seq_len``
 tokens, and every fourth window goes to the ``calibration`` split, the rest to ``eval``, so
-the two are disjoint and cover the same topics. A token budget takes windows evenly spaced
-through the split. Every predicted token of a window is scored once: ``seq_len - 1`` per window.
+the two are disjoint and cover the same topics. Each split is one ordered set of windows
+(:func:`nested_order`: the first, the middle, the quarters, the eighths, ...), and a token
+budget takes its first windows: every prefix is spread through the whole split, and a smaller
+budget is a prefix of a larger one, so chapters that score the same model on different budgets
+share their forward passes (``zones.measure.evaluate`` keeps each batch's losses once). Every
+predicted token of a window is scored once: ``seq_len - 1`` per window.
 
 A windows' fingerprint (the cache key of every table scored on them) covers what determines a
 result: the window token ids themselves, and the tokenizer's content (its vocabulary, merges and
@@ -235,13 +239,31 @@ def _ids_digest(ids: np.ndarray) -> str:
     return hashlib.sha256(str(ids.shape).encode() + b"\0" + ids.tobytes()).hexdigest()
 
 
+def nested_order(n: int) -> np.ndarray:
+    """The indices ``0..n-1`` in the order windows are taken from a split: the van der Corput
+    sequence in base 2 scaled to ``n`` (0, n/2, n/4, 3n/4, n/8, ...), repeats dropped. Every
+    prefix is spread evenly through the split, to within a factor of two of the spacing."""
+    n = check_int(n, "n", min=0)
+    if n == 0:
+        return np.zeros(0, dtype=int)
+    bits = max(1, int(np.ceil(np.log2(n))))
+    k = np.arange(2 ** bits)
+    reversed_bits = np.zeros_like(k)
+    for bit in range(bits):  # the bits of k in reverse order: k's van der Corput fraction × 2**bits
+        reversed_bits |= ((k >> bit) & 1) << (bits - 1 - bit)
+    order = (reversed_bits * n) // 2 ** bits
+    _, first = np.unique(order, return_index=True)
+    return order[np.sort(first)]
+
+
 def make_windows(token_ids: np.ndarray, seq_len: int, split: str = "eval",
                  max_tokens: int | None = None, *, corpus: Corpus | None = None,
                  tokenizer_id: str = "") -> Windows:
     """Non-overlapping windows of ``seq_len`` tokens from one split.
 
-    ``max_tokens`` bounds the scored tokens (``n_windows * (seq_len - 1)``); windows are taken
-    evenly spaced through the split. ``None`` takes the whole split. The fingerprint covers the
+    ``max_tokens`` bounds the scored tokens (``n_windows * (seq_len - 1)``); windows are the
+    first of the split's :func:`nested_order`, so a smaller budget is a prefix of a larger one.
+    ``None`` takes the whole split (in the same order). The fingerprint covers the
     windows' token ids, the corpus, ``tokenizer_id`` (:func:`tokenizer_fingerprint`), the split
     and ``seq_len``.
     """
@@ -266,7 +288,7 @@ def make_windows(token_ids: np.ndarray, seq_len: int, split: str = "eval",
             raise CorpusError(
                 f"token budget {max_tokens} needs {n_take} windows of {seq_len}, but the {split!r} split "
                 f"has only {len(pool)} ({len(pool) * (seq_len - 1)} scored tokens)")
-    chosen = np.unique(np.linspace(0, len(pool) - 1, n_take).round().astype(int))
+    chosen = nested_order(len(pool))[:n_take]
     taken = pool[chosen]
     ids = torch.from_numpy(taken.copy())
     corpus_fp = corpus.fingerprint if corpus else _fingerprint(str(token_ids[:64].tolist()), str(len(token_ids)))

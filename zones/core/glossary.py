@@ -133,8 +133,9 @@ TERMS: dict[str, Term] = _terms(
          {"cpu": None}, optional=True),
     Term("trust_remote_code", "bool", "let a model's own Python code run", {"cpu": False}),
     Term("device", "str", "cpu, cuda, ... (None: cuda if available)", {"cpu": None}, optional=True),
-    Term("dtype", "str", "scoring precision of the forward passes", {"cpu": "float32"},
-         choices=("float32", "bfloat16")),
+    Term("dtype", "str", "scoring precision of the forward passes; auto: bfloat16 where this machine runs it "
+         "natively, else float32 (every page states the precision that produced it)", {"cpu": "float32"},
+         choices=("float32", "bfloat16", "auto")),
     # --- text and token budgets ---------------------------------------------------------------
     Term("corpus", "str", "text: stdlib, stdlib-code, wikitext2 or UTF-8 text file(s)/glob (zones train: "
          "None, the profile's)", {"cpu": by("stdlib", train=None)}),

@@ -7,6 +7,11 @@ is refused with one clear line instead of a silent slowdown::
     cpu_capability()                       # "AVX512", "AVX2", "DEFAULT", ...
     native_bf16("cpu")                     # False on an AVX2-only CPU
     check_precision("bf16", "cpu", what="training precision")   # ValueError there
+    auto_precision("cpu")                  # "bfloat16" where it is native, else "float32"
+
+``auto_precision`` is what a scoring precision of ``"auto"`` resolves to. A chapter defaults to
+``"auto"`` only where ``benchmarks/bench_dtype.py`` measured bf16 to agree with float32 on its
+tables, and its page states the precision that ran, so no result depends silently on the CPU.
 """
 from __future__ import annotations
 
@@ -50,6 +55,12 @@ def native_bf16(device: str | torch.device = "cpu") -> bool:
     if not (capability.startswith("AVX512") or capability.startswith("AMX")):
         return False
     return bool(cpu_flags() & set(CPU_BF16_FLAGS))
+
+
+def auto_precision(device: str | torch.device = "cpu") -> str:
+    """The scoring precision ``"auto"`` stands for on ``device``: ``"bfloat16"`` where bf16 is
+    native (:func:`native_bf16`), else ``"float32"``."""
+    return "bfloat16" if native_bf16(device) else "float32"
 
 
 def check_precision(precision: str, device: str | torch.device = "cpu", *, what: str = "precision") -> str:

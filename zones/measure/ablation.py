@@ -7,23 +7,23 @@ only the block's attention output, or only its MLP output.
 
 Two methods give the same numbers:
 
-* ``"prefix"`` (default) traces each batch once through the full model, keeping every block's
-  input; the model without block i equals the full model up to block i, so its forward
-  starts there. A sweep over L blocks costs about L/2 block-forwards per batch instead of L.
+* ``"prefix"`` (default) is ``zones.measure.evaluate.score_windows``: each batch is traced once
+  through the full model, keeping every block's input; the model without block i equals the
+  full model up to block i, so its forward starts there. A sweep over L blocks costs about L/2
+  block-forwards per batch instead of L.
 * ``"naive"`` runs one complete forward per ablation and scores its logits exactly as
-  ``zones.measure.evaluate.evaluate_loss`` does (the reference).
-
-The prefix sweep applies the final norm and LM head in chunks of tokens with a log-sum-exp,
-so the (tokens × vocabulary) logits are never held at once.
+  ``zones.measure.evaluate.evaluate_loss`` does (the reference; never cached).
 
 Every ablation keeps its NLL on every window (``ablation_window_losses``: the long table),
 and ``ablation_table`` gives each block's ΔLoss a 95% paired bootstrap interval over windows
 (``zones.measure.stats``: one resample of windows for the base and every block alike). A base or
 ablated loss that is not finite stops the sweep with an error naming the block and window.
 
-Results are cached per (model fingerprint, windows fingerprint, parameters, scoring dtype).
-The sweep is journaled one (batch, block) at a time, each row holding its windows' NLL: an
-interrupted sweep resumes from the blocks already done, and only a finished sweep is stored.
+With ``cache=True`` every (batch, removal) lives in the per-window loss store
+(``zones.measure.store``), keyed by the model's fingerprint, the batch's tokens and the scoring
+dtype: an interrupted sweep resumes from the removals already stored, and every other table of
+the same model on the same batches (a pruning sweep's single blocks, a smaller budget of the
+same windows) reads them instead of computing them again.
 """
 from __future__ import annotations
 
@@ -33,33 +33,23 @@ import numpy as np
 import pandas as pd
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
-from zones.core.adapters import get_adapter
-from zones.core.cache import Journal, entry_path, resumable_table
 from zones.core.checks import check_choice, check_int
 from zones.core.data import Windows
-from zones.core.models import model_fingerprint
-from zones.measure.blocks import BlockTrace, check_layers, skip_blocks, zero_sublayer
-from zones.measure.evaluate import (
-    DEFAULT_DTYPE,
-    check_dtype,
-    check_fit,
-    forward_nll_windows,
-    head_nll_windows,
-    loss_name,
-    model_device,
-    scoring_precision,
-)
+from zones.measure.blocks import check_layers, skip_blocks, zero_sublayer
+from zones.measure.evaluate import forward_nll_windows, loss_name, score_windows
 from zones.measure.stats import LEVEL, N_RESAMPLES, SEED, check_finite, delta_loss_interval, interval_columns
+from zones.measure.subject import Subject, as_subject
+from zones.measure.sublayers import PARTS
 
-VERSION = "2"
 METHODS = ("prefix", "naive")
-PARTS = ("attn", "mlp")
 # Scored tokens for a CPU run of the chapter: 24 windows of 256, about 4 minutes on 2 idle cores
 # for SmolLM2-135M (chosen by benchmarks/bench_precision.py and the book's 30-minute budget). A
 # GPU run should score the whole eval split (``None``).
 DEFAULT_EVAL_TOKENS = 6120
+# The chapters' scoring precision for the ablation (layer ablation, importance, predictors, one
+# value so they read one cache): "auto" where benchmarks/bench_dtype.py found bf16 to agree.
+CHAPTER_DTYPE = "float32"
 
 COLUMNS = ["layer", "loss", "base_loss", "delta_loss", "delta_loss_low", "delta_loss_high", "n_tokens"]
 PART_COLUMNS = [c for p in PARTS for c in (f"loss_{p}", f"delta_loss_{p}", f"delta_loss_{p}_low",
@@ -68,73 +58,7 @@ WINDOW_COLUMNS = ["layer", "window", "nll", "base_nll", "n_tokens"]
 PART_WINDOW_COLUMNS = [f"nll_{p}" for p in PARTS]
 
 
-class _BatchScorer:
-    """Scores ablations of one batch at a time; keeps the batch's trace while it is current."""
-
-    def __init__(self, model: nn.Module, windows: Windows, batches: list[torch.Tensor], method: str, dtype: str):
-        self.model, self.windows, self.batches, self.method, self.dtype = model, windows, batches, method, dtype
-        self.starts = np.cumsum([0] + [len(b) for b in batches])  # first window of each batch
-        self.adapter = get_adapter(model)
-        self.device = model_device(model)
-        self.current: int | None = None
-
-    def _check(self, nll: np.ndarray, label: str) -> np.ndarray:
-        check_finite(nll[None], lambda _: label, loss_name(self.windows), first_window=int(self.starts[self.current]),
-                     n_windows=self.windows.n_windows)
-        return nll
-
-    def _load(self, batch: int) -> None:
-        if self.current == batch:
-            return
-        self.trace = None  # free the previous batch's trace first
-        self.ids = self.batches[batch].to(self.device)
-        self.current = batch
-        with torch.inference_mode(), scoring_precision(self.model, self.dtype):
-            if self.method == "prefix":
-                self.trace = BlockTrace(self.model, self.ids)
-                base = head_nll_windows(self.adapter, self.trace.final_hidden, self.ids)
-            else:
-                base = forward_nll_windows(self.model, self.ids)
-        self.base_nll = self._check(base, "of the full model")
-
-    def _prefix_nll(self, layer: int, part: str | None) -> np.ndarray:
-        trace = self.trace
-        hidden = trace.block_input(layer)
-        for i in range(layer, trace.n_blocks):
-            if i == layer and part is None:
-                continue  # the removed block: its output is its input
-            hidden = trace.run_block(i, hidden)
-        return head_nll_windows(self.adapter, hidden, self.ids)
-
-    def _ablated_nll(self, layer: int, part: str | None) -> np.ndarray:
-        with torch.inference_mode(), scoring_precision(self.model, self.dtype):
-            if self.method == "prefix":
-                if part is None:
-                    nll = self._prefix_nll(layer, None)
-                else:  # the hook that zeroes the sublayer fires inside run_block
-                    with zero_sublayer(self.model, layer, part):
-                        nll = self._prefix_nll(layer, part)
-            else:
-                context = skip_blocks(self.model, [layer]) if part is None else zero_sublayer(self.model, layer, part)
-                with context:
-                    nll = forward_nll_windows(self.model, self.ids)
-        what = f"with block {layer} removed" if part is None else f"with block {layer}'s {part} output removed"
-        return self._check(nll, what)
-
-    def row(self, batch: int, layer: int, parts: bool) -> dict:
-        """One (batch, block): the per-window NLL sums of the full and the ablated model."""
-        self._load(batch)
-        n = self.ids.shape[0]
-        row = dict(batch=batch, layer=layer, window=list(range(int(self.starts[batch]), int(self.starts[batch]) + n)),
-                   n_tokens=[int(self.ids.shape[1] - 1)] * n, base_nll=self.base_nll.tolist(),
-                   nll=self._ablated_nll(layer, None).tolist())
-        if parts:
-            for part in PARTS:
-                row[f"nll_{part}"] = self._ablated_nll(layer, part).tolist()
-        return row
-
-
-def _check(model: nn.Module, windows: Windows, layers, method: str, batch_size: int) -> list[int]:
+def _check(subject: Subject, windows: Windows, layers, method: str, batch_size: int) -> list[int]:
     if not isinstance(windows, Windows):
         raise TypeError(f"windows must be zones.core.data.Windows (from corpus_windows), not {type(windows).__name__}")
     if windows.n_windows == 0:
@@ -143,20 +67,35 @@ def _check(model: nn.Module, windows: Windows, layers, method: str, batch_size: 
         raise ValueError(f"windows of {windows.seq_len} token(s) score nothing; seq_len must be at least 2")
     check_choice(method, "method", METHODS)
     check_int(batch_size, "batch_size", min=1)
-    n_blocks = get_adapter(model).n_blocks
-    layers = list(range(n_blocks)) if layers is None else check_layers(model, layers)
+    layers = list(range(subject.n_blocks)) if layers is None else check_layers(subject.model, layers, subject.adapter)
     if not layers:
         raise ValueError("no blocks to ablate: layers is empty")
     return layers
 
 
-def _explode(rows: pd.DataFrame, parts: bool) -> pd.DataFrame:
-    """Journal rows (one per batch and block, holding lists over windows) -> the long table."""
-    columns = WINDOW_COLUMNS + (PART_WINDOW_COLUMNS if parts else [])
-    lists = [c for c in columns if c != "layer"]
-    long = rows[columns].explode(lists, ignore_index=True)
-    long = long.astype({c: float for c in lists if "nll" in c} | {"layer": int, "window": int, "n_tokens": int})
-    return long.sort_values(["layer", "window"]).reset_index(drop=True)
+def _naive(subject: Subject, windows: Windows, layers: list[int], parts: bool, batch_size: int) -> dict:
+    """Per-window NLL of the full model and of every ablation, one complete forward each."""
+    out = {"base": [], **{(layer, part): [] for layer in layers for part in (None, *(PARTS if parts else ()))}}
+    first = 0
+    for ids in windows.input_ids.split(batch_size):
+        ids = ids.to(subject.device)
+        check = lambda nll, label: check_finite(nll[None], lambda _: label, loss_name(windows),  # noqa: E731
+                                                first_window=first, n_windows=windows.n_windows)
+        with torch.inference_mode(), subject.precision():
+            base = forward_nll_windows(subject.model, ids)
+            check(base, "of the full model")
+            out["base"].append(base)
+            for layer in layers:
+                for part in (None, *(PARTS if parts else ())):
+                    context = (skip_blocks(subject.model, [layer], subject.adapter) if part is None
+                               else zero_sublayer(subject.model, layer, part))
+                    with context:
+                        nll = forward_nll_windows(subject.model, ids)
+                    check(nll, f"with block {layer} removed" if part is None
+                          else f"with block {layer}'s {part} output removed")
+                    out[(layer, part)].append(nll)
+        first += ids.shape[0]
+    return {k: np.concatenate(v) for k, v in out.items()}
 
 
 def summarize(windows: pd.DataFrame, parts: bool = False, *, n_resamples: int = N_RESAMPLES,
@@ -180,53 +119,46 @@ def summarize(windows: pd.DataFrame, parts: bool = False, *, n_resamples: int = 
     return out[COLUMNS + (PART_COLUMNS if parts else [])]
 
 
-def ablation_window_losses(model: nn.Module, windows: Windows, *, parts: bool = False, method: str = "prefix",
-                           batch_size: int = 8, cache: bool = True, progress: bool = True,
-                           layers: Iterable[int] | None = None, dtype: str = DEFAULT_DTYPE) -> pd.DataFrame:
+def ablation_window_losses(model: nn.Module | Subject, windows: Windows, *, parts: bool = False,
+                           method: str = "prefix", batch_size: int = 8, cache: bool = True, progress: bool = True,
+                           layers: Iterable[int] | None = None, dtype: str | None = None) -> pd.DataFrame:
     """The NLL of every single-block ablation on every window: the long table.
 
     One row per (block, window): ``layer, window`` (index in ``windows``), ``nll`` (summed
     next-token NLL, nats, with the block removed), ``base_nll`` (the full model's, same
     window), ``n_tokens``; with ``parts=True`` also ``nll_attn, nll_mlp``. Arguments as in
-    :func:`ablation_table`, which summarizes this table (and shares its cache entry).
+    :func:`ablation_table`, which summarizes this table.
     """
-    layers = _check(model, windows, layers, method, batch_size)
-    dtype = check_dtype(dtype, model)
-    check_fit(model, windows)
-    batches = list(windows.input_ids.split(batch_size))
-    tasks = [(b, layer) for b in range(len(batches)) for layer in layers]
-    scorer = _BatchScorer(model, windows, batches, method, dtype)
-    key = None
-    if cache:
-        key = dict(kind="ablation", version=VERSION, model=model_fingerprint(model),
-                   windows=windows.fingerprint, n_windows=windows.n_windows, layers=layers,
-                   parts=bool(parts), method=method, batch_size=batch_size, dtype=dtype,
-                   weights_dtype=str(next(model.parameters()).dtype), device=model_device(model).type)
-        # Blocks journaled by an interrupted run are not recomputed; start the bar past them.
-        done = len(Journal(entry_path("ablation", key).with_suffix(".partial.jsonl")).rows())
-    bar = None
-
-    def run(task):
-        nonlocal bar
-        if bar is None:
-            bar = tqdm(total=len(tasks), initial=done if cache else 0, desc=f"ablation ({dtype})",
-                       unit="block", disable=not progress, leave=False)
-        row = scorer.row(*task, parts)
-        bar.update()
-        return row
-
-    if cache:
-        rows = resumable_table("ablation", key, tasks, task_id=lambda t: f"{t[0]}:{t[1]}", run=run)
+    subject = as_subject(model, dtype)
+    layers = _check(subject, windows, layers, method, batch_size)
+    subject.check_fit(windows)
+    if method == "naive":
+        nll = _naive(subject, windows, layers, parts, batch_size)
     else:
-        rows = pd.DataFrame([run(task) for task in tasks])
-    if bar is not None:
-        bar.close()
-    return _explode(rows, parts)
+        removals = [()] + [(layer,) for layer in layers]
+        removals += [((layer, part),) for part in PARTS for layer in layers] if parts else []
+        scored = score_windows(subject, windows, removals, batch_size=batch_size, cache=cache, progress=progress,
+                               desc="ablation")["nll"]
+        nll = {"base": scored[0], **{(layer, None): scored[1 + i] for i, layer in enumerate(layers)}}
+        if parts:
+            offset = 1 + len(layers)
+            nll.update({(layer, part): scored[offset + p * len(layers) + i]
+                        for p, part in enumerate(PARTS) for i, layer in enumerate(layers)})
+    n = windows.n_windows
+    table = {"layer": np.repeat(np.asarray(layers, dtype=int), n), "window": np.tile(np.arange(n), len(layers)),
+             "nll": np.concatenate([nll[(layer, None)] for layer in layers]),
+             "base_nll": np.tile(nll["base"], len(layers)), "n_tokens": np.full(n * len(layers), windows.seq_len - 1)}
+    if parts:
+        for part in PARTS:
+            table[f"nll_{part}"] = np.concatenate([nll[(layer, part)] for layer in layers])
+    long = pd.DataFrame(table)
+    order = np.argsort(long["layer"].to_numpy(), kind="stable")
+    return long.iloc[order].reset_index(drop=True)
 
 
-def ablation_table(model: nn.Module, windows: Windows, *, parts: bool = False, method: str = "prefix",
+def ablation_table(model: nn.Module | Subject, windows: Windows, *, parts: bool = False, method: str = "prefix",
                    batch_size: int = 8, cache: bool = True, progress: bool = True,
-                   layers: Iterable[int] | None = None, dtype: str = DEFAULT_DTYPE,
+                   layers: Iterable[int] | None = None, dtype: str | None = None,
                    n_resamples: int = N_RESAMPLES, level: float = LEVEL, seed: int = SEED) -> pd.DataFrame:
     """ΔLoss of removing each decoder block, on ``windows`` (from ``zones.core.data.corpus_windows``).
 
@@ -247,10 +179,11 @@ def ablation_table(model: nn.Module, windows: Windows, *, parts: bool = False, m
 
     ``method="prefix"`` reuses each batch's shared prefix; ``"naive"`` runs one full forward
     per ablation (same numbers to float rounding). ``layers`` restricts the sweep to some
-    blocks. ``dtype`` is the scoring precision (``"float32"`` or ``"bfloat16"``,
-    ``zones.measure.evaluate``). Intervals: ``zones.measure.stats`` (``n_resamples``, ``level``, ``seed``;
-    NaN with a single window). With ``cache=True`` the sweep is stored under the model's and
-    the windows' fingerprints and resumes after an interruption. A non-finite loss is an error.
+    blocks. ``dtype`` is the scoring precision (``"float32"`` (None), ``"bfloat16"`` or
+    ``"auto"``, ``zones.measure.subject``). Intervals: ``zones.measure.stats`` (``n_resamples``,
+    ``level``, ``seed``; NaN with a single window). With ``cache=True`` every (batch, removal)
+    is read from or written to the loss store (module note), so a sweep resumes after an
+    interruption. A non-finite loss is an error.
     """
     long = ablation_window_losses(model, windows, parts=parts, method=method, batch_size=batch_size, cache=cache,
                                   progress=progress, layers=layers, dtype=dtype)

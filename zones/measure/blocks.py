@@ -21,11 +21,13 @@ import torch
 from torch import nn
 
 from zones.core.adapters import get_adapter
+from zones.core.progress import count_module
 
 
-def check_layers(model: nn.Module, layers: Iterable[int]) -> list[int]:
-    """Validate block indices against the model; return them sorted and unique."""
-    n = get_adapter(model).n_blocks
+def check_layers(model: nn.Module, layers: Iterable[int], adapter=None) -> list[int]:
+    """Validate block indices against the model; return them sorted and unique. ``adapter``:
+    the model's, when the caller has it (``zones.measure.subject``); else it is looked up."""
+    n = (adapter or get_adapter(model)).n_blocks
     layers = sorted({int(i) for i in layers})
     bad = [i for i in layers if not 0 <= i < n]
     if bad:
@@ -34,10 +36,10 @@ def check_layers(model: nn.Module, layers: Iterable[int]) -> list[int]:
 
 
 @contextmanager
-def skip_blocks(model: nn.Module, layers: Iterable[int]) -> Iterator[nn.Module]:
+def skip_blocks(model: nn.Module, layers: Iterable[int], adapter=None) -> Iterator[nn.Module]:
     """Run ``model`` without the given blocks inside the ``with``; restore it on exit."""
-    adapter = get_adapter(model)
-    removed = set(check_layers(model, layers))
+    adapter = adapter or get_adapter(model)
+    removed = set(check_layers(model, layers, adapter))
     parent, name = adapter.block_container()
     original = getattr(parent, name)
     kept = nn.ModuleList([block for i, block in enumerate(original) if i not in removed])
@@ -87,10 +89,10 @@ class BlockTrace:
     embeddings, ...), so re-running a block from the trace is exactly what the model does.
     """
 
-    def __init__(self, model: nn.Module, input_ids: torch.Tensor):
+    def __init__(self, model: nn.Module, input_ids: torch.Tensor, adapter=None):
         self.input_ids = input_ids
         self.model = model
-        self.adapter = get_adapter(model)
+        self.adapter = adapter or get_adapter(model)
         self.calls: list[tuple[tuple, dict]] = []
         blocks = self.adapter.blocks()
 
@@ -113,6 +115,8 @@ class BlockTrace:
                 handle.remove()
         if len(self.calls) != len(blocks) or self.final_hidden is None:
             raise RuntimeError(f"traced {len(self.calls)} block calls for {len(blocks)} blocks")
+        for block in blocks:  # work done, for zones.core.progress
+            count_module(block, input_ids.numel())
 
     @property
     def n_blocks(self) -> int:
@@ -129,7 +133,9 @@ class BlockTrace:
             args = (hidden,) + tuple(args[1:])
         else:
             kwargs = dict(kwargs, hidden_states=hidden)
-        return _first(self.adapter.blocks()[layer](*args, **kwargs))
+        block = self.adapter.blocks()[layer]
+        count_module(block, hidden.shape[0] * hidden.shape[1])
+        return _first(block(*args, **kwargs))
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         """Final norm and LM head."""

@@ -32,9 +32,9 @@ from torch import nn
 
 from zones.core.adapters import get_adapter
 from zones.core.checks import check_choice
-from zones.measure.ablation import PARTS
 from zones.measure.blocks import BlockTrace, skip_blocks
 
+PARTS = ("attn", "mlp")
 Removal = tuple[tuple[int, str], ...]
 
 
@@ -104,14 +104,14 @@ def _count(module: nn.Module) -> int:
     return int(sum(p.numel() for p in module.parameters()))
 
 
-def sublayer_params(model: nn.Module) -> pd.DataFrame:
+def sublayer_params(model: nn.Module, adapter=None) -> pd.DataFrame:
     """Parameters per sublayer: ``layer, part, n_params, block_params``.
 
     A sublayer holds its module's parameters plus half of whatever else the block holds (its
     norms), so ``attn + mlp = block`` exactly and equal-parameter comparisons with whole
     blocks are exact.
     """
-    adapter = get_adapter(model)
+    adapter = get_adapter(model) if adapter is None else adapter
     rows = []
     for layer, block in enumerate(adapter.blocks()):
         attn, mlp, total = _count(adapter.attention(block)), _count(adapter.mlp(block)), _count(block)
@@ -146,17 +146,17 @@ class RemovedSublayer(nn.Module):
 _ARITY: "weakref.WeakKeyDictionary[nn.Module, int]" = weakref.WeakKeyDictionary()
 
 
-def _output_arity(model: nn.Module, block: nn.Module, module: nn.Module) -> int:
+def _output_arity(model: nn.Module, adapter, block: nn.Module, module: nn.Module) -> int:
     """0 if ``module`` returns a tensor, else the length of the tuple it returns (probed once
     per module with a two-token forward of the blocks up to ``block``)."""
     if module in _ARITY:
         return _ARITY[module]
     seen = []
     handle = module.register_forward_hook(lambda _m, _a, out: seen.append(len(out) if isinstance(out, tuple) else 0))
-    blocks = get_adapter(model).blocks()
+    blocks = adapter.blocks()
     index = next(i for i, b in enumerate(blocks) if b is block)
     try:
-        with torch.inference_mode(), skip_blocks(model, range(index + 1, len(blocks))):
+        with torch.inference_mode(), skip_blocks(model, range(index + 1, len(blocks)), adapter):
             ids = torch.zeros(1, 2, dtype=torch.long, device=next(model.parameters()).device)
             model.base_model(input_ids=ids, use_cache=False)
     finally:
@@ -173,10 +173,11 @@ def _attribute(parent: nn.Module, child: nn.Module) -> str:
 
 
 @contextlib.contextmanager
-def removed_sublayers(model: nn.Module, removal: Iterable) -> Iterator[nn.Module]:
+def removed_sublayers(model: nn.Module, removal: Iterable, adapter=None) -> Iterator[nn.Module]:
     """Run ``model`` without the sublayers of ``removal`` inside the ``with`` (a block without
-    both is skipped); the model is restored on exit. Parameters are never touched."""
-    adapter = get_adapter(model)
+    both is skipped); the model is restored on exit. Parameters are never touched. ``adapter``:
+    the model's, when the caller has it already (``zones.measure.subject``)."""
+    adapter = get_adapter(model) if adapter is None else adapter
     removal = normalize_removal(removal, adapter.n_blocks)
     skipped = set(whole_blocks(removal))
     swaps = []
@@ -187,12 +188,12 @@ def removed_sublayers(model: nn.Module, removal: Iterable) -> Iterator[nn.Module
         block = adapter.blocks()[layer]
         module = adapter.attention(block) if part == "attn" else adapter.mlp(block)
         if part not in arity:
-            arity[part] = _output_arity(model, block, module)
+            arity[part] = _output_arity(model, adapter, block, module)
         swaps.append((block, _attribute(block, module), module, part))
     try:
         for block, name, _module, part in swaps:
             setattr(block, name, RemovedSublayer(arity[part]))
-        with skip_blocks(model, skipped):
+        with skip_blocks(model, skipped, adapter):
             yield model
     finally:
         for block, name, module, _part in swaps:
@@ -207,7 +208,8 @@ def removal_hidden(trace: BlockTrace, removal: Removal) -> torch.Tensor:
     skipped = set(whole_blocks(removal))
     start = min(layer for layer, _ in removal)
     # Whole blocks are skipped here, not by skip_blocks: the trace indexes the full list of blocks.
-    with torch.inference_mode(), removed_sublayers(trace.model, [(l, p) for l, p in removal if l not in skipped]):
+    with torch.no_grad(), removed_sublayers(trace.model, [(l, p) for l, p in removal if l not in skipped],
+                                            trace.adapter):
         hidden = trace.block_input(start)
         for layer in range(start, trace.n_blocks):
             if layer not in skipped:

@@ -49,11 +49,11 @@ from zones.pruning.strategies import (
 from zones.pruning.sweep import (
                       COLUMNS,
                       DEFAULT_CALIBRATION_TOKENS,
+                      DEFAULT_DTYPE,
                       DEFAULT_EVAL_TOKENS,
                       DEFAULT_SEEDS,
                       DEFAULT_STRATEGIES,
                       RECIPE_ABLATIONS,
-                      SETS_PER_PASS,
                       WINDOW_COLUMNS,
                       PruningResult,
                       canonical_removed,
@@ -71,7 +71,7 @@ __all__ = [
     "BLOCK", "KINDS", "MIN_REMAINING", "STRATEGIES", "PruningContext", "Strategy", "StrategyError", "alpha_zones",
     "available_strategies", "bic_segment_count", "check_plans", "get_strategy", "greedy_order", "prefixes",
     "register_strategy", "segment_profile", "segmentation_cost", "strategy_names", "zone_aware_order",
-    "COLUMNS", "DEFAULT_CALIBRATION_TOKENS", "DEFAULT_EVAL_TOKENS", "DEFAULT_SEEDS", "DEFAULT_STRATEGIES",
-    "RECIPE_ABLATIONS", "SETS_PER_PASS", "WINDOW_COLUMNS", "PruningResult", "canonical_removed",
+    "COLUMNS", "DEFAULT_CALIBRATION_TOKENS", "DEFAULT_DTYPE", "DEFAULT_EVAL_TOKENS", "DEFAULT_SEEDS",
+    "DEFAULT_STRATEGIES", "RECIPE_ABLATIONS", "WINDOW_COLUMNS", "PruningResult", "canonical_removed",
     "check_strategy_names", "format_removed", "parse_removed", "plan_strategies", "pruning_sweep", "pruning_table",
 ]

@@ -51,15 +51,14 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from zones.core.adapters import get_adapter
 from zones.core.cache import Journal, cached_table, entry_path
 from zones.core.checks import check_int
 from zones.core.data import Windows
-from zones.core.models import model_fingerprint
 from zones.measure.ablation import PARTS, ablation_table
 from zones.measure.blocks import BlockTrace
-from zones.measure.evaluate import check_dtype, check_fit, evaluate_removals, scoring_precision
+from zones.measure.evaluate import evaluate_removals
 from zones.measure.stats import NonFiniteLossError
+from zones.measure.subject import Subject, as_subject
 from zones.measure.sublayers import sublayer_params
 from zones.spectra import alpha_table, layer_alpha
 
@@ -317,18 +316,18 @@ class PruningContext:
     """The model and data a strategy may use; expensive measurements are computed on first
     use and cached (by model and calibration fingerprints) when ``cache=True``."""
 
-    def __init__(self, model: nn.Module, calibration: Windows | None = None, *,
+    def __init__(self, model: nn.Module | Subject, calibration: Windows | None = None, *,
                  alpha: pd.DataFrame | None = None, batch_size: int = 8, cache: bool = True,
-                 progress: bool = True, dtype: str = "float32"):
-        self.model = model
-        self.dtype = check_dtype(dtype, model)
+                 progress: bool = True, dtype: str | None = None):
+        self.subject = as_subject(model, dtype)  # the model at the door (zones.measure.subject)
+        self.model = self.subject.model
+        self.dtype = self.subject.dtype
         self.calibration = calibration
         self.batch_size = batch_size
         self.cache = cache
         self.progress = progress
-        self.n_blocks = get_adapter(model).n_blocks
+        self.n_blocks = self.subject.n_blocks
         self._alpha = alpha
-        self._fingerprint: str | None = None
         self._hidden_stats: pd.DataFrame | None = None
         self._ablation: pd.DataFrame | None = None
         # The calibration windows' full-model traces, kept between greedy steps (evaluate_removals)
@@ -338,9 +337,7 @@ class PruningContext:
     # --- identity ------------------------------------------------------------------------
     @property
     def fingerprint(self) -> str:
-        if self._fingerprint is None:
-            self._fingerprint = model_fingerprint(self.model)
-        return self._fingerprint
+        return self.subject.fingerprint
 
     def _need_calibration(self, what: str) -> Windows:
         if self.calibration is None:
@@ -349,7 +346,7 @@ class PruningContext:
 
     def _key(self, kind: str, **extra) -> dict:
         windows = self._need_calibration(kind)
-        device = next(self.model.parameters()).device.type
+        device = self.subject.device.type
         return dict(kind=kind, version=VERSION, model=self.fingerprint, windows=windows.fingerprint,
                     n_windows=windows.n_windows, batch_size=self.batch_size, device=device, dtype=self.dtype,
                     **extra)
@@ -386,8 +383,8 @@ class PruningContext:
         windows). Hidden states are the residual stream before the final norm.
         """
         if self._hidden_stats is None:
-            compute = lambda: _hidden_stats(self.model, self._need_calibration("hidden_stats"),
-                                            self.batch_size, self.progress, self.dtype)
+            compute = lambda: _hidden_stats(self.subject, self._need_calibration("hidden_stats"),
+                                            self.batch_size, self.progress)
             self._hidden_stats = (cached_table("pruning-hidden-stats", self._key("pruning-hidden-stats"), compute)
                                   if self.cache else compute())
         return self._hidden_stats
@@ -395,9 +392,9 @@ class PruningContext:
     def ablation(self) -> pd.DataFrame:
         """Single-block ablation on the calibration windows (``zones.measure.ablation.ablation_table``)."""
         if self._ablation is None:
-            self._ablation = ablation_table(self.model, self._need_calibration("ablation_rank"),
+            self._ablation = ablation_table(self.subject, self._need_calibration("ablation_rank"),
                                             batch_size=self.batch_size, cache=self.cache,
-                                            progress=self.progress, dtype=self.dtype)
+                                            progress=self.progress)
         return self._ablation
 
     def memo(self, name: str, compute: Callable[[], Any]) -> Any:
@@ -408,7 +405,7 @@ class PruningContext:
 
     def sublayer_params(self) -> pd.DataFrame:
         """Parameters of every sublayer (``zones.measure.sublayers.sublayer_params``)."""
-        return self.memo("sublayer_params", lambda: sublayer_params(self.model))
+        return self.memo("sublayer_params", lambda: sublayer_params(self.model, self.subject.adapter))
 
     def block_params(self) -> float:
         """The mean block's parameters: the budget of one block for the sublayer strategies."""
@@ -416,25 +413,24 @@ class PruningContext:
 
     def calibration_losses(self, removals: Sequence[Sequence[int]], desc: str = "calibration") -> list[float]:
         """Mean calibration loss with each removal set skipped (prefix-shared evaluation)."""
-        results = evaluate_removals(self.model, self._need_calibration(desc), removals,
-                                    batch_size=self.batch_size, progress=self.progress, desc=desc, dtype=self.dtype,
-                                    traces=self._traces)
+        results = evaluate_removals(self.subject, self._need_calibration(desc), removals,
+                                    batch_size=self.batch_size, progress=self.progress, desc=desc,
+                                    traces=self._traces, cache=self.cache)
         return [r.loss for r in results]
 
 
-def _hidden_stats(model: nn.Module, windows: Windows, batch_size: int, progress: bool,
-                  dtype: str = "float32") -> pd.DataFrame:
-    check_fit(model, windows)
-    n = get_adapter(model).n_blocks
-    device = next(model.parameters()).device
+def _hidden_stats(subject: Subject, windows: Windows, batch_size: int, progress: bool) -> pd.DataFrame:
+    subject.check_fit(windows)
+    n = subject.n_blocks
+    device = subject.device
     cos_sum = torch.zeros(n + 1, n + 1, dtype=torch.float64)
     angle_sum = torch.zeros(n + 1, n + 1, dtype=torch.float64)
     n_tokens = n_windows = 0
     batches = list(windows.input_ids.split(batch_size))
     first = 0
     for ids in tqdm(batches, desc="hidden states", disable=not progress, leave=False):
-        with scoring_precision(model, dtype):
-            trace = BlockTrace(model, ids.to(device))
+        with subject.precision():
+            trace = BlockTrace(subject.model, ids.to(device), subject.adapter)
         # states[j]: input of block j (j = n: the output of the last block)
         states = [trace.block_input(j) for j in range(n)] + [trace.final_hidden]
         for j, state in enumerate(states):

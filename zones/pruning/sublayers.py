@@ -36,17 +36,17 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from zones.analysis.sublayers import sublayer_alpha
-from zones.core.adapters import get_adapter
 from zones.core.cache import cached_table
 from zones.core.checks import check_int
 from zones.core.data import Windows
-from zones.core.models import model_fingerprint
-from zones.measure.ablation import PARTS
+from zones.core.progress import count_module
 from zones.measure.agreement import agreement_window_losses, summarize_agreement
 from zones.measure.blocks import BlockTrace
-from zones.measure.evaluate import DEFAULT_DTYPE, check_fit, head_nll_windows, model_device, scoring_precision
+from zones.measure.evaluate import head_nll_windows
 from zones.measure.stats import LEVEL, N_RESAMPLES, SEED, paired_bootstrap
+from zones.measure.subject import Subject, as_subject
 from zones.measure.sublayers import (
+    PARTS,
     format_removal,
     normalize_removal,
     removal_params,
@@ -70,8 +70,8 @@ PLAN_COLUMNS = ["strategy", "kind", "k", "removed", "n_sublayers", "n_params", "
 
 # --- calibration measurements ----------------------------------------------------------------------
 
-def sublayer_similarity(model: nn.Module, windows: Windows, *, batch_size: int = 8, dtype: str = DEFAULT_DTYPE,
-                        cache: bool = True) -> pd.DataFrame:
+def sublayer_similarity(model: nn.Module | Subject, windows: Windows, *, batch_size: int = 8,
+                        dtype: str | None = None, cache: bool = True) -> pd.DataFrame:
     """How little each sublayer changes the residual stream, on ``windows`` (calibration).
 
     Columns: ``layer, part, cos``: the cosine between the stream without and with the
@@ -79,8 +79,9 @@ def sublayer_similarity(model: nn.Module, windows: Windows, *, batch_size: int =
     block's input) and cos(y − mlp, y) for the MLP (y the block's output). He et al.'s
     similarity: the higher, the more redundant the sublayer.
     """
-    check_fit(model, windows)
-    adapter = get_adapter(model)
+    subject = as_subject(model, dtype)
+    subject.check_fit(windows)
+    adapter, model = subject.adapter, subject.model
 
     def compute() -> pd.DataFrame:
         n = adapter.n_blocks
@@ -100,9 +101,11 @@ def sublayer_similarity(model: nn.Module, windows: Windows, *, batch_size: int =
             handles.append(block.register_forward_hook(lambda _m, _a, out, i=i: seen.__setitem__((i, "y"), first(out))))
         cos = lambda a, b: torch.nn.functional.cosine_similarity(a.double(), b.double(), dim=-1).sum()  # noqa
         try:
-            with torch.inference_mode(), scoring_precision(model, dtype):
+            with torch.inference_mode(), subject.precision():
                 for ids in windows.input_ids.split(batch_size):
-                    model.base_model(input_ids=ids.to(model_device(model)), use_cache=False)
+                    model.base_model(input_ids=ids.to(subject.device), use_cache=False)
+                    for block in adapter.blocks():
+                        count_module(block, ids.numel())
                     for i in range(n):
                         x, a, m, y = seen[(i, "x")], seen[(i, "attn")], seen[(i, "mlp")], seen[(i, "y")]
                         sums[i, 0] += float(cos(x, x + a))
@@ -117,18 +120,18 @@ def sublayer_similarity(model: nn.Module, windows: Windows, *, batch_size: int =
 
     if not cache:
         return compute()
-    key = dict(kind="sublayer-similarity", version=VERSION, model=model_fingerprint(model),
-               windows=windows.fingerprint, n_windows=windows.n_windows, batch_size=batch_size, dtype=dtype)
+    key = dict(kind="sublayer-similarity", version=VERSION, model=subject.fingerprint,
+               windows=windows.fingerprint, n_windows=windows.n_windows, batch_size=batch_size, dtype=subject.dtype)
     return cached_table("sublayer-similarity", key, compute)
 
 
-def _traces(model: nn.Module, windows: Windows, batch_size: int, dtype: str) -> list[BlockTrace]:
-    device = model_device(model)
-    with scoring_precision(model, dtype):
-        return [BlockTrace(model, ids.to(device)) for ids in windows.input_ids.split(batch_size)]
+def _traces(subject: Subject, windows: Windows, batch_size: int) -> list[BlockTrace]:
+    with subject.precision():
+        return [BlockTrace(subject.model, ids.to(subject.device), subject.adapter)
+                for ids in windows.input_ids.split(batch_size)]
 
 
-def _loss_with(model, adapter, traces, removal, path_start: dict, dtype: str) -> float:
+def _loss_with(subject: Subject, traces, removal, path_start: dict) -> float:
     """Calibration loss of ``removal``: each batch starts at the first affected block from the
     stream ``path_start[batch]`` = (block, input of that block under a subset of ``removal``
     that agrees with it before that block)."""
@@ -136,24 +139,24 @@ def _loss_with(model, adapter, traces, removal, path_start: dict, dtype: str) ->
     tokens = 0
     skipped = {l for l in {l for l, _ in removal} if {(l, p) for p in PARTS} <= set(removal)}
     partial = [(l, p) for l, p in removal if l not in skipped]
-    with torch.inference_mode(), scoring_precision(model, dtype), removed_sublayers(model, partial):
+    with torch.inference_mode(), subject.precision(), removed_sublayers(subject.model, partial, subject.adapter):
         for b, trace in enumerate(traces):
             start, hidden = path_start[b]
             for layer in range(start, trace.n_blocks):
                 if layer not in skipped:
                     hidden = trace.run_block(layer, hidden)
-            total += float(head_nll_windows(adapter, hidden, trace.input_ids).sum())
+            total += float(head_nll_windows(subject.adapter, hidden, trace.input_ids).sum())
             tokens += trace.input_ids[:, 1:].numel()
     return total / tokens
 
 
-def _paths(model, traces, removal, dtype: str) -> list[list[torch.Tensor]]:
+def _paths(subject: Subject, traces, removal) -> list[list[torch.Tensor]]:
     """For each batch, the input of every block (and the last hidden state) under ``removal``."""
-    n = get_adapter(model).n_blocks
+    n = subject.n_blocks
     skipped = {l for l in {l for l, _ in removal} if {(l, p) for p in PARTS} <= set(removal)}
     partial = [(l, p) for l, p in removal if l not in skipped]
     out = []
-    with torch.inference_mode(), scoring_precision(model, dtype), removed_sublayers(model, partial):
+    with torch.inference_mode(), subject.precision(), removed_sublayers(subject.model, partial, subject.adapter):
         for trace in traces:
             start = min((l for l, _ in removal), default=n)
             path = [trace.block_input(b) for b in range(min(start + 1, n))]
@@ -166,9 +169,9 @@ def _paths(model, traces, removal, dtype: str) -> list[list[torch.Tensor]]:
     return out
 
 
-def sublayer_greedy_order(model: nn.Module, windows: Windows, params: pd.DataFrame, target_params: float, *,
-                          batch_size: int = 8, dtype: str = DEFAULT_DTYPE, cache: bool = True,
-                          progress: bool = True) -> pd.DataFrame:
+def sublayer_greedy_order(model: nn.Module | Subject, windows: Windows, params: pd.DataFrame,
+                          target_params: float, *, batch_size: int = 8, dtype: str | None = None,
+                          cache: bool = True, progress: bool = True) -> pd.DataFrame:
     """BlockPruner's greedy search over sublayers, until ``target_params`` are removed.
 
     Each step scores every remaining sublayer added to the removed set on the calibration
@@ -177,18 +180,18 @@ def sublayer_greedy_order(model: nn.Module, windows: Windows, params: pd.DataFra
     (ties: shallower, attention first). Columns: ``step, layer, part, loss, n_params``
     (cumulative). Cached under the model's and windows' fingerprints and the target.
     """
-    check_fit(model, windows)
-    adapter = get_adapter(model)
-    n = adapter.n_blocks
+    subject = as_subject(model, dtype)
+    subject.check_fit(windows)
+    n = subject.n_blocks
     size = params.set_index(["layer", "part"])["n_params"]
 
     def compute() -> pd.DataFrame:
-        traces = _traces(model, windows, batch_size, dtype)
+        traces = _traces(subject, windows, batch_size)
         removed: list[tuple[int, str]] = []
         rows, total = [], 0.0
         bar = tqdm(desc="sublayer greedy", unit="step", disable=not progress, leave=False)
         while total < (1 - TOLERANCE) * target_params and len(removed) < 2 * n - 2:
-            paths = _paths(model, traces, normalize_removal(removed, n), dtype)
+            paths = _paths(subject, traces, normalize_removal(removed, n))
             best = None
             for layer in range(n):
                 for part in PARTS:
@@ -196,7 +199,7 @@ def sublayer_greedy_order(model: nn.Module, windows: Windows, params: pd.DataFra
                         continue
                     candidate = normalize_removal(removed + [(layer, part)], n)
                     starts = {b: (layer, paths[b][layer]) for b in range(len(traces))}
-                    loss = _loss_with(model, adapter, traces, candidate, starts, dtype)
+                    loss = _loss_with(subject, traces, candidate, starts)
                     if best is None or loss < best[0] - 1e-12:
                         best = (loss, layer, part)
             loss, layer, part = best
@@ -209,8 +212,8 @@ def sublayer_greedy_order(model: nn.Module, windows: Windows, params: pd.DataFra
 
     if not cache:
         return compute()
-    key = dict(kind="sublayer-greedy", version=VERSION, model=model_fingerprint(model), windows=windows.fingerprint,
-               n_windows=windows.n_windows, target=float(target_params), batch_size=batch_size, dtype=dtype)
+    key = dict(kind="sublayer-greedy", version=VERSION, model=subject.fingerprint, windows=windows.fingerprint,
+               n_windows=windows.n_windows, target=float(target_params), batch_size=batch_size, dtype=subject.dtype)
     return cached_table("sublayer-greedy", key, compute)
 
 
@@ -219,7 +222,7 @@ def sublayer_greedy_order(model: nn.Module, windows: Windows, params: pd.DataFra
 def _similarity(ctx: PruningContext) -> pd.DataFrame:
     """:func:`sublayer_similarity` on the context's calibration windows, once per context."""
     return ctx.memo("sublayer_similarity", lambda: sublayer_similarity(
-        ctx.model, ctx._need_calibration("sublayer similarity"), batch_size=ctx.batch_size, dtype=ctx.dtype,
+        ctx.subject, ctx._need_calibration("sublayer similarity"), batch_size=ctx.batch_size,
         cache=ctx.cache))
 
 
@@ -252,8 +255,8 @@ def similar_sublayers(ctx, target_params, seed):
 def sublayer_greedy(ctx, target_params, seed):
     """BlockPruner (Zhong et al., 2024): :func:`sublayer_greedy_order` until ``target_params``
     are removed."""
-    steps = sublayer_greedy_order(ctx.model, ctx._need_calibration("sublayer_greedy"), ctx.sublayer_params(),
-                                  target_params, batch_size=ctx.batch_size, dtype=ctx.dtype, cache=ctx.cache,
+    steps = sublayer_greedy_order(ctx.subject, ctx._need_calibration("sublayer_greedy"), ctx.sublayer_params(),
+                                  target_params, batch_size=ctx.batch_size, cache=ctx.cache,
                                   progress=ctx.progress)
     return list(zip(steps["layer"].astype(int), steps["part"]))
 
@@ -270,10 +273,10 @@ def zone_aware_attn(ctx, target_params, seed, *, estimator):
 
 # --- plans -----------------------------------------------------------------------------------------
 
-def plan_table(model: nn.Module, calibration: Windows, alphas: pd.DataFrame, *, k_max: int = 2,
+def plan_table(model: nn.Module | Subject, calibration: Windows, alphas: pd.DataFrame, *, k_max: int = 2,
                block_strategies: Sequence[str] = DEFAULT_BLOCK_STRATEGIES,
                sublayer_strategies: Sequence[str] = DEFAULT_SUBLAYER_STRATEGIES, batch_size: int = 8,
-               dtype: str = DEFAULT_DTYPE, cache: bool = True, progress: bool = True,
+               dtype: str | None = None, cache: bool = True, progress: bool = True,
                estimator: str = "alpha_shape") -> pd.DataFrame:
     """Every strategy's plan at the budgets of k = 1..k_max blocks' parameters.
 
@@ -308,8 +311,8 @@ def plan_table(model: nn.Module, calibration: Windows, alphas: pd.DataFrame, *, 
 
 # --- scoring and comparing -------------------------------------------------------------------------
 
-def score_plans(model: nn.Module, windows: Windows, plans: pd.DataFrame, *, batch_size: int = 8,
-                dtype: str = DEFAULT_DTYPE, cache: bool = True, progress: bool = True,
+def score_plans(model: nn.Module | Subject, windows: Windows, plans: pd.DataFrame, *, batch_size: int = 8,
+                dtype: str | None = None, cache: bool = True, progress: bool = True,
                 n_resamples: int = N_RESAMPLES, level: float = LEVEL,
                 seed: int = SEED) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Score every plan on the eval ``windows``: (the plans with ``zones.measure.agreement``'s
@@ -350,8 +353,8 @@ def compare_at_budget(scored: pd.DataFrame, long: pd.DataFrame, reference: str, 
     return pd.DataFrame(rows, columns=["k", "strategy", "reference", "difference", "low", "high"])
 
 
-def tokens_per_second(model: nn.Module, windows: Windows, removals: Sequence[str], *, batch_size: int = 8,
-                      repeats: int = 3) -> pd.DataFrame:
+def tokens_per_second(model: nn.Module | Subject, windows: Windows, removals: Sequence[str], *,
+                      batch_size: int = 8, repeats: int = 3) -> pd.DataFrame:
     """Measured forward speed of each removal against the full model, side by side.
 
     For each repeat, the full model and every removal (``zones.measure.sublayers.removed_sublayers``:
@@ -364,14 +367,16 @@ def tokens_per_second(model: nn.Module, windows: Windows, removals: Sequence[str
     ``repeats``. Not a test (timing).
     """
     repeats = check_int(repeats, "repeats", min=1)
-    ids = windows.input_ids[:batch_size].to(model_device(model))
+    subject = as_subject(model)
+    model = subject.model
+    ids = windows.input_ids[:batch_size].to(subject.device)
     variants = [""] + [r for r in dict.fromkeys(removals) if r]
-    n = get_adapter(model).n_blocks
+    n = subject.n_blocks
     times = {v: [] for v in variants}
     with torch.inference_mode():
         for _ in range(repeats):
             for v in variants:
-                with removed_sublayers(model, normalize_removal(v, n)):
+                with removed_sublayers(model, normalize_removal(v, n), subject.adapter):
                     start = time.perf_counter()
                     model(input_ids=ids, use_cache=False)  # end to end: blocks, final norm and LM head
                     times[v].append(time.perf_counter() - start)

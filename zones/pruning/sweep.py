@@ -6,31 +6,35 @@ calibration windows); then every distinct removal set is scored on the same eval
 as the full model: ΔPPL = PPL(pruned) − PPL(full), PPL = exp(mean token cross-entropy)
 (``zones.measure.evaluate`` protocol). A removed block's output is its input.
 
-Speed. Removal sets are scored along a prefix tree (``zones.measure.evaluate.evaluate_removals``):
+Speed. Removal sets are scored along a prefix tree (``zones.measure.evaluate.score_windows``):
 consecutive sets share the hidden states up to the first block where they differ, and the
 nested sets of one strategy (k and k + 1 differ by one block) mostly share their path. Each
-eval batch is traced through the full model once for the whole sweep (not once per chunk of
-sets), so every set starts from the full model's hidden state at its first removed block.
+eval batch is traced through the full model once for the whole sweep, so every set starts
+from the full model's hidden state at its first removed block.
 
 Evidence. Every scored set keeps its NLL on every eval window (``PruningResult.window_losses``),
 so each (strategy, k) gets paired bootstrap intervals over windows (``zones.measure.stats``): Δloss =
 ln(PPL_pruned / PPL_base) in nats and ΔPPL; every pair of strategies gets an interval on the
 difference of their Δloss, from the same resamples; "best at k" is the set of strategies not
 separable from the best. Seeded strategies (``random``, ``random_protected``) run
-``DEFAULT_SEEDS`` = 8 seeds by default and are summarised by their median (inside every
-resample too) and interquartile range. Why 8: a random baseline is a reference point read
-through its median, and the chapter's intervals are over eval windows (the seeds held
-fixed); the spread over seeds is shown as the IQR, not as an interval. The seeds are nested:
-seed s plans the same sets whatever the seed count, so a run with more seeds only adds rows
-(and, cached, pays only for them). The random baselines cost most of the sweep (each seed
-adds k_max removal sets that share little with the others): the seed count is the chapter's
-main time knob.
+``DEFAULT_SEEDS`` = 3 seeds by default and are summarised by their median (inside every
+resample too) and interquartile range. Why 3: a random baseline is a reference point read
+through its median (3 is the fewest with a median that is one of them), and the chapter's
+intervals are over eval windows (the seeds held fixed); the spread over seeds is shown as the
+IQR, not as an interval. The seeds are nested: seed s plans the same sets whatever the seed
+count, so a run with more seeds only adds rows (and, cached, pays only for them). The random
+baselines cost most of the sweep (each seed adds k_max removal sets that share little with the
+others, and every set pays an LM head per eval batch): the seed count is the chapter's main
+time knob (8 seeds: 183 distinct sets on SmolLM2-135M; 3 seeds: 105).
 A base or pruned loss that is not finite is an error naming the removal set and the window.
 
-Caching. Each scored set is appended, complete, to a journal keyed by the model's and the
-eval windows' fingerprints; a rerun scores only the sets it has not seen, so an interrupted
-run resumes and a new strategy pays only for its new sets. Greedy search steps, the
-calibration hidden-state statistics and the calibration ablation are cached likewise.
+Caching. Each scored set's per-window losses go to the per-window loss store
+(``zones.measure.store``: one row per eval batch and set, keyed by the model's fingerprint, the
+batch's tokens and the scoring dtype); a rerun scores only the sets it has not seen, so an
+interrupted run resumes, a new strategy pays only for its new sets, and every other chapter
+on the same batches (the ablation's single blocks, the healing chapter's sets) shares them.
+Greedy search steps, the calibration hidden-state statistics and the calibration ablation are
+cached likewise.
 """
 from __future__ import annotations
 
@@ -40,28 +44,26 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 from torch import nn
-from tqdm.auto import tqdm
 
-from zones.core.adapters import get_adapter
-from zones.core.cache import Journal, entry_path
 from zones.core.checks import check_int
 from zones.core.data import Windows
-from zones.core.models import model_fingerprint
-from zones.measure.evaluate import DEFAULT_DTYPE, check_dtype, check_fit, evaluate_removals, model_device, tree_order
+from zones.measure.evaluate import score_windows
+from zones.measure.subject import Subject, as_subject
 from zones.pruning.strategies import BLOCK, PruningContext, Strategy, StrategyError, get_strategy, strategy_names
 
-VERSION = "2"
 COLUMNS = ["model", "strategy", "k", "seed", "removed", "ppl", "base_ppl", "delta_ppl", "delta_loss", "n_tokens"]
 WINDOW_COLUMNS = ["removed", "window", "nll", "n_tokens"]
 DEFAULT_STRATEGIES = ("zone_aware", "last_n", "last_n_keep_last", "random", "random_protected", "alpha_lowest",
                       "block_influence", "angular", "ablation_rank", "greedy")
 RECIPE_ABLATIONS = ("zone_aware_no_protection", "zone_aware_no_spreading", "zone_aware_one_zone")
-# The chapter's CPU budgets (seq_len 256): 12 eval windows, 2 calibration windows. A GPU run
-# should use 64 eval windows and 32 calibration windows (book/methods/pruning.md).
-DEFAULT_EVAL_TOKENS = 12 * 255
+# The chapter's CPU budgets (seq_len 256): the first batch of 8 windows of the book's eval set
+# (the strategies' differences are many times their half-widths: tokens buy the least here), 2
+# calibration windows. A GPU run should use 64 eval windows and 32 calibration windows
+# (book/methods/pruning.md).
+DEFAULT_EVAL_TOKENS = 8 * 255
 DEFAULT_CALIBRATION_TOKENS = 2 * 255
-DEFAULT_SEEDS = 8  # seeds of a seeded strategy (random, random_protected); see the module note
-SETS_PER_PASS = 32  # removal sets scored (and journaled) together
+DEFAULT_SEEDS = 3  # seeds of a seeded strategy (random, random_protected); see the module note
+DEFAULT_DTYPE = "float32"  # the chapter's scoring precision (benchmarks/bench_dtype.py decides whether "auto" may be)
 
 
 def format_removed(blocks: Iterable[int]) -> str:
@@ -128,34 +130,13 @@ def canonical_removed(text: str) -> str:
     return format_removed(sorted(parse_removed(text)))
 
 
-def _scored_sets(model: nn.Module, windows: Windows, sets: list[tuple[int, ...]], *, batch_size: int,
-                 cache: bool, progress: bool, dtype: str) -> dict[tuple[int, ...], np.ndarray]:
-    """Per-window NLL sums of each removal set on ``windows``; journaled sets are not rescored."""
-    journal = None
-    known: dict[tuple[int, ...], np.ndarray] = {}
-    if cache:
-        key = dict(kind="pruning-losses", version=VERSION, model=model_fingerprint(model),
-                   windows=windows.fingerprint, n_windows=windows.n_windows, batch_size=batch_size, dtype=dtype,
-                   weights_dtype=str(next(model.parameters()).dtype), device=model_device(model).type)
-        journal = Journal(entry_path("pruning-losses", key, ext="jsonl"), required=("removed", "window_nll"))
-        known = {tuple(row["removed"]): np.asarray(row["window_nll"], dtype=np.float64) for row in journal.rows()}
-    todo = [s for s in dict.fromkeys(sets) if s not in known]
-    # Chunks follow the prefix-tree order, so each chunk shares as much as it can.
-    todo = [todo[j] for j in tree_order(todo, get_adapter(model).n_blocks)]
-    bar = tqdm(total=len(todo), desc=f"pruned models ({dtype})", unit="set", disable=not progress or not todo)
-    traces: dict = {}  # each batch is traced through the full model once, for every chunk
-    for start in range(0, len(todo), SETS_PER_PASS):
-        chunk = todo[start:start + SETS_PER_PASS]
-        results = evaluate_removals(model, windows, chunk, batch_size=batch_size, progress=progress, dtype=dtype,
-                                    traces=traces)
-        for removed, result in zip(chunk, results):
-            known[removed] = result.window_nll
-            if journal is not None:
-                journal.append(dict(removed=list(removed), loss=result.loss, n_tokens=result.n_tokens,
-                                    window_nll=result.window_nll.tolist()))
-        bar.update(len(chunk))
-    bar.close()
-    return {s: known[s] for s in sets}
+def _scored_sets(subject: Subject, windows: Windows, sets: list[tuple[int, ...]], *, batch_size: int,
+                 cache: bool, progress: bool) -> dict[tuple[int, ...], np.ndarray]:
+    """Per-window NLL sums of each removal set on ``windows``; stored sets are not rescored."""
+    distinct = list(dict.fromkeys(sets))
+    nll = score_windows(subject, windows, distinct, batch_size=batch_size, cache=cache, progress=progress,
+                        desc="pruned models")["nll"]
+    return {s: nll[j] for j, s in enumerate(distinct)}
 
 
 @dataclass
@@ -167,11 +148,11 @@ class PruningResult:
     window_losses: pd.DataFrame  # WINDOW_COLUMNS: one row per distinct removal set and window
 
 
-def pruning_sweep(model: nn.Module, eval_windows: Windows, calibration_windows: Windows | None = None, *,
+def pruning_sweep(model: nn.Module | Subject, eval_windows: Windows, calibration_windows: Windows | None = None, *,
                   strategies: Sequence[str] | str = DEFAULT_STRATEGIES, k_max: int = 8, seeds: int = DEFAULT_SEEDS,
                   alpha: pd.DataFrame | None = None, batch_size: int = 8, cache: bool = True,
                   progress: bool = True, model_name: str | None = None,
-                  dtype: str = DEFAULT_DTYPE) -> PruningResult:
+                  dtype: str | None = None) -> PruningResult:
     """ΔPPL of each strategy's removal of k = 1..k_max blocks, on ``eval_windows``.
 
     ``table``, one row per (strategy, seed, k):
@@ -196,17 +177,18 @@ def pruning_sweep(model: nn.Module, eval_windows: Windows, calibration_windows: 
 
     The baselines that measure activations use ``calibration_windows`` only. ``alpha`` is
     the α table of ``zones.spectra.alpha_table`` (computed when ``None``). ``dtype`` is the
-    scoring precision (``zones.measure.evaluate``). Arguments are checked (strategy names, ``k_max``
+    scoring precision (``zones.measure.subject``: float32 when None, bfloat16, or auto), for
+    the eval windows and the calibration measurements alike. Arguments are checked (strategy names, ``k_max``
     against every strategy's removable blocks, windows against the model) before any
     forward pass. With ``cache=True`` every scored removal set is journaled, so an
     interrupted run resumes and overlapping runs share work. A non-finite loss is an error.
     """
     names = check_strategy_names(strategies)
     chosen = [get_strategy(s) for s in names]
-    n_blocks = get_adapter(model).n_blocks
+    subject = as_subject(model, dtype)
+    n_blocks = subject.n_blocks
     _check_k_max(k_max, chosen, n_blocks)
     check_int(seeds, "seeds", min=1)
-    dtype = check_dtype(dtype, model)
     for label, windows in (("eval_windows", eval_windows), ("calibration_windows", calibration_windows)):
         if windows is None and label == "calibration_windows":
             needing = [s.name for s in chosen if s.uses_calibration]
@@ -217,23 +199,23 @@ def pruning_sweep(model: nn.Module, eval_windows: Windows, calibration_windows: 
             raise TypeError(f"{label} must be zones.core.data.Windows (from corpus_windows), not {type(windows).__name__}")
         if windows.n_windows == 0 or windows.seq_len < 2:
             raise ValueError(f"{label} score no tokens")
-        check_fit(model, windows)
+        subject.check_fit(windows)
     check_int(batch_size, "batch_size", min=1)
     if alpha is not None and not isinstance(alpha, pd.DataFrame):
         raise TypeError(f"alpha must be an α table (pandas DataFrame) or None, not {type(alpha).__name__}")
 
-    ctx = PruningContext(model, calibration_windows, alpha=alpha, batch_size=batch_size, cache=cache,
-                         progress=progress, dtype=dtype)
+    ctx = PruningContext(subject, calibration_windows, alpha=alpha, batch_size=batch_size, cache=cache,
+                         progress=progress)
     plans = plan_strategies(ctx, names, k_max, seeds)
     plans["set"] = [tuple(sorted(parse_removed(r))) for r in plans["removed"]]
     sets = [()] + sorted(set(plans["set"]))
-    scored = _scored_sets(model, eval_windows, sets, batch_size=batch_size, cache=cache, progress=progress,
-                          dtype=dtype)
+    scored = _scored_sets(subject, eval_windows, sets, batch_size=batch_size, cache=cache, progress=progress)
     n_window_tokens = eval_windows.seq_len - 1
     n_tokens = n_window_tokens * eval_windows.n_windows
     loss = {s: float(scored[s].sum() / n_tokens) for s in sets}
     out = plans.assign(
-        model=model_name or str(getattr(getattr(model, "config", None), "name_or_path", "") or type(model).__name__),
+        model=model_name or str(getattr(getattr(subject.model, "config", None), "name_or_path", "")
+                                or type(subject.model).__name__),
         ppl=[float(np.exp(loss[s])) for s in plans["set"]],
         base_ppl=float(np.exp(loss[()])),
         delta_loss=[loss[s] - loss[()] for s in plans["set"]],

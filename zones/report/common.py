@@ -98,3 +98,12 @@ def read_summary(folder: str | os.PathLike) -> dict:
     """``folder/summary.json`` (``{}`` if there is none)."""
     path = Path(folder) / "summary.json"
     return json.loads(path.read_text()) if path.exists() else {}
+
+
+def precision_text(requested: str, resolved: str) -> str:
+    """How a page states the precision that scored it: ``"float32"``, or ``"bfloat16 (dtype
+    'auto': this CPU runs bf16 natively)"``, so that no number depends silently on the CPU."""
+    if requested == "auto":
+        why = "runs bf16 natively" if resolved == "bfloat16" else "has no native bf16"
+        return f"{resolved} (dtype 'auto': this machine {why})"
+    return resolved

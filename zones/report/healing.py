@@ -29,6 +29,7 @@ from zones.core.data import corpus_windows, load_corpus
 from zones.core.models import load_model
 from zones.figures import BOOK_MODE_ENV
 from zones.measure.evaluate import evaluate_loss, evaluate_removals
+from zones.measure.subject import as_subject
 from zones.pruning import (
     DEFAULT_CALIBRATION_TOKENS,
     PruningContext,
@@ -39,7 +40,7 @@ from zones.pruning import (
 )
 from zones.pruning.compare import PRUNED, healing_intervals
 from zones.pruning.heal import DEFAULT_LR, DEFAULT_RANK, METHODS, heal
-from zones.report.common import ChapterResult, save
+from zones.report.common import ChapterResult, precision_text, save
 from zones.report.format import fmt_interval, fmt_num
 from zones.report.verdicts import LAST_N_KEEP_LAST, OURS, score_after_healing
 from zones.spectra import alpha_table
@@ -49,8 +50,9 @@ DEFAULT_STRATEGIES = (OURS, REFERENCE, "greedy", "random_protected")
 DEFAULT_K = (4, 8)
 DEFAULT_SEEDS = 2
 DEFAULT_METHODS = ("bridge",)
-DEFAULT_EVAL_TOKENS = 6 * 255
+DEFAULT_EVAL_TOKENS = 8 * 255   # the eval set's first batch: the pruning chapter's sets there are read, not scored
 DEFAULT_HEAL_TOKENS = 4 * 255
+DEFAULT_DTYPE = "float32"   # the scoring precision (benchmarks/bench_dtype.py decides whether "auto" may be)
 
 
 # --------------------------------------------------------------------------------------------
@@ -140,12 +142,15 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
         heal_tokens: int = DEFAULT_HEAL_TOKENS, k_values: Sequence[int] = DEFAULT_K, seeds: int = DEFAULT_SEEDS,
         strategies: Sequence[str] = DEFAULT_STRATEGIES, methods: Sequence[str] = DEFAULT_METHODS,
         batch_size: int = 8, lr: float = DEFAULT_LR, rank: int = DEFAULT_RANK, out_dir: str = "results/healing", *,
-        progress: bool | None = None) -> ChapterResult:
+        dtype: str = DEFAULT_DTYPE, progress: bool | None = None) -> ChapterResult:
     """The chapter: plan, heal, score → ``arms.csv`` (strategy, seed, k, removed), ``window_losses.csv``
     (per stage, removal set and eval window), ``delta.csv``, ``gain.csv``, ``comparison.csv``
     (``zones.pruning.compare.healing_intervals``), ``verdict.csv`` (:func:`verdict_table`), ``healing.csv`` (the
     calibration loss before and after each healing) and ``summary.json``. ``models``: a list (or
-    one model); this chapter shows the first in detail."""
+    one model); this chapter shows the first in detail. ``dtype``: the scoring precision of the
+    planning and of every loss (the healing itself runs in float32); every loss is read from, or
+    kept in, the per-window loss store, so the pruning chapter's sets on the same eval batches are
+    not scored again."""
     started = time.time()
     model = check_models(models)[0]
     strategies = check_strategy_names(strategies)
@@ -158,17 +163,18 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
     k_values = sorted({int(k) for k in k_values})
     progress = os.environ.get(BOOK_MODE_ENV) != "1" if progress is None else progress
     loaded = load_model(model)
+    subject = as_subject(loaded.model, dtype, fingerprint=loaded.fingerprint)  # the model at the door
     text = load_corpus(corpus)
     eval_windows = corpus_windows(text, loaded.tokenizer, seq_len, "eval", eval_tokens)
     calibration = corpus_windows(text, loaded.tokenizer, seq_len, "calibration", calibration_tokens)
     heal_windows = corpus_windows(text, loaded.tokenizer, seq_len, "calibration", heal_tokens)
-    ctx = PruningContext(loaded.model, calibration, alpha=alpha_table(loaded.model), batch_size=batch_size,
+    ctx = PruningContext(subject, calibration, alpha=alpha_table(loaded.model), batch_size=batch_size,
                          progress=progress)
     arms = plan_arms(ctx, strategies, k_values, seeds)
     sets = sorted({canonical_removed(r) for r in arms["removed"]})
     as_list = lambda s: [int(b) for b in s.split(",")]  # noqa: E731
-    scored = evaluate_removals(loaded.model, eval_windows, [[]] + [as_list(s) for s in sets],
-                               batch_size=batch_size, progress=progress, desc="scoring before healing")
+    scored = evaluate_removals(subject, eval_windows, [[]] + [as_list(s) for s in sets], batch_size=batch_size,
+                               progress=progress, desc="scoring before healing", cache=True)
     n_tok = eval_windows.seq_len - 1
     long = [dict(stage="full", removed="", window=w, nll=float(v), n_tokens=n_tok)
             for w, v in enumerate(scored[0].window_nll)]
@@ -179,7 +185,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
         for s in sets:
             healed = heal(loaded.model, as_list(s), heal_windows, method=method, tokens=heal_tokens, lr=lr, rank=rank,
                           progress=progress, fingerprint=loaded.fingerprint)
-            result = evaluate_loss(healed.model, eval_windows, batch_size)
+            result = evaluate_loss(healed.model, eval_windows, batch_size, dtype=subject.dtype, cache=True)
             long += [dict(stage=method, removed=s, window=w, nll=float(v), n_tokens=n_tok)
                      for w, v in enumerate(result.window_nll)]
             healing_log.append(dict(method=method, removed=s, calibration_before=healed.calibration_before,
@@ -196,9 +202,10 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
                    calibration_tokens=calibration.n_scored_tokens, k_values=", ".join(map(str, k_values)),
                    k_max=max(k_values), seeds=seeds, methods=", ".join(methods),
                    healing_rule=score_after_healing.rule,
+                   precision=precision_text(dtype, subject.dtype),
                    seconds=float(round(time.time() - started, 1)))
     record = dict(numbers, corpus=corpus, seq_len=seq_len, strategies=list(strategies), methods=list(methods),
-                  lr=lr, rank=rank)
+                  lr=lr, rank=rank, dtype=subject.dtype)
     tables = dict(arms=arms, window_losses=window_losses, healing=pd.DataFrame(healing_log),
                   verdict=verdicts, **found)
     out = save(out_dir, tables, record)

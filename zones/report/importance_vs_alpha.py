@@ -10,9 +10,9 @@ import pandas as pd
 
 from zones.analysis.importance import importance_frame, measure_models, rho_table, spearman, strongest
 from zones.figures import BOOK_MODE_ENV
-from zones.measure.ablation import DEFAULT_EVAL_TOKENS
+from zones.measure.ablation import CHAPTER_DTYPE, DEFAULT_EVAL_TOKENS
 from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES
-from zones.report.common import ChapterResult, save
+from zones.report.common import ChapterResult, precision_text, save
 from zones.report.format import fmt_interval, fmt_p, fmt_rho
 from zones.report.verdicts import rho_verdict
 
@@ -46,13 +46,13 @@ def rho_matrix(rhos: pd.DataFrame) -> pd.DataFrame:
 def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256, eval_tokens: int | None = DEFAULT_EVAL_TOKENS,
         batch_size: int = 8, alpha_estimator: str = "alpha_shape", alpha_role: str = "weighted",
         n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, seed: int = 0, out_dir: str = "results/importance_vs_alpha", *,
-        progress: bool | None = None) -> ChapterResult:
+        dtype: str = CHAPTER_DTYPE, progress: bool | None = None) -> ChapterResult:
     """The chapter: ablation and α of every model (cached, as the layer-ablation chapter),
     → ``importance.csv``, ``rho.csv`` (every estimator × role), ``summary.json``."""
     if progress is None:
         progress = os.environ.get(BOOK_MODE_ENV) != "1"
     results = measure_models(models, corpus=corpus, seq_len=seq_len, eval_tokens=eval_tokens,
-                             batch_size=batch_size, progress=progress)
+                             batch_size=batch_size, progress=progress, dtype=dtype)
     frame = importance_frame(results, alpha_estimator, alpha_role)
     correlations = {label: spearman(part["alpha"], part["delta_loss"], n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
                     for label, part in frame.groupby("model", sort=False)}
@@ -76,7 +76,8 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256, ev
                                       for label, c in correlations.items()),
                    most_important=first["most_important"], least_important=first["least_important"],
                    alpha_name=alpha_name, best_text=strongest_text(per_model), n_permutations=int(n_permutations),
-                   verdict=" ".join(m["verdict"] for m in per_model))
+                   verdict=" ".join(m["verdict"] for m in per_model),
+                   precision=precision_text(dtype, results[0].dtype))
     summary = dict(corpus=corpus, seq_len=seq_len, eval_tokens=eval_tokens, alpha_estimator=alpha_estimator,
                    alpha_role=alpha_role, n_resamples=n_resamples, n_permutations=n_permutations, seed=seed, models=per_model)
     tables = dict(importance=frame, rho=rhos)

@@ -14,8 +14,8 @@ import pandas as pd
 
 from zones.analysis.importance import delta_loss_bounds, importance_frame, measure_models
 from zones.figures import BOOK_MODE_ENV
-from zones.measure.ablation import DEFAULT_EVAL_TOKENS
-from zones.report.common import NAN, ChapterResult, save
+from zones.measure.ablation import CHAPTER_DTYPE, DEFAULT_EVAL_TOKENS
+from zones.report.common import NAN, ChapterResult, precision_text, save
 from zones.report.format import fmt_interval
 from zones.report.verdicts import first_blocks_matter_most
 
@@ -115,13 +115,15 @@ def first_blocks_sentence(result: dict) -> str:
 
 def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256, eval_tokens: int | None = DEFAULT_EVAL_TOKENS,
         batch_size: int = 8, alpha_estimator: str = "alpha_shape", alpha_role: str = "weighted",
-        out_dir: str = "results/layer_ablation", *, progress: bool | None = None) -> ChapterResult:
+        out_dir: str = "results/layer_ablation", *, dtype: str = CHAPTER_DTYPE,
+        progress: bool | None = None) -> ChapterResult:
     """The chapter: the ablation of every model (``zones.analysis.importance.measure_models``, cached)
-    → ``ablation.csv`` (all models, with α), ``summary.json``; numbers and sentences."""
+    → ``ablation.csv`` (all models, with α), ``summary.json``; numbers and sentences. ``dtype``:
+    the scoring precision (``"auto"``: bfloat16 where native; the page says which ran)."""
     if progress is None:
         progress = os.environ.get(BOOK_MODE_ENV) != "1"
     results = measure_models(models, corpus=corpus, seq_len=seq_len, eval_tokens=eval_tokens,
-                             batch_size=batch_size, progress=progress)
+                             batch_size=batch_size, progress=progress, dtype=dtype)
     frame = importance_frame(results, alpha_estimator, alpha_role)
     per_model = []
     for r in results:
@@ -140,9 +142,10 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256, ev
                 n_lowering_text="; ".join(f"{m['model']}: {m['n_lowering']} of {m['n_blocks']}" for m in per_model),
                 n_not_raising_text="; ".join(f"{m['model']}: {m['n_not_raising']} of {m['n_blocks']}"
                                              for m in per_model),
-                first_blocks_text=" ".join(f"{m['model']}: {m['first_blocks_text']}" for m in per_model))
+                first_blocks_text=" ".join(f"{m['model']}: {m['first_blocks_text']}" for m in per_model),
+                precision=precision_text(dtype, results[0].dtype))
     summary = dict(corpus=corpus, seq_len=seq_len, eval_tokens=eval_tokens, alpha_estimator=alpha_estimator,
-                   alpha_role=alpha_role, models=per_model)
+                   alpha_role=alpha_role, dtype=results[0].dtype, models=per_model)
     overview = pd.DataFrame([{
         "model": m["model"], "blocks": m["n_blocks"], "tokens": m["n_tokens"], "loss (nats)": m["base_loss"],
         "top 3 blocks": ", ".join(map(str, m["top"])), "top 3 share of ΔLoss": f"{100 * m['top_share']:.0f}%",

@@ -18,10 +18,11 @@ from zones.analysis.predictors import alpha_vs_best, block_frobenius, predictor_
 from zones.core.data import corpus_windows, load_corpus
 from zones.core.models import load_model
 from zones.figures import BOOK_MODE_ENV
-from zones.measure.ablation import DEFAULT_EVAL_TOKENS, ablation_table
+from zones.measure.ablation import CHAPTER_DTYPE, DEFAULT_EVAL_TOKENS, ablation_table
 from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES
+from zones.measure.subject import as_subject
 from zones.pruning import DEFAULT_CALIBRATION_TOKENS, PruningContext
-from zones.report.common import ChapterResult, save
+from zones.report.common import ChapterResult, precision_text, save
 from zones.report.format import fmt_interval
 from zones.spectra import alpha_table
 
@@ -49,7 +50,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
         eval_tokens: int | None = DEFAULT_EVAL_TOKENS,
         calibration_tokens: int = DEFAULT_CALIBRATION_TOKENS, batch_size: int = 8, alpha_estimator: str = "alpha_shape",
         n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, seed: int = 0, out_dir: str = "results/predictors", *,
-        progress: bool | None = None) -> ChapterResult:
+        dtype: str = CHAPTER_DTYPE, progress: bool | None = None) -> ChapterResult:
     """The chapter. Importance is the eval ablation (the layer-ablation chapter's cache entry
     with its defaults); the calibration measurements are the pruning chapter's (its
     ``PruningContext`` cache entries with its defaults). → ``predictors.csv`` (one row per
@@ -62,11 +63,12 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
     for name, label in zip(names, model_labels(names)):
         loaded = load_model(name)
         model = loaded.model
+        subject = as_subject(model, dtype, fingerprint=loaded.fingerprint)  # the model at the door
         windows = corpus_windows(text, loaded.tokenizer, seq_len, "eval", eval_tokens)
         calibration = corpus_windows(text, loaded.tokenizer, seq_len, "calibration", calibration_tokens)
-        ablation = ablation_table(model, windows, batch_size=batch_size, progress=progress)
+        ablation = ablation_table(subject, windows, batch_size=batch_size, progress=progress)
         alphas = alpha_table(model)
-        ctx = PruningContext(model, calibration, alpha=alphas, batch_size=batch_size, progress=progress)
+        ctx = PruningContext(subject, calibration, alpha=alphas, batch_size=batch_size, progress=progress)
         table = predictor_table(ablation, alphas, frobenius=block_frobenius(model), hidden_stats=ctx.hidden_stats(),
                                 calibration_ablation=ctx.ablation())
         rho = predictor_rho(table, n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
@@ -94,7 +96,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
                                            first["versus"]["high"], signed=True),
                    verdict=" ".join(m["sentence"] for m in per_model),
                    n_detectable=first["n_detectable"], n_predictors=first["n_predictors"],
-                   calibration_tokens=int(calibration_tokens))
+                   calibration_tokens=int(calibration_tokens), precision=precision_text(dtype, subject.dtype))
     summary = dict(corpus=corpus, seq_len=seq_len, eval_tokens=eval_tokens, calibration_tokens=calibration_tokens,
                    alpha_estimator=alpha_estimator, n_resamples=n_resamples, n_permutations=n_permutations, seed=seed, models=per_model)
     out_tables = dict(predictors=pd.concat(tables, ignore_index=True), rho=pd.concat(rhos, ignore_index=True),

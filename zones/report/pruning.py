@@ -31,10 +31,11 @@ from zones.core.checks import check_models
 from zones.core.data import corpus_windows, load_corpus
 from zones.core.models import load_model
 from zones.figures import BOOK_MODE_ENV
-from zones.measure.evaluate import DEFAULT_DTYPE
+from zones.measure.subject import as_subject
 from zones.pruning import (
     COLLAPSE_RATIO,
     DEFAULT_CALIBRATION_TOKENS,
+    DEFAULT_DTYPE,
     DEFAULT_EVAL_TOKENS,
     DEFAULT_SEEDS,
     DEFAULT_STRATEGIES,
@@ -49,7 +50,7 @@ from zones.pruning import (
     summarize_pruning,
 )
 from zones.pruning.compare import reference_comparisons, worst_best_gaps
-from zones.report.common import NAN, ChapterResult, save
+from zones.report.common import NAN, ChapterResult, precision_text, save
 from zones.report.format import fmt_interval, fmt_num, fmt_ratio
 from zones.report.verdicts import OURS, PAPER_RATIO, score_ratio_direction, score_ratio_magnitude, verdict_phrase
 from zones.spectra import alpha_table
@@ -316,13 +317,13 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
         raise ValueError(f"the pruning chapter compares {OURS} with last_n; add {missing} to strategies")
     progress = os.environ.get(BOOK_MODE_ENV) != "1" if progress is None else progress
     loaded = load_model(model)
+    subject = as_subject(loaded.model, dtype or DEFAULT_DTYPE, fingerprint=loaded.fingerprint)  # the door
     text = load_corpus(corpus)
     eval_windows = corpus_windows(text, loaded.tokenizer, seq_len, "eval", eval_tokens)
     calibration = corpus_windows(text, loaded.tokenizer, seq_len, "calibration", calibration_tokens)
     alpha = alpha_table(loaded.model)
-    swept = pruning_sweep(loaded.model, eval_windows, calibration, strategies=strategies, k_max=k_max,
-                          seeds=seeds, alpha=alpha, batch_size=batch_size,
-                          model_name=model, dtype=dtype, progress=progress)
+    swept = pruning_sweep(subject, eval_windows, calibration, strategies=strategies, k_max=k_max, seeds=seeds,
+                          alpha=alpha, batch_size=batch_size, model_name=model, progress=progress)
     table, windows = swept.table, swept.window_losses
     main = [s for s in strategies if s not in RECIPE_ABLATIONS]
     summary = summarize_pruning(table, windows)
@@ -342,8 +343,9 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
                    calibration_tokens_scored=int(calibration.n_scored_tokens), n_zones=len(spans),
                    zone_text=", ".join(span(a, b) for a, b, _ in spans),
                    lowest_zone=next(span(a, b) for a, b, rank in spans if rank == 0),
+                   precision=precision_text(dtype or DEFAULT_DTYPE, subject.dtype),
                    seconds=float(round(time.time() - started, 1)))
-    record = dict(numbers, corpus=corpus, seq_len=seq_len, strategies=strategies, dtype=dtype or DEFAULT_DTYPE)
+    record = dict(numbers, corpus=corpus, seq_len=seq_len, strategies=strategies, dtype=subject.dtype)
     tables = dict(pruning=table, window_losses=windows, by_strategy=summary, pairwise=pairwise, best=best,
                   crossover=comparison)
     out = save(out_dir, tables, record)

@@ -29,9 +29,10 @@ from zones.analysis.sublayers import part_difference, sublayer_importance, subla
 from zones.core.data import corpus_windows, load_corpus
 from zones.core.models import load_model
 from zones.figures import BOOK_MODE_ENV
-from zones.measure.ablation import ablation_window_losses
+from zones.measure.ablation import CHAPTER_DTYPE, ablation_window_losses
 from zones.measure.agreement import agreement_window_losses, summarize_agreement
 from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES
+from zones.measure.subject import as_subject
 from zones.measure.sublayers import sublayer_params
 from zones.pruning.sublayers import (
     DEFAULT_BLOCK_STRATEGIES,
@@ -41,21 +42,24 @@ from zones.pruning.sublayers import (
     score_plans,
     tokens_per_second,
 )
-from zones.report.common import ChapterResult, save
+from zones.report.common import ChapterResult, precision_text, save
 from zones.report.format import fmt_interval, fmt_ratio
 from zones.report.verdicts import rho_verdict
 from zones.series import series_sublayer_rho
 from zones.series.runs import SUBLAYER_RHO_COLUMNS
 from zones.spectra import alpha_table
 
-# CPU budgets of the chapter on SmolLM2-135M (2 cores, <= 120 s cold): windows of 128 tokens,
-# 6 eval windows (the attention-only and MLP-only ablation costs ~3 single-block sweeps), one
-# calibration window for the similarity and the greedy searches; budgets of 1-2 blocks.
-SEQ_LEN = 128
-EVAL_TOKENS = 6 * 127
-CALIBRATION_TOKENS = 127
+# CPU budgets of the chapter on SmolLM2-135M: the book's one eval set (windows of 256, as every
+# chapter), its first batch of 8 windows (the attention-only and MLP-only ablation costs about
+# two single-block sweeps more; the whole-block rows are the layer-ablation chapter's, read from
+# the loss store), one calibration window for the similarity and the greedy searches; budgets of
+# 1-2 blocks.
+SEQ_LEN = 256
+EVAL_TOKENS = 8 * 255
+CALIBRATION_TOKENS = 255
 K_MAX = 2
 SERIES_EVAL_TOKENS = 16 * 127   # held-out tokens per trained model (its own tokenizer and text)
+SPEED_WINDOWS = 2   # windows per timed forward: a ratio of speeds needs no more (each forward is uncached work)
 
 
 def series_rho_table(profile: str | None = "cpu", depths=None, train_overrides: dict | None = None, *,
@@ -151,7 +155,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = SEQ_LEN
         alpha_estimator: str = "alpha_shape", n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, speed_repeats: int = 3,
         block_agreement: bool = False, seed: int = 0, profile: str | None = "cpu", depths=None,
         train_overrides: dict | None = None, series_eval_tokens: int = SERIES_EVAL_TOKENS, out_dir: str = "results/sublayers", *,
-        progress: bool | None = None) -> ChapterResult:
+        dtype: str = CHAPTER_DTYPE, progress: bool | None = None) -> ChapterResult:
     """The chapter. For every model: the attention-only and MLP-only ablation (``parts=True``,
     cached) against the sublayers' α → ``importance.csv``, ``rho.csv``. For the first model:
     every strategy's plan at 1..k_max blocks' parameters, scored on the eval windows with loss,
@@ -165,12 +169,13 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = SEQ_LEN
     names = [models] if isinstance(models, str) else list(models)
     text = load_corpus(corpus)
     importance, rhos, per_model = [], [], []
-    scored = diffs = speed = agreement = agreement_by_block = kl_rho = None
+    scored = diffs = speed = agreement = agreement_by_block = kl_rho = precision = None
     for index, (name, label) in enumerate(zip(names, model_labels(names))):
         loaded = load_model(name)
         model = loaded.model
+        subject = as_subject(model, dtype, fingerprint=loaded.fingerprint)  # the model at the door
         windows = corpus_windows(text, loaded.tokenizer, seq_len, "eval", eval_tokens)
-        long = ablation_window_losses(model, windows, parts=True, batch_size=batch_size, progress=progress)
+        long = ablation_window_losses(subject, windows, parts=True, batch_size=batch_size, progress=progress)
         alphas = alpha_table(model)
         params = sublayer_params(model)
         table = sublayer_importance(long, alphas, params, estimator=alpha_estimator, seed=seed).assign(model=label)
@@ -187,26 +192,28 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = SEQ_LEN
                               mlp_verdict=rho_verdict(headline["mlp"], label, f"MLP {alpha_estimator}")))
         if index == 0:
             calibration = corpus_windows(text, loaded.tokenizer, seq_len, "calibration", calibration_tokens)
-            plans = plan_table(model, calibration, alphas, k_max=k_max, block_strategies=block_strategies,
+            plans = plan_table(subject, calibration, alphas, k_max=k_max, block_strategies=block_strategies,
                                sublayer_strategies=sublayer_strategies, batch_size=batch_size, progress=progress,
                                estimator=alpha_estimator)
-            scored, agreement = score_plans(model, windows, plans, batch_size=batch_size, progress=progress,
+            scored, agreement = score_plans(subject, windows, plans, batch_size=batch_size, progress=progress,
                                             seed=seed)
             scored = scored.assign(model=label)
             diffs = compare_at_budget(scored, agreement, reference, seed=seed)
             at_max = scored[scored["k"] == scored["k"].max()]
-            speed = tokens_per_second(model, windows, list(at_max["removed"]), batch_size=batch_size,
+            speed = tokens_per_second(subject, windows, list(at_max["removed"]), batch_size=SPEED_WINDOWS,
                                       repeats=speed_repeats)
             speed = speed.merge(at_max[["removed", "strategy", "kind", "k", "n_params"]], on="removed", how="left")
             speed["strategy"] = speed["strategy"].fillna("full model")
             if block_agreement:
                 blocks = summarize_agreement(agreement_window_losses(
-                    model, windows, [[i] for i in range(int(long["layer"].nunique()))], batch_size=batch_size,
+                    subject, windows, [[i] for i in range(int(long["layer"].nunique()))], batch_size=batch_size,
                     progress=progress), seed=seed)
                 agreement_by_block = blocks.assign(layer=blocks["removed"].astype(int), model=label)
                 kl_rho = spearman(agreement_by_block["kl"], agreement_by_block["delta_loss"], n_resamples=n_resamples,
                                   n_permutations=n_permutations, seed=seed)
-        del loaded, model
+        if index == 0:
+            precision = precision_text(dtype, subject.dtype)
+        del loaded, model, subject
         gc.collect()
     importance = pd.concat(importance, ignore_index=True)
     rhos = pd.concat(rhos, ignore_index=True)
@@ -231,7 +238,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = SEQ_LEN
                                 f"nats, KL {fmt_interval(r['kl'], r['kl_low'], r['kl_high'])}, top-1 "
                                 f"{fmt_interval(100 * r['top1'], 100 * r['top1_low'], 100 * r['top1_high'])}%)"
                                 for _, r in cheapest.iterrows()),
-        speed_text=speed_text(speed))
+        speed_text=speed_text(speed), precision=precision)
     summary = dict(corpus=corpus, seq_len=seq_len, eval_tokens=eval_tokens, calibration_tokens=calibration_tokens,
                    k_max=k_max, reference=reference, alpha_estimator=alpha_estimator, models=per_model)
     numbers["block_agreement_text"] = (
