@@ -26,8 +26,10 @@ def test_splits_are_disjoint_and_budgeted():
     assert not set(cal.input_ids.flatten().tolist()) & set(ev.input_ids.flatten().tolist())
     small = make_windows(ids, 10, "eval", max_tokens=9 * 5)
     assert small.n_windows == 5 and small.n_scored_tokens == 45
-    # evenly spaced through the split, not its first windows
-    assert small.input_ids[-1, 0] > 900
+    # spread through the split, not its first windows, and a prefix of any larger budget
+    assert small.input_ids[:, 0].max() > 600
+    larger = make_windows(ids, 10, "eval", max_tokens=9 * 8)
+    assert torch.equal(larger.input_ids[:5], small.input_ids)
     assert small.fingerprint != make_windows(ids, 10, "eval", max_tokens=9 * 6).fingerprint
 
 

@@ -111,7 +111,7 @@ def test_the_glossary_is_consistent():
             value = default(name, budget, "pruning")
             assert value is None or check_value(name, value) == (value or None if t.type == "tokens" else value), \
                 (name, budget, value)
-    assert default("eval_tokens", "cpu", "pruning") == 3060 and default("eval_tokens", "cpu", "layer_ablation") == 6120
+    assert default("eval_tokens", "cpu", "pruning") == 2040 and default("eval_tokens", "cpu", "layer_ablation") == 6120
     assert default("out_dir", "cpu", "healing") == "results/healing"
     assert default("seq_len", "gpu", "layer_ablation") == 1024 and default("seq_len", "gpu", "pruning") == 256
 
@@ -239,5 +239,5 @@ def test_the_readmes_budget_table_is_the_glossarys():
     assert rows == expected, "README.md's budget table differs from the glossary's presets; regenerate it: " \
         "python -c 'from zones.book import budget_table; from zones.core.glossary import budget_markdown; " \
         "print(budget_markdown(budget_table()))'"
-    assert re.search(r"\| `?eval_tokens`? \| .*pruning.* \| `?504`? \| `?3060`? \| `?16320`? \|", "\n".join(
+    assert re.search(r"\| `?eval_tokens`? \| .*pruning.* \| `?504`? \| `?2040`? \| `?16320`? \|", "\n".join(
         line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| ")))

@@ -174,7 +174,7 @@ def test_the_depth_series_chapters_ask_for_the_same_trained_runs(monkeypatch):
 
     asked: dict[str, set] = {}
     for name, call in (("depth_series", depth_series.run), ("lifecycle", spectral_lifecycle.run),
-                       ("sublayers", lambda: sublayers.series_sublayer_rho("cpu"))):
+                       ("sublayers", lambda: series_runs.series_sublayer_rho("cpu", eval_tokens=2032))):
         def train_model(config, _name=name, **_):
             asked.setdefault(_name, set()).add(str(sorted(run_key(config, "corpus").items())))
 

@@ -140,19 +140,19 @@ TERMS: dict[str, Term] = _terms(
     Term("corpus", "str", "text: stdlib, stdlib-code, wikitext2 or UTF-8 text file(s)/glob (zones train: "
          "None, the profile's)", {"cpu": by("stdlib", train=None)}),
     Term("seq_len", "int", "tokens per window (zones train: the training window; None, the profile's)",
-         {"cpu": by(256, sublayers=128, train=None),
+         {"cpu": by(256, train=None),
           "class": by(64, train=None),
           "gpu": by(256, **dict.fromkeys(ABLATION_CHAPTERS, 1024), train=None)}, minimum=2),
     Term("batch_size", "int", "windows per forward (zones train: per step; None, the profile's)",
          {"cpu": by(8, depth_series=16, train=None),
           "gpu": by(16, depth_series=32, train=None)}, minimum=1),
     Term("eval_tokens", "tokens", "scored tokens of the eval split per model; None (or 0): the whole split",
-         {"cpu": by(6120, pruning=3060, prune=3060, healing=1530, sublayers=762, depth_series=8128),
+         {"cpu": by(6120, pruning=2040, prune=2040, healing=2040, sublayers=2040, depth_series=8128),
           "class": by(504, healing=378, sublayers=252, depth_series=1016),
           "gpu": by(None, pruning=16320, healing=16320, sublayers=16320)}),
     Term("calibration_tokens", "tokens", "tokens of the calibration split (disjoint from eval) that the "
          "strategies plan on; zones ablate --split calibration scores them; None (or 0): the whole split",
-         {"cpu": by(510, sublayers=127, ablate=6120),
+         {"cpu": by(510, sublayers=255, ablate=6120),
           "class": by(126, ablate=6120),
           "gpu": by(8160, predictors=8184, sublayers=2040, ablate=6120)}),
     Term("heal_tokens", "tokens", "healing budget: calibration tokens each pruned model is healed on",
@@ -178,7 +178,7 @@ TERMS: dict[str, Term] = _terms(
          optional=True),
     Term("seeds", "int", "a count: seeds 0..n-1 of every seeded strategy, or of every depth of the series "
          "(None: the training profile's own counts)",
-         {"cpu": by(None, pruning=8, prune=8, healing=2),
+         {"cpu": by(None, pruning=3, prune=3, healing=2),
           "class": by(None, pruning=2, prune=8, healing=1),
           "gpu": by(None, pruning=20, prune=8, healing=8)}, minimum=1, optional=True),
     Term("seed", "int", "one random seed: of the resampling, of a seeded strategy and the healing, or the one "
