@@ -42,6 +42,7 @@ import yaml
 from tqdm.auto import tqdm
 
 from zones.core.cache import CacheError, atomic_write_bytes, atomic_write_text, entry_path, read_entry, write_entry
+from zones.core.cache import counting
 from zones.figures import BOOK_MODE_ENV, write_vega_bundle
 
 RUN_LAST = ("claims",)  # chapters that read the tables the other chapters wrote
@@ -378,7 +379,9 @@ def build_book(parameters: dict[str, Any] | None = None, only: list[str] | None 
         raise ValueError(f"unknown chapter(s) {unknown}; the book has {names}")
     if execute:
         order = [n for n in execution_order(names) if not only or n in only]
-        execute_chapters(root, order, parameters, model=model, progress=progress)
+        with counting() as tally:  # the cache entries the chapters' kernels read and computed
+            execute_chapters(root, order, parameters, model=model, progress=progress)
+        print(f"zones book: {tally.sentence()}", file=sys.stderr, flush=True)
     missing = [n for n in names if not (root / "book" / "chapters" / f"{n}.ipynb").exists()]
     if missing:
         raise FileNotFoundError(f"chapters never executed: {missing}; run without --only first")

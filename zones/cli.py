@@ -9,6 +9,7 @@
     zones heal   --model M --strategy S --k 4 --method lora|bridge --out DIR   the same, healed first
     zones train  --depths 8,12,16 --out DIR     train a depth series   -> DIR/series.csv, ...
     zones book   [--model M] [--only NAME ...]  execute chapters, build the HTML book
+    zones study  --models A,B [--executor ray]  every chapter's tables for every model, as jobs
     zones lab    [JUPYTERLAB OPTIONS]           open the notebooks in JupyterLab
 
 One vocabulary: --model, --tokenizer, --device, --corpus, --seq-len, --batch-size,
@@ -487,6 +488,12 @@ def build_parser() -> argparse.ArgumentParser:
     # --- engineer D: lifecycle and sweep (cmd_lifecycle, cmd_sweep and their parsers) go here ---
     _add_lifecycle_and_sweep(sub)
     _add_export_and_heal(sub)  # H6: zones export, zones heal
+
+    from zones import study  # zones study: its flags and its run live in zones/study.py
+    p = sub.add_parser("study", help="every chapter's tables for every model, as jobs here or on a Ray cluster",
+                       description=study.__doc__.split("\n\n")[0])
+    study.add_arguments(p)
+    p.set_defaults(func=study.run)
 
     return parser
 
