@@ -69,7 +69,7 @@ SERIES_PARAMETER = "profile"  # a chapter declaring it reads the trained depth s
 # Work a chapter shares with another of the same model (speed only: without it, it is computed again)
 SHARES = {"importance_vs_alpha": ("layer_ablation",), "predictors": ("layer_ablation", "pruning"),
           "healing": ("pruning",)}
-VOLATILE_COLUMNS = ("seconds", "tokens_per_s", "speedup", "path", "device")  # timings and places, not results
+VOLATILE_COLUMNS = ("seconds", "snapshot_fraction", "tokens_per_s", "speedup", "path", "device")  # timings, places
 
 
 class StudyError(ValueError):
@@ -410,7 +410,7 @@ def write_study(out: str | Path, tables: dict[tuple[str, str], dict[str, bytes]]
 
 def volatile(name: str) -> bool:
     """A column or summary key that records when or where a job ran (a ``VOLATILE_COLUMNS`` word
-    in its name: seconds, speeds, cache paths, devices), not what it computed."""
+    in its name: seconds and shares of them, speeds, cache paths, devices), not what it computed."""
     return any(word in str(name) for word in VOLATILE_COLUMNS)
 
 
