@@ -291,10 +291,10 @@ def plan(models: Sequence[str], parameters: dict[str, Any] | None = None, root: 
 
 # --- a job ----------------------------------------------------------------------------------------------
 
-def _node() -> tuple[str, dict[str, float]]:
+def _node(on_ray: bool) -> tuple[str, dict[str, float]]:
     """This worker's Ray node id (short) and assigned resources, or this machine's name."""
     ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():
+    if on_ray and ray is not None and ray.is_initialized():
         context = ray.get_runtime_context()
         return context.get_node_id()[:12], dict(context.get_assigned_resources())
     return os.uname().nodename, {}
@@ -327,7 +327,7 @@ def run_stage(stage: Stage, inputs: Sequence[CapturedEntry] = (), carry: bool = 
                     tables[path.relative_to(out).as_posix()] = path.read_bytes()
     if bars:
         transformers_logging.enable_progress_bar()
-    node, resources = _node()
+    node, resources = _node(carry)  # jobs carry their entries on Ray only
     return StageResult(stage.name, tables, captured.entries, captured.tally, node, time.time() - started, resources)
 
 
