@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import tiny_model
+from conftest import autogroup_nice, tiny_model
 
 ray = pytest.importorskip("ray", reason='the cluster test needs Ray: pip install "zones[ray]"')
 
@@ -62,20 +62,6 @@ def cmdline_of(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
-
-
-def _autogroup_nice(pid: int, nice: int) -> None:
-    """Set the scheduling weight of ``pid``'s session (a Linux autogroup), where allowed (root).
-
-    A raylet waits a fixed 15 s for its agents to start and aborts the node after that; on a
-    machine whose cores are shared by many busy sessions, an agent's imports alone can take
-    longer, and ``nice`` does not help across sessions. So a node starts in a session of its
-    own, weighted up for the seconds it takes to come up, then set back to a fair share.
-    Without the permission (CI, a user) nothing changes, and nothing needs to."""
-    try:
-        Path(f"/proc/{pid}/autogroup").write_text(str(nice))
-    except OSError:
-        pass
 
 
 class LocalCluster:
@@ -122,10 +108,10 @@ class LocalCluster:
                          "--temp-dir", str(self.temp)] if head else ["--address", self.address])
             starting = subprocess.Popen(command, env=self.env(node, cache), stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, text=True, start_new_session=True)
-            _autogroup_nice(starting.pid, -10)
+            autogroup_nice(starting.pid, -10)  # the node's own session: see autogroup_nice
             _, stderr = starting.communicate(timeout=600)
             for pid in self.pids(node)[:1]:  # the node's processes share one group: back to a fair share
-                _autogroup_nice(pid, 0)
+                autogroup_nice(pid, 0)
             if starting.returncode == 0:
                 return
             self.kill_node(node)  # what the failed attempt left running
