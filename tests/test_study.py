@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -245,9 +246,9 @@ class FakeRay(types.ModuleType):
     """Just enough of Ray for the driver's side of ``run_jobs``: records each task's options, runs
     it on ``get``, and loses the worker of the jobs named in ``lose`` once."""
 
-    def __init__(self, resources: dict, lose: tuple = ()):
+    def __init__(self, resources: dict, lose: tuple = (), node_cache: Path | None = None):
         super().__init__("ray")
-        self.resources, self.requests, self.lose = resources, [], set(lose)
+        self.resources, self.requests, self.lose, self.node_cache = resources, [], set(lose), node_cache
 
         class RayError(Exception):
             pass
@@ -284,7 +285,18 @@ class FakeRay(types.ModuleType):
         if ref.args[0] in self.lose:
             self.lose.discard(ref.args[0])
             raise self.exceptions.WorkerCrashedError("the worker died")
-        return ref.fn(*ref.args)
+        if self.node_cache is None:
+            return ref.fn(*ref.args)
+        here = os.environ["ZONES_CACHE"]
+        os.environ["ZONES_CACHE"] = str(self.node_cache)  # the job runs on a node with its own cache
+        try:
+            return ref.fn(*ref.args)
+        finally:
+            os.environ["ZONES_CACHE"] = here
+
+    def get_runtime_context(self):
+        return types.SimpleNamespace(get_node_id=lambda: "fake-node-0123456789",
+                                     get_assigned_resources=lambda: {"CPU": 1.0})
 
 
 def test_a_ray_job_asks_for_one_gpu_where_the_cluster_has_gpus(monkeypatch):
@@ -374,3 +386,29 @@ def test_a_ray_address_that_answers_but_not_as_ray_fails_within_the_stated_time(
             check_ray_address(address, connect_seconds=15)
     finally:
         server.close()
+
+
+def test_a_study_on_nodes_with_their_own_caches_carries_every_entry_home_and_a_rerun_sends_them_back(
+        tiny_model_dir, micro_corpus, tmp_path, monkeypatch, one_thread):
+    """Each job runs with its node's cache: its entries come back to this cache; run again on a node
+    whose cache is empty, each job gets the entries it used the last time and computes nothing."""
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "driver"))
+    models = [str(tiny_model_dir)]
+    params = dict(corpus=micro_corpus, seq_len=32, eval_tokens=31 * 4, batch_size=4, n_resamples=100,
+                  n_permutations=100)
+    only = ["layer_ablation", "importance_vs_alpha"]
+    first = FakeRay({"CPU": 2}, node_cache=tmp_path / "node-1")
+    monkeypatch.setitem(sys.modules, "ray", first)
+    ran = study(models, params, executor="ray", only=only, root=ROOT, progress=False, log=lambda _: None)
+    assert ran.jobs["computed"].tolist()[0] > 0 and ran.stored > 0
+    assert ran.jobs["node"].tolist() == ["fake-node-01"] * 2  # the first 12 characters of the node id
+    with counting() as tally:  # the chapters on this cache: all there
+        for chapter, kwargs in book_calls(models, params, root=ROOT, only=only):
+            with tempfile.TemporaryDirectory() as out:
+                importlib.import_module(f"zones.report.{chapter}").run(**kwargs, out_dir=out)
+    assert tally.n_computed == 0
+
+    monkeypatch.setitem(sys.modules, "ray", FakeRay({"CPU": 2}, node_cache=tmp_path / "node-2"))
+    again = study(models, params, executor="ray", only=only, root=ROOT, progress=False, log=lambda _: None)
+    assert again.jobs["computed"].tolist() == [0, 0] and again.tally.n_computed == 0
+    assert again.tables == ran.tables

@@ -27,7 +27,9 @@ job only. ``zones book`` shows the first model of a chapter in detail; the study
 model's details, a superset.
 
 A job that fails is reported by name after the others finish (``zones.core.executors``); its
-finished neighbours are already in this cache, and a rerun computes only the rest. The tables
+finished neighbours are already in this cache, and a rerun computes only the rest: on Ray, each
+job is sent the entries it read or wrote the last time (this cache records which, under
+``study/``), so it computes nothing again on whichever node it lands. The tables
 are written only when every job succeeded: ``OUT/<chapter>/<model>/<table>.csv`` (model-free
 chapters: ``OUT/<chapter>/<table>.csv``), and ``OUT/jobs.csv`` (one row per job: where it ran,
 its seconds, its resources, the entries it read and computed, its retries).
@@ -38,6 +40,7 @@ import argparse
 import ast
 import importlib
 import inspect
+import json
 import os
 import sys
 import tempfile
@@ -52,18 +55,25 @@ import pandas as pd
 from zones.analysis.importance import model_labels
 from zones.book import RUN_LAST, chapter_source, chapters, check_parameters, declared_parameters, project_root
 from zones.core.cache import (
+    CacheError,
     CapturedEntry,
     Tally,
     atomic_write_bytes,
     capture,
+    collect_entries,
     counting,
+    entry_path,
+    read_entry,
     store_captured,
+    write_entry,
     write_table,
 )
 from zones.core.executors import EXECUTORS, Job, check_executor, run_jobs
 from zones.core.models import BUILTIN_MODELS, resolve_source
 
 TRAIN = "train"  # the stage that trains one run of the depth series
+RECORDS = "study"  # cache kind of the records of which entries each stage read or wrote (bookkeeping)
+RECORD_VERSION = "1"
 MODEL_PARAMETERS = ("models", "model")  # a chapter declaring one of these runs once per model
 SERIES_PARAMETER = "profile"  # a chapter declaring it reads the trained depth series
 # Work a chapter shares with another of the same model (speed only: without it, it is computed again)
@@ -333,6 +343,29 @@ def run_stage(stage: Stage, inputs: Sequence[CapturedEntry] = (), carry: bool = 
 
 # --- the driver --------------------------------------------------------------------------------------------
 
+def _record(stage: Stage) -> tuple[Path, dict]:
+    parts = dict(kind="study_stage", version=RECORD_VERSION, chapter=stage.chapter, model=stage.model,
+                 kwargs=stage.kwargs)
+    return entry_path(RECORDS, parts, ext="entries"), parts
+
+
+def last_entries(stage: Stage) -> list[CapturedEntry]:
+    """The entries the same stage read or wrote the last time this machine's study ran it, as far
+    as this cache holds them (none when it never did): a rerun sends them with the job, so a job
+    landing on a node without them computes nothing again. Only a hint: a damaged record is none."""
+    path, parts = _record(stage)
+    try:
+        found = read_entry(path, parts)
+    except CacheError:
+        return []
+    return collect_entries(json.loads(found[0])) if found else []
+
+
+def remember_entries(stage: Stage, entries: Sequence[CapturedEntry]) -> None:
+    path, parts = _record(stage)
+    write_entry(path, parts, json.dumps(sorted(e.path for e in entries)).encode())
+
+
 def _prepare_models(models: Sequence[str]) -> None:
     """Convert the GGUF models here (converted copies do not travel with the jobs' entries)."""
     for model in models:
@@ -355,13 +388,18 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
     stored = present = 0
 
     def prepare(job: Job, before: dict[str, StageResult]) -> Job:
-        inputs = [entry for result in before.values() for entry in result.entries] if carry else []
-        return replace(job, args=(by_name[job.name], inputs, carry))
+        if not carry:  # local jobs use this cache itself
+            return job
+        inputs = {entry.path: entry for entry in last_entries(by_name[job.name])}
+        inputs.update({entry.path: entry for result in before.values() for entry in result.entries})
+        return replace(job, args=(by_name[job.name], list(inputs.values()), carry))
 
     def take(job: Job, result: StageResult) -> None:
         nonlocal stored, present
         new, old = store_captured(result.entries, source=f"job {job.name} on {result.node}")
         stored, present = stored + new, present + old
+        if carry:
+            remember_entries(by_name[job.name], result.entries)
         results[job.name] = result
         if not any(job.name in s.after for s in stages):  # no job needs its entries any more
             result.entries = []

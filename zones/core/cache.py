@@ -453,8 +453,8 @@ def resumable_table(kind: str, parts: dict[str, Any], tasks: Iterable[Any],
 # --- what a run read and computed, and carrying entries to another cache -----------------------------
 
 EVENTS_ENV = "ZONES_CACHE_EVENTS"  # a file every process appends its cache events to (see ``counting``)
-UNCOUNTED_KINDS = ("book",)  # the book's timing records: bookkeeping, not results
-NOT_CARRIED_KINDS = ("models",)  # converted GGUF copies: each machine converts its own (~0.5 GB each)
+UNCOUNTED_KINDS = ("book", "study")  # the book's timings, the study's records of its jobs: bookkeeping
+NOT_CARRIED_KINDS = ("models", "study")  # converted GGUF copies: each machine converts its own (~0.5 GB each)
 ENTRY_SUFFIXES = (".parquet", ".json", ".jsonl", ".npy", ".pt", ".seconds", ".txt", ".csv", ".lock")
 
 _captures: list[_Capture] = []  # the captures open in this process, innermost last
@@ -607,6 +607,14 @@ def capture(carry: bool = True):
 def _scratch(rel: Path) -> bool:
     """A lock file or a writer's temporary (``.NAME.*.tmp``): never part of an entry."""
     return rel.name.endswith(".lock") or any(p.startswith(".") and p.endswith(".tmp") for p in rel.parts)
+
+
+def collect_entries(paths: Iterable[Path | str]) -> list[CapturedEntry]:
+    """The entries of this cache at ``paths`` (payloads, journals, folders; relative to the cache
+    folder or absolute), as ``capture`` collects them, to store in another cache; an entry that
+    is not here is left out."""
+    root = Path(os.path.abspath(cache_dir()))
+    return _collect(root, [Path(os.path.abspath(root / p)) for p in paths])
 
 
 def _collect(root: Path, paths: Iterable[Path]) -> list[CapturedEntry]:

@@ -80,8 +80,8 @@ def run_jobs(jobs: Sequence[Job], executor: str = "local", *, ray_address: str |
 
     A job with ``after`` starts once those jobs have finished (each job is started as soon as it
     may: a cluster's workers stay busy); ``prepare(job, results)``, when given, is called here
-    just before it starts, with the results of those of them that succeeded, and returns the job
-    to run (its arguments completed from theirs). A job runs even when one it comes after
+    just before each job starts, with the results of the jobs it comes after that succeeded,
+    and returns the job to run (its arguments completed from theirs). A job runs even when one it comes after
     failed (that one is reported). ``on_result(job, result)`` is called here as each job
     succeeds. ``events``, when given, receives ``(job name, "retry", why)`` for every attempt
     that failed and was tried again (a transient error, or on Ray a worker or node that died)."""
@@ -126,7 +126,7 @@ def _ready(jobs: Sequence[Job], finished: set[int], started: set[int]) -> list[i
 
 
 def _prepared(job: Job, prepare, jobs: Sequence[Job], results: list, succeeded: set[int]) -> Job:
-    if prepare is None or not job.after:
+    if prepare is None:
         return job
     index = {j.name: k for k, j in enumerate(jobs)}
     return prepare(job, {name: results[index[name]] for name in job.after if index[name] in succeeded})
