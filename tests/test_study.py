@@ -179,7 +179,7 @@ def test_a_local_study_writes_every_table_and_the_book_that_follows_computes_not
     assert result.jobs.loc[result.jobs["chapter"] == "importance_vs_alpha", "computed"].item() == 0  # shared work
     assert (tmp_path / "out" / "pruning" / label / "pruning.csv").exists()
     assert pd.read_csv(tmp_path / "out" / "jobs.csv")["job"].tolist() == result.jobs["job"].tolist()
-    assert f"{result.tally.n_read} cached entr" in lines[-1] and f", {result.tally.n_computed} computed" in lines[-1]
+    assert lines[-1].startswith("zones study: 4 of 4 jobs in ") and result.tally.sentence() in lines[-1]
     assert result.tally.n_computed > 0
 
     with counting() as tally:  # the chapters as the book calls them, every model at once
@@ -412,3 +412,16 @@ def test_a_study_on_nodes_with_their_own_caches_carries_every_entry_home_and_a_r
     again = study(models, params, executor="ray", only=only, root=ROOT, progress=False, log=lambda _: None)
     assert again.jobs["computed"].tolist() == [0, 0] and again.tally.n_computed == 0
     assert again.tables == ran.tables
+
+
+def test_a_job_that_fails_is_named_after_the_others_and_no_table_is_written(tiny_model_dir, tmp_path, monkeypatch,
+                                                                            one_thread):
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "cache"))
+    missing = str(tmp_path / "no-such-model")
+    lines = []
+    with pytest.raises(JobFailed, match=r"1 of 2 jobs failed: alpha_profile · no-such-model \(.*; 1 attempt\)"):
+        study([missing, str(tiny_model_dir)], dict(n_resamples=50), out=tmp_path / "out", only=["alpha_profile"],
+              root=ROOT, progress=False, log=lines.append)
+    assert not (tmp_path / "out").exists()  # no table short of rows
+    assert lines[-1].startswith("zones study: 1 of 2 jobs in ") and "1 computed" in lines[-1]  # the other one's α
+    assert list((tmp_path / "cache").glob("alpha/*.parquet"))

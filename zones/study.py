@@ -226,66 +226,75 @@ def parse_models(models: str | Sequence[str]) -> list[str]:
     return names
 
 
-def _train_configs(params: dict[str, Any], declared: dict[str, Any]) -> list:
+def _train_configs(params: dict[str, Any]) -> list:
     """The training runs a chapter reading the depth series uses (its ``profile``, ``depths``,
-    ``seeds`` when it declares them, ``train_overrides``)."""
+    ``seeds`` when it has them, ``train_overrides``)."""
     from zones.series import series_configs
 
     if params.get(SERIES_PARAMETER) is None or params.get("checkpoints"):
         return []
-    seeds = params.get("seeds") if "seeds" in declared else None
+    seeds = params.get("seeds")
     return series_configs(params[SERIES_PARAMETER], params.get("depths"), seeds,
                           **dict(params.get("train_overrides") or {}))
+
+
+def chapter_parameters(root: Path, names: Sequence[str], parameters: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each chapter's parameter values as ``zones book`` gives them: its parameters cell,
+    overridden by those of ``parameters`` it declares. A parameter no chapter declares is refused."""
+    declared = {n: declared_parameters(chapter_source(root, n)) for n in names}
+    check_parameters(parameters, declared)
+    return {n: {**chapter_defaults(chapter_source(root, n), declared[n]),
+                **{k: v for k, v in parameters.items() if k in declared[n]}} for n in names}
+
+
+def _chapters(root: Path | None, only: Sequence[str] | None) -> tuple[Path, list[str]]:
+    root = project_root(root)
+    return root, [n for n in chapters(root) if n not in RUN_LAST and (not only or n in only)]
 
 
 def book_calls(models: Sequence[str], parameters: dict[str, Any] | None = None, root: Path | None = None,
                only: Sequence[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
     """``(chapter, run arguments)`` of every chapter the study covers, as ``zones book --models ...``
     with these parameters calls them: every model at once (``out_dir`` left out)."""
-    root = project_root(root)
-    names = [n for n in chapters(root) if n not in RUN_LAST and (not only or n in only)]
+    root, names = _chapters(root, only)
     models = parse_models(models)
     calls = []
-    for name in names:
-        declared = declared_parameters(chapter_source(root, name))
-        params = {**chapter_defaults(chapter_source(root, name), declared),
-                  **{k: v for k, v in (parameters or {}).items() if k in declared}}
-        if "models" in declared:
+    for name, params in chapter_parameters(root, names, dict(parameters or {})).items():
+        if "models" in params:
             params["models"] = list(models)
-        elif "model" in declared:
+        elif "model" in params:
             params["model"] = models[0]
         calls.append((name, chapter_kwargs(chapter_call(chapter_source(root, name)), params)))
     return calls
 
 
+def _unique(label: str, taken: set[str]) -> str:
+    """``label``, or ``label (2)``, ``label (3)``, ... when it is taken."""
+    k, unique = 2, label
+    while unique in taken:
+        unique, k = f"{label} ({k})", k + 1
+    return unique
+
+
 def plan(models: Sequence[str], parameters: dict[str, Any] | None = None, root: Path | None = None,
          only: Sequence[str] | None = None) -> list[Stage]:
-    """The study's stages for ``models`` and the book's ``parameters`` (each chapter's declared
-    parameters, overridden by those it declares among ``parameters``); ``only``: these chapters.
-    A parameter no chapter declares is refused, as by ``zones book``."""
-    root = project_root(root)
-    names = [n for n in chapters(root) if n not in RUN_LAST and (not only or n in only)]
-    parameters = dict(parameters or {})
-    declared = {n: declared_parameters(chapter_source(root, n)) for n in names}
-    check_parameters(parameters, declared)
+    """The study's stages for ``models`` and the book's ``parameters`` (``chapter_parameters``);
+    ``only``: these chapters. Training runs come first, each once however many chapters use it."""
+    root, names = _chapters(root, only)
+    values = chapter_parameters(root, names, dict(parameters or {}))
     models = parse_models(models)
     labels = dict(zip(models, model_labels(models)))
     trains: dict[Any, Stage] = {}  # one stage per distinct training run
     stages: list[Stage] = []
-    for name in names:
+    for name, params in values.items():
         call = chapter_call(chapter_source(root, name))
-        params = {**chapter_defaults(chapter_source(root, name), declared[name]),
-                  **{k: v for k, v in parameters.items() if k in declared[name]}}
-        configs = _train_configs(params, declared[name]) if SERIES_PARAMETER in declared[name] else []
+        configs = _train_configs(params) if SERIES_PARAMETER in params else []
         for config in configs:
             if config not in trains:
-                label = f"depth {config.depth}, seed {config.seed}"
-                taken = {stage.label for stage in trains.values()}
-                label = next(f"{label} ({k})" for k in range(2, len(taken) + 3) if f"{label} ({k})" not in taken) \
-                    if label in taken else label
+                label = _unique(f"depth {config.depth}, seed {config.seed}", {s.label for s in trains.values()})
                 trains[config] = Stage(TRAIN, None, label, dict(config=config))
         series = tuple(trains[config].name for config in configs)
-        per_model = [p for p in MODEL_PARAMETERS if p in declared[name]]
+        per_model = [p for p in MODEL_PARAMETERS if p in params]
         if not per_model:
             stages.append(Stage(name, None, "", chapter_kwargs(call, params), series))
             continue
@@ -322,21 +331,23 @@ def run_stage(stage: Stage, inputs: Sequence[CapturedEntry] = (), carry: bool = 
     tables: dict[str, bytes] = {}
     bars = transformers_logging.is_progress_bar_enabled()
     transformers_logging.disable_progress_bar()  # one bar, the study's, over the jobs
-    with tempfile.TemporaryDirectory(prefix="zones-study-") as out, capture(carry) as captured:
-        if stage.chapter == TRAIN:
-            from zones.series import train_model
+    try:
+        with tempfile.TemporaryDirectory(prefix="zones-study-") as out, capture(carry) as captured:
+            if stage.chapter == TRAIN:
+                from zones.series import train_model
 
-            train_model(stage.kwargs["config"], progress=False)
-        else:
-            run = importlib.import_module(f"zones.report.{stage.chapter}").run
-            accepted = inspect.signature(run).parameters
-            extra = {key: value for key, value in (("out_dir", out), ("progress", False)) if key in accepted}
-            run(**stage.kwargs, **extra)
-            for path in sorted(Path(out).rglob("*")):
-                if path.is_file():
-                    tables[path.relative_to(out).as_posix()] = path.read_bytes()
-    if bars:
-        transformers_logging.enable_progress_bar()
+                train_model(stage.kwargs["config"], progress=False)
+            else:
+                run = importlib.import_module(f"zones.report.{stage.chapter}").run
+                accepted = inspect.signature(run).parameters
+                extra = {key: value for key, value in (("out_dir", out), ("progress", False)) if key in accepted}
+                run(**stage.kwargs, **extra)
+                for path in sorted(Path(out).rglob("*")):
+                    if path.is_file():
+                        tables[path.relative_to(out).as_posix()] = path.read_bytes()
+    finally:
+        if bars:
+            transformers_logging.enable_progress_bar()
     node, resources = _node(carry)  # jobs carry their entries on Ray only
     return StageResult(stage.name, tables, captured.entries, captured.tally, node, time.time() - started, resources)
 
@@ -409,18 +420,18 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
     events: list = []
     log(f"zones study: {len(models)} model{'s' if len(models) > 1 else ''}, {len(jobs)} jobs ({executor})")
     started = time.time()
-    with counting() as here:
-        _prepare_models(models)
-        try:
+    here = Tally()
+    try:
+        with counting() as here:
+            _prepare_models(models)
             run_jobs(jobs, executor, ray_address=ray_address, retries=retries, progress=progress,
                      desc="zones study", events=events, prepare=prepare, on_result=take)
-        finally:
-            tally = Tally()
-            for result in results.values():
-                tally.update(result.tally)
-    tally.update(here)
-    log(f"zones study: {len(results)} jobs in {time.time() - started:.0f} s; {tally.sentence()}; "
-        f"{stored} entries stored in this machine's cache ({present} already here)")
+    finally:  # said also when a job failed: what the others did is in this cache
+        tally = Tally()
+        for result in [*results.values(), StageResult("", {}, [], here, "", 0.0)]:
+            tally.update(result.tally)
+        log(f"zones study: {len(results)} of {len(jobs)} jobs in {time.time() - started:.0f} s; {tally.sentence()}; "
+            f"{stored} entries stored in this machine's cache ({present} already here)")
     retried = {}
     for name, _, _ in events:
         retried[name] = retried.get(name, 0) + 1
