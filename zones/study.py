@@ -1,4 +1,4 @@
-"""``zones study``: every chapter's tables for every model, as independent jobs, here or on a Ray cluster.
+"""zones study: every chapter's tables for every model, as independent jobs, here or on a Ray cluster.
 
     zones study --models a,b,c [--executor local|ray] [--ray-address HOST:PORT]
                 [--param NAME=VALUE ...] [--budget class|cpu|gpu] [--out results/study]
@@ -68,7 +68,7 @@ from zones.core.cache import (
     write_entry,
     write_table,
 )
-from zones.core.executors import EXECUTORS, Job, check_executor, run_jobs
+from zones.core.executors import EXECUTORS, Job, check_executor, ray_connect, run_jobs
 from zones.core.models import BUILTIN_MODELS, resolve_source
 
 TRAIN = "train"  # the stage that trains one run of the depth series
@@ -423,6 +423,8 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
     here = Tally()
     try:
         with counting() as here:
+            if executor == "ray":
+                ray_connect(ray_address)  # an address that does not answer fails before any work
             _prepare_models(models)
             run_jobs(jobs, executor, ray_address=ray_address, retries=retries, progress=progress,
                      desc="zones study", events=events, prepare=prepare, on_result=take)
