@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import tiny_model
+from conftest import autogroup_nice, tiny_model
 
 from zones.core.executors import Job, JobFailed, run_jobs
 from zones.series import checkpoints
@@ -79,7 +79,12 @@ def ray_instance():
     from ray import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this test file
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    previous = autogroup_nice("self", -10)  # Ray's agents must start within 15 s: see autogroup_nice
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    finally:
+        if previous is not None:
+            autogroup_nice("self", previous)
     yield ray
     ray.shutdown()
 

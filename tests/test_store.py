@@ -168,7 +168,7 @@ def test_work_is_counted_in_reference_forwards(own_cache):
 def test_the_depth_series_chapters_ask_for_the_same_trained_runs(monkeypatch):
     """The depth-series, lifecycle and sublayer chapters, with their defaults, train their runs
     through one cache key per (depth, seed): whichever runs first trains, the others read."""
-    from zones.report import depth_series, spectral_lifecycle, sublayers
+    from zones.report import depth_series, spectral_lifecycle
     from zones.series import runs as series_runs
     from zones.series.io import run_key
 

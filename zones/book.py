@@ -52,7 +52,15 @@ import papermill
 import yaml
 from tqdm.auto import tqdm
 
-from zones.core.cache import CacheError, atomic_write_bytes, atomic_write_text, entry_path, read_entry, write_entry
+from zones.core.cache import (
+    CacheError,
+    atomic_write_bytes,
+    atomic_write_text,
+    counting,
+    entry_path,
+    read_entry,
+    write_entry,
+)
 from zones.core.checks import check_models
 from zones.core.glossary import DEFAULT_BUDGET, TERMS, check_value, parse_text, preset
 from zones.core.progress import PROGRESS_ENV, read_progress
@@ -245,6 +253,17 @@ def chapter_parameters(notebook: Path, given: dict[str, Any], declared: dict[str
     its ``declared_parameters``, when already read)."""
     declared = declared_parameters(notebook) if declared is None else declared
     return {key: value for key, value in given.items() if key in declared}
+
+
+def name_values(items: list[str], flag: str = "--param") -> dict[str, str]:
+    """``NAME=VALUE`` flags (``--param``) as a dict of their texts."""
+    values = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"{flag} needs NAME=VALUE, not {item!r}")
+        values[name.strip()] = value
+    return values
 
 
 def check_parameters(given: dict[str, Any], declared: dict[str, dict[str, Any]], *,
@@ -643,8 +662,10 @@ def build_book(parameters: dict[str, Any] | None = None, only: list[str] | None 
         raise ValueError(f"unknown chapter(s) {unknown}; the book has {names}")
     if execute:
         order = [n for n in execution_order(names) if not only or n in only]
-        execute_chapters(root, order, parameters, models=models, budget=budget, from_text=from_text,
-                         progress=progress)
+        with counting() as tally:  # the cache entries the chapters' kernels read and computed
+            execute_chapters(root, order, parameters, models=models, budget=budget, from_text=from_text,
+                             progress=progress)
+        print(f"zones book: {tally.sentence()}", file=sys.stderr, flush=True)
     missing = [n for n in names if not (root / "book" / "chapters" / f"{n}.ipynb").exists()]
     if missing:
         raise FileNotFoundError(f"chapters never executed: {missing}; run without --only first")

@@ -13,6 +13,8 @@
     zones sweep     --models a,b [--executor ray] --out DIR   α of several models -> DIR/alpha.csv
     zones book      [--models a,b | --model M] [--budget class|cpu|gpu] [--only NAME ...] [--param NAME=VALUE]
                                                       execute the chapters, build the HTML book
+    zones study     --models a,b [--executor ray] [--budget class|cpu|gpu] [--param NAME=VALUE]
+                                                      every chapter's tables for every model, as jobs
     zones lab       [--budget class|cpu|gpu] [JUPYTERLAB OPTIONS]   the chapters in JupyterLab
 
 One vocabulary: every flag is a term of ``zones.core.glossary`` (its name, type, meaning and
@@ -38,8 +40,8 @@ from typing import Callable
 import yaml
 from tqdm import tqdm
 
-from zones import __version__
-from zones.book import build_book, lab_folder, project_root
+from zones import __version__, study
+from zones.book import build_book, lab_folder, name_values, project_root
 from zones.core.cache import write_table
 from zones.core.data import CorpusError, corpus_windows, load_corpus
 from zones.core.executors import check_executor
@@ -110,17 +112,6 @@ def check_out(out: str) -> Path:
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ValueError(f"--out {out} is not writable ({existing} denies writing); pass a folder you can write")
     return path
-
-
-def _name_values(items: list[str], flag: str) -> dict[str, str]:
-    """``NAME=VALUE`` flags as a dict of their texts."""
-    values = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip():
-            raise ValueError(f"{flag} needs NAME=VALUE, not {item!r}")
-        values[name.strip()] = value
-    return values
 
 
 def _write(df, out: str, name: str) -> None:
@@ -314,7 +305,7 @@ def train_arguments(p: argparse.ArgumentParser) -> None:
 
 def train_run(args) -> None:
     overrides = {name: getattr(args, name) for name in TRAIN_SIZES}
-    overrides.update({k: yaml.safe_load(v) for k, v in _name_values(args.set, "--set").items()})
+    overrides.update({k: yaml.safe_load(v) for k, v in name_values(args.set, "--set").items()})
     if args.seed is not None:
         overrides["seed"] = args.seed  # one training seed at every depth
     configs = series_configs(args.profile, args.depths, args.seeds, **overrides)  # bad sizes fail before any work
@@ -389,7 +380,7 @@ def book_arguments(p: argparse.ArgumentParser) -> None:
 
 def book_run(args) -> None:
     models = [args.model] if args.model else args.models
-    texts = _name_values(args.param, "--param")  # YAML texts, checked against the glossary before any chapter runs
+    texts = name_values(args.param, "--param")  # YAML texts, checked against the glossary before any chapter runs
     index = build_book(texts, only=args.only or None, execute=not args.no_execute, models=models,
                        budget=args.budget, from_text=True)
     print(f"book: {index}")
@@ -440,6 +431,7 @@ COMMANDS: dict[str, Command] = {
     "sweep": Command("zones alpha over a list of models, one job per model", sweep_arguments, sweep_run,
                      "The alpha table of every model -> OUT/alpha.csv with a model column"),
     "book": Command("execute the chapter notebooks and build the book", book_arguments, book_run),
+    "study": Command.of(study),
     "lab": Command("open the notebooks in JupyterLab", lab_arguments, lab_run, LAB_DESCRIPTION),
 }
 

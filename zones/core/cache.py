@@ -15,6 +15,11 @@ never pair one run's payload with another's sidecar. Sweeps that produce one row
 append to a journal (``<key>.partial.jsonl``), one JSON row per line with its own sha256; a
 resumed sweep skips what the journal holds, and only the finished table is written under the
 final name.
+
+Every read of a verified entry and every entry written is noted (``note``): ``counting()``
+tallies them over a run and the processes it starts ("N cached entries read, M computed"), and
+``capture()`` collects the files of every entry a run read or wrote, so that another machine's
+cache can take them in with ``store_captured`` (each file's sha256 checked on arrival).
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ import json
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
@@ -129,6 +135,7 @@ def atomic_directory(target: Path, *, keep_existing: bool = False):
                 shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, target)
+        note("computed", target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -192,6 +199,7 @@ def write_entry(path: Path, parts: dict[str, Any], data: bytes, **schema: Any) -
     with entry_lock(path):
         atomic_write_bytes(path, data)
         atomic_write_text(sidecar_path(path), sidecar)
+    note("computed", path)
 
 
 def read_entry(path: Path, parts: dict[str, Any]) -> tuple[bytes, dict[str, Any]] | None:
@@ -221,6 +229,7 @@ def read_entry(path: Path, parts: dict[str, Any]) -> tuple[bytes, dict[str, Any]
     if len(data) != record.get("bytes") or hashlib.sha256(data).hexdigest() != record.get("sha256"):
         raise _damaged(path, f"{len(data)} bytes whose sha256 differs from the one its sidecar "
                              f"recorded for {record.get('bytes')} bytes")
+    note("read", path)
     return data, record
 
 
@@ -327,6 +336,7 @@ def verify_manifest(directory: Path, parts: dict[str, Any]) -> bool:
     if extra:
         raise CacheError(f"cache entry {directory} is damaged ({directory / extra[0]} is not in its "
                          f"manifest); {remedy}")
+    note("read", directory)
     return True
 
 
@@ -386,6 +396,8 @@ class Journal:
             if missing:
                 raise self._damaged(no, f"missing {', '.join(map(repr, missing))}")
             rows.append(row)
+        if rows:
+            note("read", self.path)
         return rows
 
     def append(self, row: dict[str, Any]) -> None:
@@ -395,6 +407,7 @@ class Journal:
             handle.write(line + "\n")
             handle.flush()
             os.fsync(handle.fileno())
+        note("computed", self.path)
 
     def discard(self) -> None:
         self.path.unlink(missing_ok=True)
@@ -435,3 +448,309 @@ def resumable_table(kind: str, parts: dict[str, Any], tasks: Iterable[Any],
     write_cached_table(df, path, parts)
     journal.discard()
     return df
+
+
+# --- what a run read and computed, and carrying entries to another cache -----------------------------
+
+EVENTS_ENV = "ZONES_CACHE_EVENTS"  # a file every process appends its cache events to (see ``counting``)
+UNCOUNTED_KINDS = ("book", "study")  # the book's timings, the study's records of its jobs: bookkeeping
+NOT_CARRIED_KINDS = ("models", "study")  # converted GGUF copies: each machine converts its own (~0.5 GB each)
+ENTRY_SUFFIXES = (".parquet", ".json", ".jsonl", ".npy", ".pt", ".seconds", ".txt", ".csv", ".lock")
+
+_captures: list[_Capture] = []  # the captures open in this process, innermost last
+_silenced = [0]  # > 0 while storing carried entries: storing is neither reading nor computing
+
+
+def entry_id(path: Path | str) -> str | None:
+    """``KIND/KEY`` of the cache entry ``path`` belongs to (its payload, sidecar, journal, folder
+    or a file inside that folder), or None for a path outside the cache folder."""
+    rel = os.path.relpath(os.path.abspath(path), os.path.abspath(cache_dir()))
+    parts = Path(rel).parts
+    if len(parts) < 2 or parts[0] == os.pardir:
+        return None
+    kind, name = parts[0], parts[1]
+    for tail in (".partial.jsonl", ".partial"):  # a sweep's journal or a run in progress: the same entry
+        if name.endswith(tail):
+            return f"{kind}/{name[:-len(tail)]}"
+    stem, ext = os.path.splitext(name)
+    return f"{kind}/{stem if len(parts) == 2 and ext in ENTRY_SUFFIXES else name}"
+
+
+def note(event: str, path: Path | str) -> None:
+    """Record that the cache entry at ``path`` was ``"read"`` (verified and used) or
+    ``"computed"`` (written): for the captures open in this process and, when
+    ``$ZONES_CACHE_EVENTS`` names a file, in that file (one ``event<TAB>KIND/KEY`` line)."""
+    if _silenced[0]:
+        return
+    ident = entry_id(path)
+    if ident is None or ident.split("/")[0] in UNCOUNTED_KINDS:
+        return
+    for open_capture in _captures:
+        open_capture.add(event, ident, Path(path))
+    events = os.environ.get(EVENTS_ENV)
+    if events:
+        try:
+            with open(events, "a", encoding="utf-8") as handle:
+                handle.write(f"{event}\t{ident}\n")
+        except OSError:  # the tally is a report, never a reason to fail the computation
+            pass
+
+
+@dataclass
+class Tally:
+    """The cache entries (``KIND/KEY``) a run read and those it computed."""
+
+    read: set[str] = field(default_factory=set)
+    computed: set[str] = field(default_factory=set)
+
+    def add(self, event: str, ident: str) -> None:
+        (self.computed if event == "computed" else self.read).add(ident)
+
+    def update(self, other: Tally) -> None:
+        self.read |= other.read
+        self.computed |= other.computed
+
+    @property
+    def n_read(self) -> int:
+        """Entries read and not computed in the same run."""
+        return len(self.read - self.computed)
+
+    @property
+    def n_computed(self) -> int:
+        return len(self.computed)
+
+    def sentence(self) -> str:
+        """``"12 cached entries read, 0 computed"``."""
+        return f"{self.n_read} cached entr{'y' if self.n_read == 1 else 'ies'} read, {self.n_computed} computed"
+
+
+@contextlib.contextmanager
+def counting():
+    """Tally the cache entries read and computed inside the block by this process and by every
+    process started meanwhile (a notebook kernel, a local Ray worker: they inherit
+    ``$ZONES_CACHE_EVENTS``). Yields a ``Tally``, filled when the block ends."""
+    tally = Tally()
+    outer = os.environ.get(EVENTS_ENV)
+    fd, events = tempfile.mkstemp(prefix="zones-cache-events-", suffix=".tsv")
+    os.close(fd)
+    os.environ[EVENTS_ENV] = events
+    try:
+        yield tally
+    finally:
+        if outer is None:
+            os.environ.pop(EVENTS_ENV, None)
+        else:
+            os.environ[EVENTS_ENV] = outer
+        with open(events, encoding="utf-8") as handle:
+            lines = handle.read()
+        os.remove(events)
+        for line in lines.splitlines():
+            event, _, ident = line.partition("\t")
+            if ident:
+                tally.add(event, ident)
+        if outer:  # an enclosing count sees these events too
+            with contextlib.suppress(OSError), open(outer, "a", encoding="utf-8") as handle:
+                handle.write(lines)
+
+
+@dataclass(frozen=True)
+class CapturedEntry:
+    """The files of one cache entry, to store in another machine's cache (``store_captured``).
+
+    ``path``: the entry's payload, journal or folder, relative to the cache folder; ``folder``:
+    whether it is a folder; ``files``: each file (relative to the cache folder) and its bytes;
+    ``digests``: each file's sha256, computed where the entry was captured."""
+
+    path: str
+    folder: bool
+    files: dict[str, bytes]
+    digests: dict[str, str]
+
+
+@dataclass
+class Captured:
+    """What ``capture`` saw: the ``tally`` of entries read and computed, and (when carried) the
+    ``entries`` themselves."""
+
+    tally: Tally = field(default_factory=Tally)
+    entries: list[CapturedEntry] = field(default_factory=list)
+
+
+class _Capture:
+    def __init__(self):
+        self.root = Path(os.path.abspath(cache_dir()))
+        self.tally = Tally()
+        self.paths: set[Path] = set()
+
+    def add(self, event: str, ident: str, path: Path) -> None:
+        self.tally.add(event, ident)
+        self.paths.add(Path(os.path.abspath(path)))
+
+
+@contextlib.contextmanager
+def capture(carry: bool = True):
+    """Collect every cache entry read or computed inside the block, in this process. Yields a
+    ``Captured``; when the block ends, its ``tally`` holds their keys and, with ``carry``, its
+    ``entries`` hold their files as they are then (an entry of ``NOT_CARRIED_KINDS`` is
+    counted, not carried)."""
+    current = _Capture()
+    result = Captured(current.tally)
+    _captures.append(current)
+    try:
+        yield result
+    finally:
+        _captures.remove(current)
+    if carry:
+        result.entries.extend(_collect(current.root, current.paths))
+
+
+def _scratch(rel: Path) -> bool:
+    """A lock file or a writer's temporary (``.NAME.*.tmp``): never part of an entry."""
+    return rel.name.endswith(".lock") or any(p.startswith(".") and p.endswith(".tmp") for p in rel.parts)
+
+
+def collect_entries(paths: Iterable[Path | str]) -> list[CapturedEntry]:
+    """The entries of this cache at ``paths`` (payloads, journals, folders; relative to the cache
+    folder or absolute), as ``capture`` collects them, to store in another cache; an entry that
+    is not here is left out."""
+    root = Path(os.path.abspath(cache_dir()))
+    return _collect(root, [Path(os.path.abspath(root / p)) for p in paths])
+
+
+def _collect(root: Path, paths: Iterable[Path]) -> list[CapturedEntry]:
+    """The entries (payload and sidecar, journal, or folder with every file) behind ``paths``; an
+    entry gone since (a finished sweep's journal, a training run's partial folder) is skipped."""
+    units = set()
+    for path in paths:
+        try:
+            rel = path.relative_to(root)
+        except ValueError:  # written under another ZONES_CACHE
+            continue
+        if len(rel.parts) >= 2 and rel.parts[0] not in NOT_CARRIED_KINDS:
+            units.add(root / rel.parts[0] / rel.parts[1])  # a file entry, or the top of a folder entry
+    entries = []
+    for unit in sorted(units):
+        if unit.is_dir():
+            files = [p for p in sorted(unit.rglob("*")) if p.is_file() and not _scratch(p.relative_to(root))]
+        elif unit.is_file() and not _scratch(unit.relative_to(root)):
+            side = sidecar_path(unit)
+            files = [unit] + ([side] if side != unit and side.exists() else [])
+        else:
+            continue
+        data = {f.relative_to(root).as_posix(): f.read_bytes() for f in files}
+        entries.append(CapturedEntry(unit.relative_to(root).as_posix(), unit.is_dir(), data,
+                                     {name: hashlib.sha256(b).hexdigest() for name, b in data.items()}))
+    return entries
+
+
+@contextlib.contextmanager
+def _quiet():
+    _silenced[0] += 1
+    try:
+        yield
+    finally:
+        _silenced[0] -= 1
+
+
+def _inside(root: Path, name: str) -> Path:
+    """``root / name`` for a relative path that stays inside ``root`` (a carried name is data)."""
+    rel = Path(name)
+    if rel.is_absolute() or os.pardir in rel.parts or not rel.parts:
+        raise CacheError(f"a carried cache entry names the path {name!r}, outside the cache folder; refused")
+    return root / rel
+
+
+def store_captured(entries: Iterable[CapturedEntry], source: str = "another machine") -> tuple[int, int]:
+    """Take entries captured elsewhere (``capture``) into this machine's cache.
+
+    Every file's sha256 is checked against the digest it travelled with, then a payload against
+    its sidecar (``read_entry``), a folder against its manifest (``verify_manifest``); a journal's
+    rows are checked one by one and those this cache's journal lacks are appended to it. An entry
+    this cache already holds intact is kept as it is (the same key: the same computation). A file
+    that arrived damaged is a ``CacheError`` naming it and ``source``. Returns ``(stored, already
+    here)``.
+    """
+    root = cache_dir()
+    stored = present = 0
+    with _quiet():
+        for entry in entries:
+            for name, data in entry.files.items():
+                _inside(root, name)
+                if hashlib.sha256(data).hexdigest() != entry.digests.get(name):
+                    raise CacheError(f"cache file {name} from {source} arrived damaged (its sha256 differs from "
+                                     f"the one computed where it was made); run again to carry it anew")
+            target = _inside(root, entry.path)
+            if entry.folder:
+                new = _store_folder(target, entry, root)
+            elif target.suffix == ".jsonl" and len(entry.files) == 1:
+                new = _merge_journal(target, entry.files[entry.path], source)
+            else:
+                new = _store_file(target, entry)
+            stored += new
+            present += not new
+    return stored, present
+
+
+def _store_file(target: Path, entry: CapturedEntry) -> bool:
+    payload = entry.files[entry.path]
+    side = sidecar_path(target)
+    side_name = side.relative_to(cache_dir()).as_posix()
+    if side_name not in entry.files or side == target:  # a plain file: kept when already the same
+        if target.exists() and target.read_bytes() == payload:
+            return False
+        atomic_write_bytes(target, payload)
+        return True
+    stored = json.loads(entry.files[side_name])
+    parts = {k: v for k, v in stored.items() if k != ENTRY} if isinstance(stored, dict) else {}
+    try:
+        if read_entry(target, parts) is not None:
+            return False
+    except CacheError:  # this cache's copy is damaged: the verified one replaces it
+        pass
+    with entry_lock(target):
+        atomic_write_bytes(target, payload)
+        atomic_write_bytes(side, entry.files[side_name])
+    read_entry(target, parts)  # CacheError naming the file when it does not verify
+    return True
+
+
+def _store_folder(target: Path, entry: CapturedEntry, root: Path) -> bool:
+    manifest = entry.files.get(f"{entry.path}/{MANIFEST}")
+    parts = None
+    if manifest is not None:
+        stored = json.loads(manifest)
+        parts = {k: v for k, v in stored.items() if k != FILES}
+        try:
+            if verify_manifest(target, parts):
+                return False
+        except CacheError:  # damaged here: replaced by the verified copy
+            pass
+    with atomic_directory(target) as tmp:
+        for name, data in entry.files.items():
+            atomic_write_bytes(tmp / Path(name).relative_to(entry.path), data)
+    if parts is not None:
+        verify_manifest(target, parts)
+    return True
+
+
+def _merge_journal(target: Path, data: bytes, source: str) -> bool:
+    """Append to ``target`` the complete, checksummed rows of ``data`` it lacks (a journal is a
+    set of rows: the same key, the same row)."""
+    lines = data.split(b"\n")[:-1]  # a torn last line (a write in progress where it was read) is left out
+    for no, line in enumerate(lines, 1):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        if not isinstance(row, dict) or row.pop(ROW_SHA, None) != _row_sha(row):
+            raise CacheError(f"journal {target.name} line {no} from {source} arrived damaged (its checksum fails); "
+                             f"run again to carry it anew")
+    with entry_lock(target):
+        here = target.read_bytes() if target.exists() else b""
+        if here and not here.endswith(b"\n"):
+            here = here[: here.rfind(b"\n") + 1]
+        known = set(here.split(b"\n"))
+        new = [line for line in dict.fromkeys(lines) if line not in known]
+        if new:
+            atomic_write_bytes(target, here + b"".join(line + b"\n" for line in new))
+    return bool(new)

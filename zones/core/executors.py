@@ -4,18 +4,24 @@
 
 * ``local`` (the default): the jobs run one after the other in this process. No dependency.
 * ``ray``: each job is a Ray task with its resource request (``cpus``; one GPU per job when
-  the cluster has GPUs, unless ``gpus`` says otherwise). ``ray.init(address=...)`` takes
-  ``ray_address`` or ``$RAY_ADDRESS``; with neither, Ray starts a local instance. An already
+  the cluster has GPUs, unless ``gpus`` says otherwise: ``task_resources``). ``ray.init(address=...)``
+  takes ``ray_address`` or ``$RAY_ADDRESS``; with neither, Ray starts a local instance. An already
   initialised Ray (``ray.init(num_cpus=2)`` in a script or a test) is used as it is.
-  Install it with ``pip install "zones[ray]"``.
+  Install it with ``pip install "zones[ray]"``. An address is checked before Ray is asked to
+  join it (``check_ray_address``): one that nothing answers on fails within
+  ``PROBE_SECONDS``, one that answers but not as a Ray cluster this process may join (another
+  service, a cluster whose authentication token this process lacks) within
+  ``CONNECT_SECONDS``, each with one line naming the address and the remedy; Ray itself would
+  retry for ever.
 
 A failed job is tried again up to ``retries`` times only when its error is transient (a
 dropped connection, a timeout, an I/O error other than a missing or forbidden file, memory
 exhausted: ``is_transient``); a deterministic error (bad input, a damaged cache entry, an
 unsupported model, an unreachable hub) would only fail again, and is reported at once. On
-Ray a job whose worker died (killed, out of memory) is rerun too, through Ray's own
-``max_retries``; a job asking for more CPUs or GPUs than the cluster has fails before
-anything runs. Jobs that still
+Ray a job whose worker or node died (killed, out of memory, its machine gone) is submitted
+again, up to ``retries`` times, and each such retry is said on stderr and recorded in
+``events``; a job asking for more CPUs or GPUs than the cluster has fails before anything
+runs. The progress bar names the jobs not finished yet. Jobs that still
 fail are reported together, each with its name, its error and its attempts, in one
 ``JobFailed`` error raised after every other job has finished: results are returned for all
 jobs or for none, so a table is never silently short of rows.
@@ -23,7 +29,11 @@ jobs or for none, so a table is never silently short of rows.
 from __future__ import annotations
 
 import os
+import select
+import socket
+import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -42,7 +52,8 @@ class JobFailed(RuntimeError):
 @dataclass(frozen=True)
 class Job:
     """``fn(*args, **kwargs)``, named ``name`` in every report, asking for ``cpus`` CPUs and
-    ``gpus`` GPUs (None: one GPU where the cluster has any, else none)."""
+    ``gpus`` GPUs (None: one GPU where the cluster has any, else none), started only once the
+    jobs named in ``after`` (of the same ``run_jobs`` call) have finished."""
 
     name: str
     fn: Callable[..., Any]
@@ -50,6 +61,7 @@ class Job:
     kwargs: dict = field(default_factory=dict)
     cpus: float = 1
     gpus: float | None = None
+    after: tuple[str, ...] = ()
 
 
 def check_executor(executor: str) -> str:
@@ -60,8 +72,19 @@ def check_executor(executor: str) -> str:
 
 
 def run_jobs(jobs: Sequence[Job], executor: str = "local", *, ray_address: str | None = None,
-             retries: int = 2, progress: bool = True, desc: str = "jobs") -> list[Any]:
-    """Each job's result, in the order of ``jobs``; ``JobFailed`` naming every job that failed."""
+             retries: int = 2, progress: bool = True, desc: str = "jobs",
+             events: list[tuple[str, str, str]] | None = None,
+             prepare: Callable[[Job, dict[str, Any]], Job] | None = None,
+             on_result: Callable[[Job, Any], None] | None = None) -> list[Any]:
+    """Each job's result, in the order of ``jobs``; ``JobFailed`` naming every job that failed.
+
+    A job with ``after`` starts once those jobs have finished (each job is started as soon as it
+    may: a cluster's workers stay busy); ``prepare(job, results)``, when given, is called here
+    just before each job starts, with the results of the jobs it comes after that succeeded,
+    and returns the job to run (its arguments completed from theirs). A job runs even when one it comes after
+    failed (that one is reported). ``on_result(job, result)`` is called here as each job
+    succeeds. ``events``, when given, receives ``(job name, "retry", why)`` for every attempt
+    that failed and was tried again (a transient error, or on Ray a worker or node that died)."""
     check_executor(executor)
     retries = check_int(retries, "retries", min=0)
     for job in jobs:
@@ -70,8 +93,43 @@ def run_jobs(jobs: Sequence[Job], executor: str = "local", *, ray_address: str |
             check_float(job.gpus, f"job {job.name}: gpus", min=0)
     if not jobs:
         return []
+    _check_order(jobs)
     run = _run_local if executor == "local" else _run_ray
-    return run(list(jobs), retries=retries, progress=progress, desc=desc, ray_address=ray_address)
+    return run(list(jobs), retries=retries, progress=progress, desc=desc, ray_address=ray_address,
+               events=events if events is not None else [], prepare=prepare, on_result=on_result)
+
+
+def _check_order(jobs: Sequence[Job]) -> None:
+    """Unique names; every ``after`` names another job of the list; no cycle."""
+    names = [job.name for job in jobs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"job names must be unique; {', '.join(twice)} appear more than once")
+    for job in jobs:
+        unknown = [n for n in job.after if n not in names or n == job.name]
+        if unknown:
+            raise ValueError(f"job {job.name} comes after {', '.join(unknown)}, which is not another job of this run")
+    done: set[str] = set()
+    left = list(jobs)
+    while left:
+        ready = [job for job in left if set(job.after) <= done]
+        if not ready:
+            raise ValueError(f"jobs {', '.join(job.name for job in left)} wait for each other in a cycle")
+        done |= {job.name for job in ready}
+        left = [job for job in left if job.name not in done]
+
+
+def _ready(jobs: Sequence[Job], finished: set[int], started: set[int]) -> list[int]:
+    """Indices of the jobs not started yet whose ``after`` jobs have all finished."""
+    names = {jobs[k].name for k in finished}
+    return [k for k, job in enumerate(jobs) if k not in started and set(job.after) <= names]
+
+
+def _prepared(job: Job, prepare, jobs: Sequence[Job], results: list, succeeded: set[int]) -> Job:
+    if prepare is None:
+        return job
+    index = {j.name: k for k, j in enumerate(jobs)}
+    return prepare(job, {name: results[index[name]] for name in job.after if index[name] in succeeded})
 
 
 def _first_line(err: BaseException) -> str:
@@ -99,9 +157,11 @@ def is_permanent(err: BaseException) -> bool:
     return not is_transient(err)
 
 
-def attempt(name: str, fn: Callable[..., Any], args: tuple, kwargs: dict, retries: int) -> tuple[bool, Any]:
+def attempt(name: str, fn: Callable[..., Any], args: tuple, kwargs: dict, retries: int,
+            events: list | None = None) -> tuple[bool, Any]:
     """``(True, fn(*args, **kwargs))``, trying again up to ``retries`` times after an error that is
-    not permanent; ``(False, (why, attempts))`` when it still fails. Runs where the job runs."""
+    not permanent; ``(False, (why, attempts))`` when it still fails. Runs where the job runs;
+    each retry is appended to ``events``."""
     for k in range(retries + 1):
         try:
             return True, fn(*args, **kwargs)
@@ -110,6 +170,8 @@ def attempt(name: str, fn: Callable[..., Any], args: tuple, kwargs: dict, retrie
             if is_permanent(err) or k == retries:
                 return False, (why, k + 1)
             print(f"zones: job {name} failed ({why}); retry {k + 1} of {retries}", file=sys.stderr)
+            if events is not None:
+                events.append((name, "retry", why))
     raise AssertionError("unreachable")
 
 
@@ -119,15 +181,26 @@ def _report(failures: list[tuple[str, str, int]], total: int) -> JobFailed:
                      f"and rerun to compute only the rest")
 
 
-def _run_local(jobs, *, retries, progress, desc, ray_address=None):
+def _run_local(jobs, *, retries, progress, desc, events, prepare=None, on_result=None, ray_address=None):
     results: list[Any] = [None] * len(jobs)
     failures = []
-    for k, job in enumerate(tqdm(jobs, desc=desc, unit="job", disable=not progress)):
-        ok, value = attempt(job.name, job.fn, job.args, job.kwargs, retries)
-        if ok:
-            results[k] = value
-        else:
-            failures.append((job.name, *value))
+    finished: set[int] = set()
+    succeeded: set[int] = set()
+    with tqdm(total=len(jobs), desc=desc, unit="job", disable=not progress) as bar:
+        while len(finished) < len(jobs):
+            k = _ready(jobs, finished, finished)[0]  # in list order, once its `after` jobs are done
+            job = _prepared(jobs[k], prepare, jobs, results, succeeded)
+            bar.set_postfix_str(f"running {job.name}", refresh=True)
+            ok, value = attempt(job.name, job.fn, job.args, job.kwargs, retries, events)
+            finished.add(k)
+            if ok:
+                results[k] = value
+                succeeded.add(k)
+                if on_result is not None:
+                    on_result(job, value)
+            else:
+                failures.append((job.name, *value))
+            bar.update(1)
     if failures:
         raise _report(failures, len(jobs))
     return results
@@ -142,34 +215,154 @@ def _import_ray():
 
 
 def _call(name, fn, args, kwargs, retries):
-    """The body of every Ray task (module level, so workers import it instead of unpickling code)."""
-    return attempt(name, fn, args, kwargs, retries)
+    """The body of every Ray task (module level, so workers import it instead of unpickling code):
+    ``(ok, value, retries made)``."""
+    events: list = []
+    ok, value = attempt(name, fn, args, kwargs, retries, events)
+    return ok, value, events
+
+
+# --- joining a Ray cluster ---------------------------------------------------------------------------
+
+PROBE_SECONDS = 5  # for something to accept a connection at the address
+CONNECT_SECONDS = 120  # for Ray to join the cluster there (a process start, an import of Ray, a handshake)
+# the probe: a driver that joins the cluster and leaves (Ray's own handshake, authentication included)
+_JOIN = ("import sys, ray\n"
+         "ray.init(address=sys.argv[1], include_dashboard=False, log_to_driver=False, logging_level='ERROR')\n"
+         "ray.shutdown()\n")
+_AUTH_FAILED = (b"InvalidAuthToken", b"Unauthenticated", b"authentication token")
+
+
+def parse_ray_address(address: str) -> tuple[str, int] | None:
+    """``(host, port)`` of a Ray address ``HOST:PORT`` (or ``ray://HOST:PORT``); None for
+    ``auto`` and ``local``, which name no machine. A malformed address is a ``ValueError``."""
+    text = str(address).strip()
+    if text in ("auto", "local"):
+        return None
+    bare = text.removeprefix("ray://")
+    host, sep, port = bare.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"Ray address {address!r} is not HOST:PORT (e.g. 10.0.0.5:6379, the address "
+                         f"`ray start --head` prints); fix --ray-address or $RAY_ADDRESS")
+    return host.strip("[]"), int(port)
+
+
+def check_ray_address(address: str, probe_seconds: float = PROBE_SECONDS,
+                      connect_seconds: float = CONNECT_SECONDS) -> None:
+    """Fail within a stated time, with one line, when the Ray cluster at ``address`` cannot be
+    joined (``ray.init`` would retry for ever, printing Ray's warnings):
+
+    * nothing accepts a connection at HOST:PORT within ``probe_seconds`` (no head there);
+    * something does, but a driver that joins there (a separate process) does not succeed
+      within ``connect_seconds``: the cluster refused this process's authentication token, or
+      the port is another service's.
+
+    ``auto``/``local`` are not checked; a Ray Client address (``ray://``) gets the first check.
+    """
+    where = parse_ray_address(address)
+    if where is None:
+        return
+    host, port = where
+    try:
+        socket.create_connection((host, port), timeout=probe_seconds).close()
+    except OSError as err:
+        why = "no answer" if isinstance(err, socket.timeout) else (err.strerror or type(err).__name__).lower()
+        raise ConnectionError(f"no Ray cluster answers at {address} ({why} within {probe_seconds:g} s); start "
+                              f"its head there with `ray start --head --port {port}`, or pass a running head's "
+                              f"address with --ray-address or $RAY_ADDRESS") from None
+    if str(address).strip().startswith("ray://"):
+        return
+    _join_once(str(address).strip(), connect_seconds)
+
+
+def _join_once(address: str, seconds: float) -> None:
+    """Join the cluster at ``address`` from a child process and leave; stop it early on an
+    authentication failure, kill it after ``seconds``."""
+    process = subprocess.Popen([sys.executable, "-c", _JOIN, address], stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + seconds
+    output = b""
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ConnectionError(f"{address} accepts connections but did not let this process join it as a "
+                                      f"Ray cluster within {seconds:g} s; pass the head's address (`ray start "
+                                      f"--head` prints it; port 6379 by default) with --ray-address or $RAY_ADDRESS")
+            ready, _, _ = select.select([process.stderr], [], [], min(left, 1.0))
+            chunk = os.read(process.stderr.fileno(), 65536) if ready else b""
+            output += chunk
+            if any(marker in output for marker in _AUTH_FAILED):
+                raise ConnectionError(f"the Ray cluster at {address} refused this process's authentication token; "
+                                      f"run with RAY_AUTH_MODE=token and RAY_AUTH_TOKEN=<the head's token> (`ray "
+                                      f"get-auth-token` on the head machine prints it)")
+            if ready and not chunk:  # stderr closed: the child is done
+                break
+        code = process.wait(timeout=max(1.0, deadline - time.monotonic()))
+        if code != 0:
+            last = [line for line in output.decode(errors="replace").splitlines() if line.strip()]
+            raise ConnectionError(f"joining the Ray cluster at {address} failed: "
+                                  f"{last[-1].strip() if last else f'exit status {code}'}")
+    except subprocess.TimeoutExpired:
+        raise ConnectionError(f"joining the Ray cluster at {address} did not finish within {seconds:g} s") from None
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        process.stderr.close()
 
 
 def ray_connect(address: str | None = None):
     """Ray, initialised: the running instance, else ``ray.init(address=address or $RAY_ADDRESS)``
-    (a local instance when neither is set)."""
+    (a local instance when neither is set) once ``check_ray_address`` has passed."""
     ray = _import_ray()
     if not ray.is_initialized():
         address = address or os.environ.get("RAY_ADDRESS") or None
+        if address:
+            check_ray_address(address)
+        else:  # a busy machine starts Ray's processes slowly; Ray's own wait for them is 10-15 s
+            os.environ.setdefault("RAY_raylet_start_wait_time_s", "120")
         print(f"zones: connecting to Ray at {address}" if address else "zones: starting a local Ray instance",
               file=sys.stderr)
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
     return ray
 
 
+# --- resources, and the jobs as Ray tasks ----------------------------------------------------------------
+
+def task_resources(job: Job, cluster: dict[str, float]) -> tuple[float, float]:
+    """``(CPUs, GPUs)`` the Ray task of ``job`` asks for: its ``cpus``; its ``gpus``, or, when
+    that is None, one GPU where ``cluster`` (``ray.cluster_resources()``) has a GPU, else none."""
+    gpus = (1.0 if cluster.get("GPU", 0) >= 1 else 0.0) if job.gpus is None else float(job.gpus)
+    return float(job.cpus), gpus
+
+
 def check_resources(jobs: Sequence[Job], available: dict[str, float], where: str) -> None:
     """Refuse at once a job asking for more CPUs or GPUs than ``available`` holds in all (Ray
     would wait for them forever)."""
     for job in jobs:
-        for resource, asked, option in (("CPU", job.cpus, "--cpus-per-job"), ("GPU", job.gpus or 0, "gpus")):
+        cpus, gpus = task_resources(job, available)
+        for resource, asked, option in (("CPU", cpus, "--cpus-per-job"), ("GPU", gpus, "--gpus-per-job")):
             have = available.get(resource, 0)
             if asked > have:
                 raise ValueError(f"job {job.name} asks for {asked:g} {resource}s but {where} has {have:g}; "
                                  f"lower {option} to at most {have:g}")
 
 
-def _run_ray(jobs, *, retries, progress, desc, ray_address=None):
+def _lost_worker(err: BaseException, ray) -> bool:
+    """A task that died with its worker or node (killed, out of memory, the machine gone), not one
+    whose code raised: worth another attempt elsewhere."""
+    return isinstance(err, ray.exceptions.RayError) and not isinstance(err, ray.exceptions.RayTaskError)
+
+
+def _left(jobs: Sequence[Job], pending) -> str:
+    """The progress bar's note: the jobs submitted and not finished (running, or queued for a worker)."""
+    names = [jobs[k].name for k in sorted(pending)]
+    more = f" +{len(names) - 2}" if len(names) > 2 else ""
+    return f"in flight: {', '.join(names[:2])}{more}" if names else ""
+
+
+def _run_ray(jobs, *, retries, progress, desc, events, prepare=None, on_result=None, ray_address=None):
     ray = _import_ray()
     if not ray.is_initialized() and not (ray_address or os.environ.get("RAY_ADDRESS")):
         check_resources(jobs, {"CPU": os.cpu_count() or 1, "GPU": torch.cuda.device_count()},
@@ -177,32 +370,58 @@ def _run_ray(jobs, *, retries, progress, desc, ray_address=None):
     ray = ray_connect(ray_address)
     resources = ray.cluster_resources()
     check_resources(jobs, resources, "the Ray cluster (ray.cluster_resources())")
-    has_gpus = resources.get("GPU", 0) >= 1
     task = ray.remote(_call)
-    refs = {}
-    for k, job in enumerate(jobs):
-        gpus = (1 if has_gpus else 0) if job.gpus is None else job.gpus
-        # max_retries: Ray reruns a task whose worker died; errors raised by the job retry inside it
-        ref = task.options(num_cpus=job.cpus, num_gpus=gpus, max_retries=retries, retry_exceptions=False,
-                           name=f"zones:{job.name}"[:200]).remote(job.name, job.fn, job.args, job.kwargs, retries)
-        refs[ref] = k
+
     results: list[Any] = [None] * len(jobs)
+    prepared: dict[int, Job] = {}
+    finished: set[int] = set()
+    succeeded: set[int] = set()
+
+    def submit(k: int):
+        # Ray retries nothing itself (max_retries=0): a lost worker is resubmitted below, counted and said
+        job = prepared.setdefault(k, _prepared(jobs[k], prepare, jobs, results, succeeded))
+        cpus, gpus = task_resources(job, resources)
+        return task.options(num_cpus=cpus, num_gpus=gpus, max_retries=0, retry_exceptions=False,
+                            name=f"zones:{job.name}"[:200]).remote(job.name, job.fn, job.args, job.kwargs, retries)
+
+    refs = {submit(k): k for k in _ready(jobs, finished, set())}
+    attempts = [1] * len(jobs)
     failures = []
-    pending = list(refs)
     with tqdm(total=len(jobs), desc=desc, unit="job", disable=not progress) as bar:
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
+        bar.set_postfix_str(_left(jobs, refs.values()))
+        while refs:
+            done, _ = ray.wait(list(refs), num_returns=1)
             for ref in done:
-                k = refs[ref]
+                k = refs.pop(ref)
                 try:
-                    ok, value = ray.get(ref)
-                except ray.exceptions.RayError as err:  # its worker died (killed, out of memory, ...)
-                    ok, value = False, (f"{type(err).__name__}: the worker running it died", retries + 1)
+                    ok, value, job_events = ray.get(ref)
+                    events.extend(job_events)
+                except ray.exceptions.RayError as err:
+                    why = f"{type(err).__name__}: the worker running it died"
+                    if not _lost_worker(err, ray):
+                        ok, value = False, (_first_line(err), attempts[k])
+                    elif attempts[k] <= retries:
+                        print(f"zones: job {jobs[k].name} lost its worker ({type(err).__name__}); retry "
+                              f"{attempts[k]} of {retries}", file=sys.stderr)
+                        events.append((jobs[k].name, "retry", why))
+                        attempts[k] += 1
+                        refs[submit(k)] = k
+                        continue
+                    else:
+                        ok, value = False, (why, attempts[k])
+                finished.add(k)
                 if ok:
                     results[k] = value
+                    succeeded.add(k)
+                    if on_result is not None:
+                        on_result(prepared[k], value)
                 else:
                     failures.append((jobs[k].name, *value))
                 bar.update(1)
+                started = set(prepared)
+                for ready in _ready(jobs, finished, started):
+                    refs[submit(ready)] = ready
+                bar.set_postfix_str(_left(jobs, refs.values()))
     if failures:
         raise _report(failures, len(jobs))
     return results

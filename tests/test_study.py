@@ -1,0 +1,424 @@
+"""``zones study`` and what it stands on: cache entries carried between caches, the count of entries
+read and computed, jobs in order, the Ray executor's requests and retries, and Ray addresses that
+do not answer. The study on a real multi-node cluster is ``test_ray_cluster.py``."""
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import types
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from zones.book import RUN_LAST, chapter_source, chapters, declared_parameters
+from zones.core.cache import (
+    CacheError,
+    Journal,
+    atomic_directory,
+    cache_dir,
+    cached_table,
+    capture,
+    counting,
+    entry_path,
+    read_cached_table,
+    store_captured,
+    verify_manifest,
+    write_manifest,
+)
+from zones.core.executors import Job, JobFailed, check_ray_address, check_resources, run_jobs, task_resources
+from zones.study import book_calls, chapter_call, chapter_kwargs, plan, study
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# --- entries carried from one cache to another -----------------------------------------------------------
+
+def make_entries(tag: str) -> dict:
+    """A table entry, a folder entry with its manifest and a journal, in the current cache."""
+    parts = dict(kind="unit", tag=tag)
+    table = cached_table("unit", parts, lambda: pd.DataFrame({"x": [1.5, 2.5], "tag": [tag, tag]}))
+    folder = cache_dir() / "folders" / f"run-{tag}"
+    with atomic_directory(folder) as tmp:
+        (tmp / "weights.bin").write_bytes(b"\0\1\2" * 100)
+        write_manifest(tmp, dict(kind="folder", tag=tag))
+    journal = Journal(entry_path("sweeps", dict(kind="sweep", tag=tag), ext="jsonl"), required=("k",))
+    journal.append(dict(k=1, loss=0.5))
+    return dict(parts=parts, table=table, folder=folder, journal=journal.path)
+
+
+def test_captured_entries_land_verified_in_another_cache_and_a_second_copy_changes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "worker"))
+    with capture() as captured:
+        made = make_entries("a")
+    assert sorted(e.path for e in captured.entries) == sorted(
+        [entry_path("unit", made["parts"]).relative_to(cache_dir()).as_posix(), "folders/run-a",
+         made["journal"].relative_to(cache_dir()).as_posix()])
+    assert captured.tally.n_computed == 3 and captured.tally.n_read == 0
+
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "driver"))
+    assert store_captured(captured.entries) == (3, 0)
+    assert store_captured(captured.entries) == (0, 3)  # already here, intact: kept as it is
+    pd.testing.assert_frame_equal(read_cached_table(entry_path("unit", made["parts"]), made["parts"]), made["table"])
+    assert verify_manifest(cache_dir() / "folders" / "run-a", dict(kind="folder", tag="a"))
+    assert Journal(tmp_path / "driver" / made["journal"].relative_to(tmp_path / "worker")).rows() == [dict(k=1, loss=0.5)]
+
+
+def test_a_journal_carried_in_is_merged_row_by_row(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "worker"))
+    path = entry_path("sweeps", dict(kind="sweep"), ext="jsonl")
+    journal = Journal(path, required=("k",))
+    for k in (1, 2, 3):
+        journal.append(dict(k=k))
+    with capture() as captured:
+        journal.rows()
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "driver"))
+    here = Journal(entry_path("sweeps", dict(kind="sweep"), ext="jsonl"), required=("k",))
+    here.append(dict(k=2))
+    here.append(dict(k=9))
+    assert store_captured(captured.entries) == (1, 0)
+    assert [row["k"] for row in here.rows()] == [2, 9, 1, 3]  # every row once: the same key, the same row
+
+
+def test_a_damaged_or_escaping_carried_entry_is_refused_by_name(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "worker"))
+    with capture() as captured:
+        make_entries("b")
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "driver"))
+    table = next(e for e in captured.entries if e.path.startswith("unit/"))
+    torn = type(table)(table.path, table.folder, {k: v[:-3] for k, v in table.files.items()}, table.digests)
+    with pytest.raises(CacheError, match=rf"cache file {table.path} from job x arrived damaged .*run again"):
+        store_captured([torn], source="job x")
+    escaping = type(table)("../outside.parquet", False, {"../outside.parquet": b"x"},
+                           {"../outside.parquet": __import__("hashlib").sha256(b"x").hexdigest()})
+    with pytest.raises(CacheError, match="outside the cache folder; refused"):
+        store_captured([escaping])
+    assert not (tmp_path / "outside.parquet").exists() and not entry_path("unit", dict(kind="unit", tag="b")).exists()
+
+
+def test_a_converted_model_is_counted_but_not_carried(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path))
+    with capture() as captured:
+        with atomic_directory(cache_dir() / "models" / "tiny.Q4_1-abc") as tmp:
+            (tmp / "model.safetensors").write_bytes(b"weights")
+            write_manifest(tmp, dict(kind="converted_gguf"))
+    assert captured.tally.computed == {"models/tiny.Q4_1-abc"} and captured.entries == []
+
+
+def test_counting_sees_reads_and_computations_of_processes_started_inside(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path))
+    parts = dict(kind="unit", n=1)
+    compute = "from zones.core.cache import cached_table; import pandas as pd; " \
+              "cached_table('unit', {'kind': 'unit', 'n': 1}, lambda: pd.DataFrame({'a': [1]}))"
+    with counting() as first:
+        subprocess.run([sys.executable, "-c", compute], check=True, cwd=ROOT)
+    with counting() as second:
+        subprocess.run([sys.executable, "-c", compute], check=True, cwd=ROOT)
+        cached_table("unit", parts, lambda: pytest.fail("recomputed"))
+    assert (first.n_read, first.n_computed) == (0, 1) and first.sentence() == "0 cached entries read, 1 computed"
+    assert (second.n_read, second.n_computed) == (1, 0) and second.sentence() == "1 cached entry read, 0 computed"
+
+
+# --- the study's plan: each chapter called as its page calls it -------------------------------------------
+
+def test_every_chapter_the_study_runs_calls_run_with_its_declared_parameters():
+    """The study reproduces each page's ``run(...)`` call from its notebook: a call it could not
+    reproduce (an expression, a parameter the cell does not declare) would make the book compute
+    what the study did not."""
+    names = [n for n in chapters(ROOT) if n not in RUN_LAST]
+    assert names
+    for name in names:
+        source = chapter_source(ROOT, name)
+        call = chapter_call(source)
+        declared = declared_parameters(source)
+        kwargs = chapter_kwargs(call, {k: f"<{k}>" for k in declared})
+        assert "out_dir" not in kwargs
+        assert any(p in kwargs for p in ("model", "models", "profile")) or not any(
+            p in declared for p in ("model", "models", "profile")), name
+
+
+def test_the_plan_runs_shared_work_first_and_trains_each_run_once(tiny_model_dir, micro_corpus):
+    models = [str(tiny_model_dir), "smollm2-135m"]
+    params = dict(corpus=micro_corpus, depths=[2, 3], train_overrides=dict(steps=20, width=32, corpus=micro_corpus))
+    stages = {s.name: s for s in plan(models, params, root=ROOT)}
+    label = Path(tiny_model_dir).name
+    assert stages[f"importance_vs_alpha · {label}"].after == (f"layer_ablation · {label}",)
+    assert stages["predictors · smollm2-135m"].after == ("layer_ablation · smollm2-135m", "pruning · smollm2-135m")
+    trains = [s for s in stages.values() if s.chapter == "train"]
+    assert [s.label for s in trains] == ["depth 2, seed 0", "depth 3, seed 0"]  # one stage per run, shared
+    assert all(s.kwargs["config"].steps == 20 for s in trains)
+    # the depth series' part of the sublayers chapter runs once, with the first model
+    assert stages[f"sublayers · {label}"].kwargs["profile"] == "cpu"
+    assert stages["sublayers · smollm2-135m"].kwargs["profile"] is None
+    assert set(stages["depth_series"].after) == {s.name for s in trains}
+    with pytest.raises(ValueError, match="unknown chapter parameter n_resamplez"):
+        plan(models, dict(n_resamplez=3), root=ROOT)
+    with pytest.raises(ValueError, match="--models lists smollm2-135m twice"):
+        plan(["smollm2-135m", "smollm2-135m"], root=ROOT)
+
+
+def test_a_local_study_writes_every_table_and_the_book_that_follows_computes_nothing(
+        tiny_model_dir, micro_corpus, tmp_path, monkeypatch, one_thread):
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "cache"))
+    models = [str(tiny_model_dir)]
+    params = dict(corpus=micro_corpus, seq_len=32, eval_tokens=31 * 4, calibration_tokens=31 * 2, k_max=2, seeds=2,
+                  batch_size=4, n_resamples=100, n_permutations=100)
+    only = ["layer_ablation", "importance_vs_alpha", "pruning", "predictors"]
+    lines = []
+    result = study(models, params, out=tmp_path / "out", only=only, root=ROOT, progress=False, log=lines.append)
+    label = Path(tiny_model_dir).name
+    assert result.jobs["job"].tolist() == [f"{c} · {label}" for c in only]
+    assert result.jobs.loc[result.jobs["chapter"] == "importance_vs_alpha", "computed"].item() == 0  # shared work
+    assert (tmp_path / "out" / "pruning" / label / "pruning.csv").exists()
+    assert pd.read_csv(tmp_path / "out" / "jobs.csv")["job"].tolist() == result.jobs["job"].tolist()
+    assert lines[-1].startswith("zones study: 4 of 4 jobs in ") and result.tally.sentence() in lines[-1]
+    assert result.tally.n_computed > 0
+
+    with counting() as tally:  # the chapters as the book calls them, every model at once
+        for chapter, kwargs in book_calls(models, params, root=ROOT, only=only):
+            with tempfile.TemporaryDirectory() as out:
+                importlib.import_module(f"zones.report.{chapter}").run(**kwargs, out_dir=out)
+    assert tally.n_computed == 0 and tally.n_read >= 3
+
+
+def test_study_with_ray_missing_is_one_line_before_any_work(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    from zones.cli import main
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    monkeypatch.chdir(ROOT)
+    assert main(["study", "--models", str(tiny_model_dir), "--executor", "ray", "--out", str(tmp_path / "o")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ['zones study: error: the ray executor needs Ray: pip install "zones[ray]" (or "ray[default]>=2.9")']
+    assert not (tmp_path / "o" / "jobs.csv").exists()
+
+
+# --- jobs in order ----------------------------------------------------------------------------------------
+
+def double(x):
+    return 2 * x
+
+
+def add(*xs):
+    return sum(xs)
+
+
+def test_jobs_start_after_those_they_follow_and_take_their_results():
+    order = []
+    jobs = [Job("sum", add, (1,), after=("a", "b")), Job("a", double, (1,)), Job("b", double, (5,))]
+
+    def prepare(job, before):
+        return Job(job.name, job.fn, job.args + tuple(before[n] for n in job.after), after=job.after)
+
+    assert run_jobs(jobs, progress=False, prepare=prepare, on_result=lambda job, r: order.append(job.name)) == [13, 2, 10]
+    assert order == ["a", "b", "sum"]
+    with pytest.raises(ValueError, match="job a comes after nope, which is not another job of this run"):
+        run_jobs([Job("a", double, (1,), after=("nope",))], progress=False)
+    with pytest.raises(ValueError, match="jobs a, b wait for each other in a cycle"):
+        run_jobs([Job("a", double, (1,), after=("b",)), Job("b", double, (1,), after=("a",))], progress=False)
+    with pytest.raises(ValueError, match="job names must be unique; a appear"):
+        run_jobs([Job("a", double, (1,)), Job("a", double, (2,))], progress=False)
+
+
+def test_a_job_runs_after_a_failed_one_and_both_outcomes_are_reported():
+    jobs = [Job("bad", double, ("x", "y")), Job("next", double, (4,), after=("bad",))]
+    seen = []
+    with pytest.raises(JobFailed, match=r"1 of 2 jobs failed: bad \(TypeError"):
+        run_jobs(jobs, progress=False, on_result=lambda job, r: seen.append((job.name, r)))
+    assert seen == [("next", 8)]
+
+
+# --- the Ray executor's requests and retries, on a stand-in for Ray ---------------------------------------
+
+class FakeRef:
+    def __init__(self, fn, args):
+        self.fn, self.args = fn, args
+
+
+class FakeRay(types.ModuleType):
+    """Just enough of Ray for the driver's side of ``run_jobs``: records each task's options, runs
+    it on ``get``, and loses the worker of the jobs named in ``lose`` once."""
+
+    def __init__(self, resources: dict, lose: tuple = (), node_cache: Path | None = None):
+        super().__init__("ray")
+        self.resources, self.requests, self.lose, self.node_cache = resources, [], set(lose), node_cache
+
+        class RayError(Exception):
+            pass
+
+        class RayTaskError(RayError):
+            pass
+
+        class WorkerCrashedError(RayError):
+            pass
+
+        self.exceptions = types.SimpleNamespace(RayError=RayError, RayTaskError=RayTaskError,
+                                                WorkerCrashedError=WorkerCrashedError)
+
+    def is_initialized(self):
+        return True
+
+    def cluster_resources(self):
+        return dict(self.resources)
+
+    def remote(self, fn):
+        ray = self
+
+        class Task:
+            def options(self, **options):
+                ray.requests.append(options)
+                return types.SimpleNamespace(remote=lambda *args: FakeRef(fn, args))
+
+        return Task()
+
+    def wait(self, refs, num_returns=1):
+        return refs[:num_returns], refs[num_returns:]
+
+    def get(self, ref):
+        if ref.args[0] in self.lose:
+            self.lose.discard(ref.args[0])
+            raise self.exceptions.WorkerCrashedError("the worker died")
+        if self.node_cache is None:
+            return ref.fn(*ref.args)
+        here = os.environ["ZONES_CACHE"]
+        os.environ["ZONES_CACHE"] = str(self.node_cache)  # the job runs on a node with its own cache
+        try:
+            return ref.fn(*ref.args)
+        finally:
+            os.environ["ZONES_CACHE"] = here
+
+    def get_runtime_context(self):
+        return types.SimpleNamespace(get_node_id=lambda: "fake-node-0123456789",
+                                     get_assigned_resources=lambda: {"CPU": 1.0})
+
+
+def test_a_ray_job_asks_for_one_gpu_where_the_cluster_has_gpus(monkeypatch):
+    jobs = [Job("a", double, (1,)), Job("b", double, (2,), cpus=2), Job("c", double, (3,), gpus=0.5)]
+    for resources, gpus in (({"CPU": 8, "GPU": 2}, [1, 1, 0.5]), ({"CPU": 8}, [0, 0, 0.5])):
+        fake = FakeRay(resources)
+        monkeypatch.setitem(sys.modules, "ray", fake)
+        results = run_jobs(jobs, "ray", progress=False) if resources.get("GPU") else None
+        if results is None:  # a cluster without GPUs cannot run the job asking for half of one
+            with pytest.raises(ValueError, match=r"job c asks for 0.5 GPUs but the Ray cluster .* has 0; lower "
+                                                 r"--gpus-per-job to at most 0"):
+                run_jobs(jobs, "ray", progress=False)
+            run_jobs(jobs[:2], "ray", progress=False)
+        else:
+            assert results == [2, 4, 6]
+        assert [r["num_gpus"] for r in fake.requests] == gpus[:len(fake.requests)]
+        assert [r["num_cpus"] for r in fake.requests][:2] == [1, 2]
+        assert all(r["max_retries"] == 0 for r in fake.requests)  # lost workers are retried here, said and counted
+    assert task_resources(Job("g", double), {"GPU": 1.0}) == (1.0, 1.0)
+    assert task_resources(Job("g", double, gpus=0), {"GPU": 4.0}) == (1.0, 0.0)
+    with pytest.raises(ValueError, match="job g asks for 1 GPUs but the cluster has 0.5"):
+        check_resources([Job("g", double, gpus=1)], {"CPU": 2, "GPU": 0.5}, "the cluster")
+
+
+def test_a_ray_job_whose_worker_died_is_submitted_again_and_counted(monkeypatch, capsys):
+    fake = FakeRay({"CPU": 2}, lose=("b",))
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    events = []
+    assert run_jobs([Job("a", double, (1,)), Job("b", double, (2,))], "ray", progress=False, events=events) == [2, 4]
+    assert events == [("b", "retry", "WorkerCrashedError: the worker running it died")]
+    assert "zones: job b lost its worker (WorkerCrashedError); retry 1 of 2" in capsys.readouterr().err
+    fake.lose = {"b"}
+    with pytest.raises(JobFailed, match=r"b \(WorkerCrashedError: the worker running it died; 1 attempt\)"):
+        run_jobs([Job("b", double, (2,))], "ray", retries=0, progress=False)
+
+
+# --- Ray addresses that do not answer ----------------------------------------------------------------------
+
+@pytest.fixture
+def hang_guard():
+    """Fail instead of hanging (Ray retries an address that does not answer for ever)."""
+    def hung(*_):
+        raise TimeoutError("still waiting for the Ray address after 120 s")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(120)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_ray_address_nothing_answers_on_is_one_line_naming_it_and_the_remedy(tmp_path, monkeypatch, capsys,
+                                                                                hang_guard):
+    """Before: `zones lifecycle --executor ray --ray-address 127.0.0.1:1` printed Ray's GCS warnings for ever."""
+    pytest.importorskip("ray")
+    import ray
+    from conftest import tiny_model
+
+    from zones.cli import main
+    if ray.is_initialized():
+        ray.shutdown()
+    monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("ray.init was called on a dead address"))
+    tiny_model("gpt_neox", n_layers=2, seed=4242).save_pretrained(tmp_path / "step-0")  # nothing cached
+    code = main(["lifecycle", "--executor", "ray", "--ray-address", "127.0.0.1:1", "--checkpoints",
+                 str(tmp_path / "step-0"), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    assert err[-1] == ("zones lifecycle: error: no Ray cluster answers at 127.0.0.1:1 (connection refused within 5 s); "
+                       "start its head there with `ray start --head --port 1`, or pass a running head's address with "
+                       "--ray-address or $RAY_ADDRESS")
+    with pytest.raises(ValueError, match="Ray address '127.0.0.1' is not HOST:PORT"):
+        check_ray_address("127.0.0.1")
+
+
+def test_a_ray_address_that_answers_but_not_as_ray_fails_within_the_stated_time(hang_guard):
+    pytest.importorskip("ray")
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    held = []
+    threading.Thread(target=lambda: [held.append(server.accept()) for _ in range(8)], daemon=True).start()
+    address = f"127.0.0.1:{server.getsockname()[1]}"
+    try:
+        with pytest.raises(ConnectionError, match=rf"{address} accepts connections but did not let this process join "
+                                                  r"it as a Ray cluster within 15 s; pass the head's address"):
+            check_ray_address(address, connect_seconds=15)
+    finally:
+        server.close()
+
+
+def test_a_study_on_nodes_with_their_own_caches_carries_every_entry_home_and_a_rerun_sends_them_back(
+        tiny_model_dir, micro_corpus, tmp_path, monkeypatch, one_thread):
+    """Each job runs with its node's cache: its entries come back to this cache; run again on a node
+    whose cache is empty, each job gets the entries it used the last time and computes nothing."""
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "driver"))
+    models = [str(tiny_model_dir)]
+    params = dict(corpus=micro_corpus, seq_len=32, eval_tokens=31 * 4, batch_size=4, n_resamples=100,
+                  n_permutations=100)
+    only = ["layer_ablation", "importance_vs_alpha"]
+    first = FakeRay({"CPU": 2}, node_cache=tmp_path / "node-1")
+    monkeypatch.setitem(sys.modules, "ray", first)
+    ran = study(models, params, executor="ray", only=only, root=ROOT, progress=False, log=lambda _: None)
+    assert ran.jobs["computed"].tolist()[0] > 0 and ran.stored > 0
+    assert ran.jobs["node"].tolist() == ["fake-node-01"] * 2  # the first 12 characters of the node id
+    with counting() as tally:  # the chapters on this cache: all there
+        for chapter, kwargs in book_calls(models, params, root=ROOT, only=only):
+            with tempfile.TemporaryDirectory() as out:
+                importlib.import_module(f"zones.report.{chapter}").run(**kwargs, out_dir=out)
+    assert tally.n_computed == 0
+
+    monkeypatch.setitem(sys.modules, "ray", FakeRay({"CPU": 2}, node_cache=tmp_path / "node-2"))
+    again = study(models, params, executor="ray", only=only, root=ROOT, progress=False, log=lambda _: None)
+    assert again.jobs["computed"].tolist() == [0, 0] and again.tally.n_computed == 0
+    assert again.tables == ran.tables
+
+
+def test_a_job_that_fails_is_named_after_the_others_and_no_table_is_written(tiny_model_dir, tmp_path, monkeypatch,
+                                                                            one_thread):
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "cache"))
+    missing = str(tmp_path / "no-such-model")
+    lines = []
+    with pytest.raises(JobFailed, match=r"1 of 2 jobs failed: alpha_profile · no-such-model \(.*; 1 attempt\)"):
+        study([missing, str(tiny_model_dir)], dict(n_resamples=50), out=tmp_path / "out", only=["alpha_profile"],
+              root=ROOT, progress=False, log=lines.append)
+    assert not (tmp_path / "out").exists()  # no table short of rows
+    assert lines[-1].startswith("zones study: 1 of 2 jobs in ") and "1 computed" in lines[-1]  # the other one's α
+    assert list((tmp_path / "cache").glob("alpha/*.parquet"))

@@ -1,0 +1,509 @@
+"""zones study: every chapter's tables for every model, as independent jobs, here or on a Ray cluster.
+
+    zones study --models a,b,c [--executor local|ray] [--ray-address HOST:PORT]
+                [--param NAME=VALUE ...] [--budget class|cpu|gpu] [--out results/study]
+
+The work of ``zones book --models a,b,c`` with the same parameters, cut into jobs that need
+nothing from each other: one job per model and chapter (``alpha_profile · m``,
+``pruning · m``, ...), one per trained run of the depth series (``train · depth 8, seed 0``),
+and one per chapter that takes no model (``depth_series``, ``spectral_lifecycle``). A job calls
+the chapter's ``zones.report.<chapter>.run`` exactly as its notebook does (the call is read
+from ``notebooks/<chapter>.md``; the parameters are the notebook's, overridden by ``--param``
+and ``--budget`` as in ``zones book``), with ``models=[m]``, into a temporary folder.
+
+Each job runs on the machine it lands on, with that machine's cache (its ``$ZONES_CACHE``),
+inside ``zones.core.cache.capture``: every cache entry it read or wrote travels back with its
+tables and is stored in this machine's cache (``store_captured``: every file's sha256 checked),
+so that a following ``zones book --models a,b,c`` with the same parameters reads everything and
+computes nothing (its log says how many entries it read and computed). Converted GGUF copies do
+not travel: this machine converts its own before the jobs start.
+
+Jobs that share work run in order: ``importance_vs_alpha`` and ``predictors`` after the model's
+``layer_ablation``, ``predictors`` and ``healing`` after its ``pruning``, the chapters on the
+depth series after its training; each receives the entries of those before it (without them it
+would compute them again; nothing else depends on the order). A chapter that takes a model and
+also a training ``profile`` (``sublayers``) does the depth series' part in its first model's
+job only. ``zones book`` shows the first model of a chapter in detail; the study computes every
+model's details, a superset.
+
+A job that fails is reported by name after the others finish (``zones.core.executors``); its
+finished neighbours are already in this cache, and a rerun computes only the rest: on Ray, each
+job is sent the entries it read or wrote the last time (this cache records which, under
+``study/``), so it computes nothing again on whichever node it lands. The tables
+are written only when every job succeeded: ``OUT/<chapter>/<model>/<table>.csv`` (model-free
+chapters: ``OUT/<chapter>/<table>.csv``), and ``OUT/jobs.csv`` (one row per job: where it ran,
+its seconds, its resources, the entries it read and computed, its retries).
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import inspect
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+import jupytext
+import pandas as pd
+
+from zones.analysis.importance import model_labels
+from zones.book import (
+    RUN_LAST,
+    chapter_source,
+    chapters,
+    check_parameters,
+    declared_parameters,
+    name_values,
+    project_root,
+)
+from zones.core.cache import (
+    CacheError,
+    CapturedEntry,
+    Tally,
+    atomic_write_bytes,
+    capture,
+    collect_entries,
+    counting,
+    entry_path,
+    read_entry,
+    store_captured,
+    write_entry,
+    write_table,
+)
+from zones.core.executors import Job, check_executor, ray_connect, run_jobs
+from zones.core.glossary import DEFAULT_BUDGET, add_flag, check_value, default, preset, term
+from zones.core.models import BUILTIN_MODELS, resolve_source
+
+TRAIN = "train"  # the stage that trains one run of the depth series
+RECORDS = "study"  # cache kind of the records of which entries each stage read or wrote (bookkeeping)
+RECORD_VERSION = "1"
+MODEL_PARAMETERS = ("models", "model")  # a chapter declaring one of these runs once per model
+SERIES_PARAMETER = "profile"  # a chapter declaring it reads the trained depth series
+# Work a chapter shares with another of the same model (speed only: without it, it is computed again)
+SHARES = {"importance_vs_alpha": ("layer_ablation",), "predictors": ("layer_ablation", "pruning"),
+          "healing": ("pruning",)}
+VOLATILE_COLUMNS = ("seconds", "snapshot_fraction", "tokens_per_s", "speedup", "path", "device")  # timings, places
+
+
+class StudyError(ValueError):
+    """The study cannot be planned as asked (a chapter call it cannot reproduce, a bad list of models)."""
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One job of the study: ``chapter`` (or ``train``) for ``model`` (None: no model), called with
+    ``kwargs``; ``label`` names the model or the run; ``after``: the stages whose entries it takes."""
+
+    chapter: str
+    model: str | None
+    label: str
+    kwargs: dict
+    after: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return f"{self.chapter} · {self.label}" if self.label else self.chapter
+
+
+@dataclass
+class StageResult:
+    """What a job sends back: its tables (file name → bytes), the cache entries it read or wrote
+    (when carried), their tally, where it ran and for how long."""
+
+    name: str
+    tables: dict[str, bytes]
+    entries: list[CapturedEntry]
+    tally: Tally
+    node: str
+    seconds: float
+    resources: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class StudyResult:
+    """The study: ``jobs`` (one row per job), the ``tally`` of entries read and computed by every
+    job, the entries stored in this machine's cache (``stored``, ``present``), the tables by
+    ``(chapter, label)``, and the folder they were written to."""
+
+    jobs: pd.DataFrame
+    tally: Tally
+    stored: int
+    present: int
+    tables: dict[tuple[str, str], dict[str, bytes]]
+    out: Path | None
+
+
+# --- the chapters' calls, as their notebooks make them ------------------------------------------------
+
+def chapter_call(source: Path) -> dict[str, tuple[str, Any]]:
+    """The keyword arguments of the chapter's ``run(...)`` call in its notebook (``report.NAME.run``,
+    or ``X.run`` where ``X`` is ``zones.report.NAME`` imported under a name):
+    ``{argument: ("parameter", name)}`` for ``argument=name`` and ``{argument: ("value", v)}``
+    for a literal. Anything else (a positional argument, an expression) is a ``StudyError``:
+    the study must call ``run`` exactly as the page does."""
+    name = Path(source).stem
+    module = f"zones.report.{name}"
+    trees = []
+    for cell in jupytext.read(source).cells:
+        if cell.cell_type == "code":
+            try:
+                trees.append(ast.parse(cell.source))
+            except SyntaxError:  # IPython magics: not a cell with the call
+                continue
+    aliases, reports = set(), set()  # names bound to the chapter's module, and to zones.report
+    for node in (n for tree in trees for n in ast.walk(tree)):
+        if isinstance(node, ast.ImportFrom) and node.module == "zones.report":
+            aliases |= {a.asname or a.name for a in node.names if a.name == name}
+        elif isinstance(node, ast.ImportFrom) and node.module == "zones":
+            reports |= {a.asname or a.name for a in node.names if a.name == "report"}
+        elif isinstance(node, ast.Import):
+            aliases |= {a.asname for a in node.names if a.name == module and a.asname}
+    for node in (n for tree in trees for n in ast.walk(tree)):
+        func = getattr(node, "func", None)
+        if not (isinstance(node, ast.Call) and isinstance(func, ast.Attribute) and func.attr == "run"):
+            continue
+        target = func.value
+        if ((isinstance(target, ast.Name) and target.id in aliases)
+                or (isinstance(target, ast.Attribute) and target.attr == name and isinstance(target.value, ast.Name)
+                    and target.value.id in reports)):
+            return _call_arguments(node, source)
+    raise StudyError(f"{source} has no call of {module}.run(...); the study runs a chapter through it")
+
+
+def _call_arguments(call: ast.Call, source: Path) -> dict[str, tuple[str, Any]]:
+    if call.args or any(k.arg is None for k in call.keywords):
+        raise StudyError(f"{source}: the run(...) call passes positional or ** arguments; pass each by name")
+    found = {}
+    for keyword in call.keywords:
+        if isinstance(keyword.value, ast.Name):
+            found[keyword.arg] = ("parameter", keyword.value.id)
+        else:
+            try:
+                found[keyword.arg] = ("value", ast.literal_eval(keyword.value))
+            except ValueError:
+                raise StudyError(f"{source}: the run(...) call passes {keyword.arg}={ast.unparse(keyword.value)}, "
+                                 f"an expression the study cannot reproduce; pass a parameter") from None
+    return found
+
+
+def chapter_defaults(source: Path, declared: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The values of a chapter's parameters cell (``declared``: its ``declared_parameters``)."""
+    declared = declared_parameters(source) if declared is None else declared
+    values = {}
+    for name, info in declared.items():
+        try:
+            values[name] = ast.literal_eval(str(info["default"]))
+        except (ValueError, SyntaxError):
+            raise StudyError(f"{source}: parameter {name} = {info['default']} is not a literal value; the study "
+                             f"reads the parameters cell as the book passes it") from None
+    return values
+
+
+def chapter_kwargs(call: dict[str, tuple[str, Any]], parameters: dict[str, Any]) -> dict[str, Any]:
+    """The arguments of a chapter's ``run`` for these parameter values (``out_dir`` left out)."""
+    kwargs = {}
+    for argument, (kind, value) in call.items():
+        if argument == "out_dir":
+            continue
+        if kind == "parameter":
+            if value not in parameters:
+                raise StudyError(f"the chapter's run(...) call passes {argument}={value}, which its parameters "
+                                 f"cell does not declare")
+            kwargs[argument] = parameters[value]
+        else:
+            kwargs[argument] = value
+    return kwargs
+
+
+# --- the plan -----------------------------------------------------------------------------------------
+
+def parse_models(models: str | Sequence[str]) -> list[str]:
+    """``"a,b,c"`` or a list → the list; empty names and duplicates refused."""
+    names = [m.strip() for m in (models.split(",") if isinstance(models, str) else models)]
+    if not names or any(not n for n in names):
+        raise StudyError(f"--models must list models separated by commas, e.g. gpt2,EleutherAI/pythia-160m; got "
+                         f"{models!r}")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise StudyError(f"--models lists {', '.join(twice)} twice")
+    return names
+
+
+def _train_configs(params: dict[str, Any]) -> list:
+    """The training runs a chapter reading the depth series uses (its ``profile``, ``depths``,
+    ``seeds`` when it has them, ``train_overrides``)."""
+    from zones.series import series_configs
+
+    if params.get(SERIES_PARAMETER) is None or params.get("checkpoints"):
+        return []
+    seeds = params.get("seeds")
+    return series_configs(params[SERIES_PARAMETER], params.get("depths"), seeds,
+                          **dict(params.get("train_overrides") or {}))
+
+
+def chapter_parameters(root: Path, names: Sequence[str], parameters: dict[str, Any],
+                       budget: str = DEFAULT_BUDGET, from_text: bool = False) -> dict[str, dict[str, Any]]:
+    """Each chapter's parameter values as ``zones book`` gives them: its parameters cell, then the
+    ``budget``'s values (the glossary's presets), then those of ``parameters`` it declares
+    (``from_text``: YAML texts, as ``--param`` gives them). A parameter no chapter declares, or a
+    value that does not fit its type, is refused before anything runs."""
+    declared = {n: declared_parameters(chapter_source(root, n)) for n in names}
+    parameters = check_parameters(parameters, declared, from_text=from_text)
+    budget = check_value("budget", budget)
+    return {n: {**chapter_defaults(chapter_source(root, n), declared[n]), **preset(budget, n, declared[n]),
+                **{k: v for k, v in parameters.items() if k in declared[n]}} for n in names}
+
+
+def _chapters(root: Path | None, only: Sequence[str] | None) -> tuple[Path, list[str]]:
+    root = project_root(root)
+    return root, [n for n in chapters(root) if n not in RUN_LAST and (not only or n in only)]
+
+
+def book_calls(models: Sequence[str], parameters: dict[str, Any] | None = None, root: Path | None = None,
+               only: Sequence[str] | None = None, budget: str = DEFAULT_BUDGET) -> list[tuple[str, dict[str, Any]]]:
+    """``(chapter, run arguments)`` of every chapter the study covers, as ``zones book --models ...``
+    with these parameters calls them: every model at once (``out_dir`` left out)."""
+    root, names = _chapters(root, only)
+    models = parse_models(models)
+    calls = []
+    for name, params in chapter_parameters(root, names, dict(parameters or {}), budget).items():
+        if "models" in params:
+            params["models"] = list(models)
+        elif "model" in params:
+            params["model"] = models[0]
+        calls.append((name, chapter_kwargs(chapter_call(chapter_source(root, name)), params)))
+    return calls
+
+
+def _unique(label: str, taken: set[str]) -> str:
+    """``label``, or ``label (2)``, ``label (3)``, ... when it is taken."""
+    k, unique = 2, label
+    while unique in taken:
+        unique, k = f"{label} ({k})", k + 1
+    return unique
+
+
+def plan(models: Sequence[str], parameters: dict[str, Any] | None = None, root: Path | None = None,
+         only: Sequence[str] | None = None, budget: str = DEFAULT_BUDGET, from_text: bool = False) -> list[Stage]:
+    """The study's stages for ``models`` and the book's ``parameters`` (``chapter_parameters``);
+    ``only``: these chapters. Training runs come first, each once however many chapters use it."""
+    root, names = _chapters(root, only)
+    values = chapter_parameters(root, names, dict(parameters or {}), budget, from_text)
+    models = parse_models(models)
+    labels = dict(zip(models, model_labels(models)))
+    trains: dict[Any, Stage] = {}  # one stage per distinct training run
+    stages: list[Stage] = []
+    for name, params in values.items():
+        call = chapter_call(chapter_source(root, name))
+        configs = _train_configs(params) if SERIES_PARAMETER in params else []
+        for config in configs:
+            if config not in trains:
+                label = _unique(f"depth {config.depth}, seed {config.seed}", {s.label for s in trains.values()})
+                trains[config] = Stage(TRAIN, None, label, dict(config=config))
+        series = tuple(trains[config].name for config in configs)
+        per_model = [p for p in MODEL_PARAMETERS if p in params]
+        if not per_model:
+            stages.append(Stage(name, None, "", chapter_kwargs(call, params), series))
+            continue
+        for index, model in enumerate(models):
+            given = dict(params, **{per_model[0]: [model] if per_model[0] == "models" else model})
+            if index > 0 and configs:  # the depth series' part: once, in the first model's job
+                given[SERIES_PARAMETER] = None
+            shared = tuple(f"{other} · {labels[model]}" for other in SHARES.get(name, ()) if other in names)
+            stages.append(Stage(name, model, labels[model], chapter_kwargs(call, given),
+                                shared + (series if index == 0 else ())))
+    return list(trains.values()) + stages
+
+
+# --- a job ----------------------------------------------------------------------------------------------
+
+def _node(on_ray: bool) -> tuple[str, dict[str, float]]:
+    """This worker's Ray node id (short) and assigned resources, or this machine's name."""
+    ray = sys.modules.get("ray")
+    if on_ray and ray is not None and ray.is_initialized():
+        context = ray.get_runtime_context()
+        return context.get_node_id()[:12], dict(context.get_assigned_resources())
+    return os.uname().nodename, {}
+
+
+def run_stage(stage: Stage, inputs: Sequence[CapturedEntry] = (), carry: bool = True) -> StageResult:
+    """Run one stage where this job landed: take ``inputs`` into this machine's cache, run the
+    chapter (or train the run) inside a cache capture, and return its tables and, with ``carry``,
+    the cache entries it read or wrote."""
+    from transformers.utils import logging as transformers_logging
+
+    started = time.time()
+    if inputs:
+        store_captured(inputs, source="the study's driver")
+    tables: dict[str, bytes] = {}
+    bars = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()  # one bar, the study's, over the jobs
+    try:
+        with tempfile.TemporaryDirectory(prefix="zones-study-") as out, capture(carry) as captured:
+            if stage.chapter == TRAIN:
+                from zones.series import train_model
+
+                train_model(stage.kwargs["config"], progress=False)
+            else:
+                run = importlib.import_module(f"zones.report.{stage.chapter}").run
+                accepted = inspect.signature(run).parameters
+                extra = {key: value for key, value in (("out_dir", out), ("progress", False)) if key in accepted}
+                run(**stage.kwargs, **extra)
+                for path in sorted(Path(out).rglob("*")):
+                    if path.is_file():
+                        tables[path.relative_to(out).as_posix()] = path.read_bytes()
+    finally:
+        if bars:
+            transformers_logging.enable_progress_bar()
+    node, resources = _node(carry)  # jobs carry their entries on Ray only
+    return StageResult(stage.name, tables, captured.entries, captured.tally, node, time.time() - started, resources)
+
+
+# --- the driver --------------------------------------------------------------------------------------------
+
+def _record(stage: Stage) -> tuple[Path, dict]:
+    parts = dict(kind="study_stage", version=RECORD_VERSION, chapter=stage.chapter, model=stage.model,
+                 kwargs=stage.kwargs)
+    return entry_path(RECORDS, parts, ext="entries"), parts
+
+
+def last_entries(stage: Stage) -> list[CapturedEntry]:
+    """The entries the same stage read or wrote the last time this machine's study ran it, as far
+    as this cache holds them (none when it never did): a rerun sends them with the job, so a job
+    landing on a node without them computes nothing again. Only a hint: a damaged record is none."""
+    path, parts = _record(stage)
+    try:
+        found = read_entry(path, parts)
+    except CacheError:
+        return []
+    return collect_entries(json.loads(found[0])) if found else []
+
+
+def remember_entries(stage: Stage, entries: Sequence[CapturedEntry]) -> None:
+    path, parts = _record(stage)
+    write_entry(path, parts, json.dumps(sorted(e.path for e in entries)).encode())
+
+
+def _prepare_models(models: Sequence[str]) -> None:
+    """Convert the GGUF models here (converted copies do not travel with the jobs' entries)."""
+    for model in models:
+        if model in BUILTIN_MODELS or str(model).endswith(".gguf"):
+            resolve_source(model)
+
+
+def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None, *, executor: str = "local",
+          ray_address: str | None = None, retries: int = 2, cpus_per_job: float = 1,
+          gpus_per_job: float | None = None, out: str | Path | None = None, only: Sequence[str] | None = None,
+          budget: str = DEFAULT_BUDGET, from_text: bool = False, root: Path | None = None, progress: bool = True,
+          log=print) -> StudyResult:
+    """Run the study (see the module's docstring) and return it; ``JobFailed`` names every job that
+    failed, after the others finished (their entries are stored here already)."""
+    check_executor(executor)
+    stages = plan(models, parameters, root=root, only=only, budget=budget, from_text=from_text)
+    models = parse_models(models)
+    carry = executor != "local"  # local jobs write this process's cache already
+    by_name = {stage.name: stage for stage in stages}
+    results: dict[str, StageResult] = {}
+    stored = present = 0
+
+    def prepare(job: Job, before: dict[str, StageResult]) -> Job:
+        if not carry:  # local jobs use this cache itself
+            return job
+        inputs = {entry.path: entry for entry in last_entries(by_name[job.name])}
+        inputs.update({entry.path: entry for result in before.values() for entry in result.entries})
+        return replace(job, args=(by_name[job.name], list(inputs.values()), carry))
+
+    def take(job: Job, result: StageResult) -> None:
+        nonlocal stored, present
+        new, old = store_captured(result.entries, source=f"job {job.name} on {result.node}")
+        stored, present = stored + new, present + old
+        if carry:
+            remember_entries(by_name[job.name], result.entries)
+        results[job.name] = result
+        if not any(job.name in s.after for s in stages):  # no job needs its entries any more
+            result.entries = []
+
+    jobs = [Job(stage.name, run_stage, (stage, [], carry), cpus=cpus_per_job, gpus=gpus_per_job, after=stage.after)
+            for stage in stages]
+    events: list = []
+    log(f"zones study: {len(models)} model{'s' if len(models) > 1 else ''}, {len(jobs)} jobs ({executor})")
+    started = time.time()
+    here = Tally()
+    try:
+        with counting() as here:
+            if executor == "ray":
+                ray_connect(ray_address)  # an address that does not answer fails before any work
+            _prepare_models(models)
+            run_jobs(jobs, executor, ray_address=ray_address, retries=retries, progress=progress,
+                     desc="zones study", events=events, prepare=prepare, on_result=take)
+    finally:  # said also when a job failed: what the others did is in this cache
+        tally = Tally()
+        for result in [*results.values(), StageResult("", {}, [], here, "", 0.0)]:
+            tally.update(result.tally)
+        log(f"zones study: {len(results)} of {len(jobs)} jobs in {time.time() - started:.0f} s; {tally.sentence()}; "
+            f"{stored} entries stored in this machine's cache ({present} already here)")
+    retried = {}
+    for name, _, _ in events:
+        retried[name] = retried.get(name, 0) + 1
+    table = pd.DataFrame([dict(job=s.name, chapter=s.chapter, model=s.model or "", label=s.label,
+                               node=results[s.name].node, seconds=round(results[s.name].seconds, 2),
+                               cpus=results[s.name].resources.get("CPU", cpus_per_job),
+                               gpus=results[s.name].resources.get("GPU", 0.0),
+                               read=results[s.name].tally.n_read, computed=results[s.name].tally.n_computed,
+                               retries=retried.get(s.name, 0)) for s in stages])
+    tables = {(s.chapter, s.label): results[s.name].tables for s in stages if results[s.name].tables}
+    written = write_study(out, tables, table) if out is not None else None
+    return StudyResult(table, tally, stored, present, tables, written)
+
+
+def write_study(out: str | Path, tables: dict[tuple[str, str], dict[str, bytes]], jobs: pd.DataFrame) -> Path:
+    """``OUT/<chapter>/<label>/<file>`` (``OUT/<chapter>/<file>`` without a label) and ``OUT/jobs.csv``."""
+    out = Path(out)
+    for (chapter, label), files in tables.items():
+        folder = out / chapter / label if label else out / chapter
+        for name, data in files.items():
+            atomic_write_bytes(folder / name, data)
+    write_table(jobs, out / "jobs.csv")
+    return out
+
+
+def volatile(name: str) -> bool:
+    """A column or summary key that records when or where a job ran (a ``VOLATILE_COLUMNS`` word
+    in its name: seconds and shares of them, speeds, cache paths, devices), not what it computed."""
+    return any(word in str(name) for word in VOLATILE_COLUMNS)
+
+
+def stable_view(table: pd.DataFrame) -> pd.DataFrame:
+    """A study table without its ``volatile`` columns: what must be equal, bit for bit, wherever
+    the study ran."""
+    return table[[c for c in table.columns if not volatile(c)]]
+
+
+# --- the command -----------------------------------------------------------------------------------------
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``zones study`` (each a glossary term)."""
+    add_flag(parser, "models", "study", required=True, help="comma-separated models (aliases, directories, .gguf "
+             "files or hub ids); every machine running jobs must be able to load each")
+    for name in ("executor", "ray_address", "retries", "cpus_per_job", "gpus_per_job", "budget"):
+        add_flag(parser, name, "study")
+    add_flag(parser, "only", "study", nargs="*", type=str, metavar="CHAPTER")
+    parser.add_argument("--param", action="append", default=default("param", context="study"), metavar="NAME=VALUE",
+                        help=term("param").meaning + "; --param wins over --budget")
+    add_flag(parser, "out", "study")
+
+
+def run(args: argparse.Namespace) -> None:
+    """``zones study``: plan, run, store, write."""
+    result = study(args.models, name_values(args.param), executor=args.executor, ray_address=args.ray_address,
+                   retries=args.retries, cpus_per_job=args.cpus_per_job, gpus_per_job=args.gpus_per_job,
+                   out=args.out, only=args.only or None, budget=args.budget, from_text=True,
+                   log=lambda message: print(message, file=sys.stderr, flush=True))
+    print(f"study: {result.out} ({len(result.jobs)} jobs); zones book --models {','.join(args.models)} with the same "
+          f"parameters now reads them from the cache")
