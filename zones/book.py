@@ -19,9 +19,16 @@ Every asset a page loads ships with the build: Vega (``zones.figures``) and Math
 the ``django-static-mathjax`` package) are copied into ``book/_static``, and progress bars
 left in an executed chapter (tqdm widgets, which would make the page load require.js and
 the widget manager from CDNs) are removed with the widget state.
+
+Nothing is lost: a chapter executes into ``book/chapters/NAME.running.ipynb`` and replaces
+``NAME.ipynb`` only when it finished, so a failed, interrupted or killed chapter leaves the
+previous one in place (a failure's executed copy is ``NAME.failed.ipynb``). One build at a time
+per project (:func:`project_lock`): a second ``zones book`` says so and waits, and the first
+thing a build does under the lock is remove what a killed build left (``*.running.ipynb``).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -41,7 +48,15 @@ import papermill
 import yaml
 from tqdm.auto import tqdm
 
-from zones.core.cache import CacheError, atomic_write_bytes, atomic_write_text, entry_path, read_entry, write_entry
+from zones.core.cache import (
+    CacheError,
+    atomic_write_bytes,
+    atomic_write_text,
+    entry_path,
+    folder_lock,
+    read_entry,
+    write_entry,
+)
 from zones.figures import BOOK_MODE_ENV, write_vega_bundle
 
 RUN_LAST = ("claims",)  # chapters that read the tables the other chapters wrote
@@ -201,17 +216,41 @@ def run_notebook(source: Path, target: Path, parameters: dict[str, Any] | None =
     return Path(target)
 
 
+RUNNING_SUFFIX = ".running.ipynb"  # a chapter being executed; it becomes NAME.ipynb only when it finished
+
+
+@contextlib.contextmanager
+def project_lock(root: Path, log=print):
+    """Hold the project's build lock (an ``flock`` on ``book/``, released by the OS if the
+    process dies): a second build in the same project says so and waits for the first. Under
+    the lock, the chapters a killed build was executing (``*.running.ipynb``) are removed."""
+    folder = Path(root) / "book"
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def waiting() -> None:
+        log(f"zones book: another zones book is running in {Path(root).resolve()}; waiting for it to finish")
+
+    with folder_lock(folder, on_wait=waiting):
+        chapters_dir = folder / "chapters"
+        for stale in sorted(chapters_dir.glob(f"*{RUNNING_SUFFIX}")) if chapters_dir.is_dir() else []:
+            stale.unlink(missing_ok=True)  # its build was killed: no live build runs without the lock
+        yield
+
+
 def execute_chapter(root: Path, name: str, parameters: dict[str, Any],
                     declared: dict[str, Any] | None = None, log=print) -> Path:
-    """Execute chapter ``name`` with the ``parameters`` it declares into ``book/chapters``."""
+    """Execute chapter ``name`` with the ``parameters`` it declares into ``book/chapters``.
+
+    The previous ``NAME.ipynb`` is replaced only by a chapter that finished: on a failure it
+    stays (with ``NAME.failed.ipynb`` beside it), and an interruption leaves it untouched."""
     source = chapter_source(root, name)
     target_dir = root / "book" / "chapters"
     target_dir.mkdir(parents=True, exist_ok=True)
     target = target_dir / f"{name}.ipynb"
-    # Executed into a side file, renamed only on success: a failed chapter is never built.
-    running = target_dir / f"{name}.running.ipynb"
+    # Executed into a side file, renamed only on success: a failed chapter is never built, and
+    # the previous chapter stays until a new one has finished.
+    running = target_dir / f"{name}{RUNNING_SUFFIX}"
     failed = target_dir / f"{name}.failed.ipynb"
-    target.unlink(missing_ok=True)
     failed.unlink(missing_ok=True)
     params = chapter_parameters(source, parameters, declared)
     log(f"zones book: executing {name} with {params}")
@@ -226,8 +265,12 @@ def execute_chapter(root: Path, name: str, parameters: dict[str, Any],
         os.replace(running, target)
     except papermill.PapermillExecutionError as err:
         os.replace(running, failed)
+        kept = f"; the previous {target.name} is kept" if target.exists() else ""
         raise ChapterFailed(f"chapter {name!r} failed in cell {err.exec_count}:\n{err.source}\n"
-                            f"{err.ename}: {err.evalue}\n(executed copy with the traceback: {failed})") from err
+                            f"{err.ename}: {err.evalue}\n(executed copy with the traceback: {failed}{kept})") from err
+    except BaseException:
+        running.unlink(missing_ok=True)  # interrupted: the previous chapter stays as it was
+        raise
     finally:
         for key, value in saved.items():
             if value is None:
@@ -307,6 +350,12 @@ def execute_chapters(root: Path, names: list[str], parameters: dict[str, Any] | 
     """Execute chapters ``names`` in order, under one progress bar with an estimate of the time
     left (terminal only). ``model`` is given to the chapters that declare ``model`` or
     ``models``; every key of ``parameters`` must be declared by one of the chapters."""
+    with project_lock(root, log=lambda message: print(message, file=sys.stderr, flush=True)):
+        return _execute_chapters(root, names, parameters, model=model, progress=progress)
+
+
+def _execute_chapters(root: Path, names: list[str], parameters: dict[str, Any] | None, *, model: str | None,
+                      progress: bool) -> list[Path]:
     parameters = dict(parameters or {})
     declared = {n: declared_parameters(chapter_source(root, n)) for n in names}
     check_parameters(parameters, declared)  # before any chapter runs
@@ -376,6 +425,12 @@ def build_book(parameters: dict[str, Any] | None = None, only: list[str] | None 
     unknown = sorted(set(only or []) - set(names))
     if unknown:
         raise ValueError(f"unknown chapter(s) {unknown}; the book has {names}")
+    with project_lock(root, log=lambda message: print(message, file=sys.stderr, flush=True)):
+        return _build_book(root, names, parameters, only, execute, model, progress)
+
+
+def _build_book(root: Path, names: list[str], parameters: dict[str, Any] | None, only: list[str] | None,
+                execute: bool, model: str | None, progress: bool) -> Path:
     if execute:
         order = [n for n in execution_order(names) if not only or n in only]
         execute_chapters(root, order, parameters, model=model, progress=progress)

@@ -42,12 +42,11 @@ from zones.pruning import (
     DEFAULT_STRATEGIES,
     available_strategies,
     check_strategy_names,
-    parse_removed,
     pruning_table,
 )
 from zones.pruning import DEFAULT_EVAL_TOKENS as PRUNING_EVAL_TOKENS
-from zones.pruning.export import ExportError, choose_removed, export_model
-from zones.pruning.heal import DEFAULT_LR, DEFAULT_RANK, DEFAULT_TOKENS, METHODS, export_healed, heal
+from zones.pruning.export import check_request, choose_removed, export_model
+from zones.pruning.heal import DEFAULT_LR, DEFAULT_RANK, DEFAULT_TOKENS, METHODS, check_options, export_healed, heal
 from zones.series import run_label, series_configs, series_history, series_snapshots, series_summary, train_model
 from zones.series.checkpoints import lifecycle_snapshots
 from zones.spectra import alpha_table, check_estimators, check_window
@@ -312,15 +311,12 @@ def _add_lifecycle_and_sweep(sub) -> None:
 
 # --- H6: export and heal (cmd_export, cmd_heal and their parsers) -----------------------------------
 
-def _pruned_blocks(args, loaded, calibration):
-    """--remove 3,11 or --strategy NAME --k K: the blocks to remove, and the strategy's name."""
+def _pruned_blocks(args, loaded, calibration, removed=None):
+    """--remove 3,11 (``removed``, parsed by ``check_request``) or --strategy NAME --k K: the
+    blocks to remove, and the strategy's name."""
 
-    if args.remove is not None:
-        if args.strategy is not None or args.k is not None:
-            raise ExportError("pass either --remove or --strategy with --k, not both")
-        return parse_removed(args.remove), None
-    if args.strategy is None or args.k is None:
-        raise ExportError("pass --remove 3,11,20 or --strategy NAME --k K")
+    if removed is not None:
+        return removed, None
     return choose_removed(loaded.model, args.strategy, args.k, calibration=calibration, seed=args.seed,
                           batch_size=args.batch_size), args.strategy
 
@@ -341,9 +337,10 @@ def _calibration(args, loaded, tokens: int | None = None):
 
 def cmd_export(args) -> None:
 
+    removed = check_request(args.out, args.remove, args.strategy, args.k, args.seed)  # before the model loads
     loaded = _load(args)
     calibration = _calibration(args, loaded) if args.strategy else None
-    removed, strategy = _pruned_blocks(args, loaded, calibration)
+    removed, strategy = _pruned_blocks(args, loaded, calibration, removed)
     out = export_model(loaded.model, removed, args.out, tokenizer=loaded.tokenizer, source=args.model,
                        strategy=strategy, seed=args.seed if strategy else None, fingerprint=loaded.fingerprint)
     print(f"wrote {out} (blocks {sorted(removed)} removed; loads with AutoModelForCausalLM.from_pretrained)")
@@ -351,8 +348,12 @@ def cmd_export(args) -> None:
 
 def cmd_heal(args) -> None:
 
+    removed = check_request(args.out, args.remove, args.strategy, args.k, args.seed)  # before the model loads
+    check_options(method=args.method, tokens=args.tokens, lr=args.lr, rank=args.rank, seed=args.seed,
+                  batch_size=args.batch_size, names=dict(tokens="--tokens", lr="--lr", rank="--rank", seed="--seed",
+                                                         batch_size="--batch-size", method="--method"))
     loaded = _load(args)
-    removed, strategy = _pruned_blocks(args, loaded, _calibration(args, loaded) if args.strategy else None)
+    removed, strategy = _pruned_blocks(args, loaded, _calibration(args, loaded) if args.strategy else None, removed)
     calibration = _calibration(args, loaded, args.tokens)
     healed = heal(loaded.model, removed, calibration, method=args.method, tokens=args.tokens, seed=args.seed,
                   lr=args.lr, rank=args.rank, batch_size=args.batch_size, refresh=args.refresh,
