@@ -611,7 +611,7 @@ def _interrupted_heal(monkeypatch, model, removed, win, kw, after_steps: int = 3
 def test_a_bridge_heal_records_the_tokens_it_used_not_the_budget_it_was_given(tmp_path, capfd, tiny_model_dir,
                                                                                  corpus_file):
     out = tmp_path / "healed"
-    assert main(heal_cli(tiny_model_dir, out, "--remove", "2", "--method", "bridge", "--tokens", "100000000",
+    assert main(heal_cli(tiny_model_dir, out, "--remove", "2", "--method", "bridge", "--heal-tokens", "100000000",
                          "--corpus", corpus_file)) == 0
     healing = json.loads((out / "zones-provenance.json").read_text())["healing"]
     assert healing["tokens_budget"] == 100_000_000
@@ -640,7 +640,7 @@ def test_a_bad_remove_flag_is_named_before_the_model_loads(tmp_path, capfd, comm
     one_error(capfd, command(NO_MODEL, tmp_path / "out", "--remove", remove), "--remove", expected)
 
 
-@pytest.mark.parametrize("flag, value", [("--tokens", "0"), ("--tokens", "-5"), ("--rank", "0"), ("--rank", "-1"),
+@pytest.mark.parametrize("flag, value", [("--heal-tokens", "0"), ("--heal-tokens", "-5"), ("--rank", "0"), ("--rank", "-1"),
                                          ("--lr", "inf"), ("--lr", "nan"), ("--lr", "0"), ("--lr", "-0.001"),
                                          ("--seed", "-1")])
 def test_a_bad_healing_option_is_named_before_the_model_loads(tmp_path, capfd, flag, value):
