@@ -733,3 +733,42 @@ def test_a_full_disk_during_an_export_names_the_out_folder(tmp_path, capfd, monk
     out = tmp_path / "pruned"
     one_error(capfd, export(tiny_model_dir, out, "--remove", "1"), str(out), "no space left")
     assert list(tmp_path.iterdir()) == []
+
+
+# --- zones train and its caches --------------------------------------------------------------------
+
+def train_argv(corpus: str, out: Path, *extra) -> list[str]:
+    return ["train", "--depths", "2", "--width", "32", "--head-dim", "16", "--vocab-size", "300", "--seq-len", "32",
+            "--batch-size", "8", "--steps", "4", "--snapshot-every", "2", "--corpus", corpus, "--device", "cpu",
+            "--set=eval_every=2", "--set=eval_windows=4", "--set=checkpoint_every=2", "--out", str(out), *extra]
+
+
+def test_train_refresh_gets_past_damaged_tokenizer_and_token_caches(tmp_path, capfd, corpus_file):
+    from zones.core.cache import cache_dir
+
+    assert main(train_argv(corpus_file, tmp_path / "first")) == 0
+    (tokens,) = (cache_dir() / "tokens").glob("*.npy")
+    tokens.write_bytes(tokens.read_bytes()[:-100])
+    (tokenizer,) = (cache_dir() / "tokenizers").glob("*/tokenizer.json")
+    tokenizer.write_text(tokenizer.read_text().replace('"<|endoftext|>"', '"<|end|>"', 1))
+    capfd.readouterr()
+    assert main(train_argv(corpus_file, tmp_path / "again", "--refresh")) == 0
+    capfd.readouterr()
+    first, again = (pd.read_csv(tmp_path / d / "history.csv") for d in ("first", "again"))
+    pd.testing.assert_series_equal(first["heldout_loss"], again["heldout_loss"])
+
+
+def test_a_killed_training_writers_temporary_is_removed_by_the_next_run(tmp_path, capfd, corpus_file):
+    import shutil
+
+    from zones.core.cache import cache_dir
+
+    assert main(train_argv(corpus_file, tmp_path / "first")) == 0
+    (run,) = [p for p in (cache_dir() / "train").iterdir() if not p.name.startswith(".")]
+    shutil.rmtree(run)
+    stale = run.parent / f".{run.name}.k1ll3d.tmp"  # a writer killed while writing the finished run
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"\0" * 4096)
+    assert main(train_argv(corpus_file, tmp_path / "again")) == 0
+    capfd.readouterr()
+    assert not stale.exists() and (run / "run.json").exists()
