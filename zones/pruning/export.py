@@ -106,8 +106,12 @@ def check_removed(model: nn.Module, removed: Iterable[int]) -> list[int]:
         twice = sorted({b for b in removed if removed.count(b) > 1})
         raise ExportError(f"removed names block{'s' if len(twice) > 1 else ''} {', '.join(map(str, twice))} "
                           f"twice; name each block once")
-    removed = check_layers(model, removed)
     n = get_adapter(model).n_blocks
+    outside = [b for b in removed if b >= n]
+    if outside:
+        raise ExportError(f"--remove names block{'s' if len(outside) > 1 else ''} {', '.join(map(str, outside))}, "
+                          f"but the model has blocks 0..{n - 1}")
+    removed = check_layers(model, removed)
     if len(removed) >= n:
         raise ExportError(f"--remove names all {n} blocks; at least one block must remain")
     config = model.config
