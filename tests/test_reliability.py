@@ -772,3 +772,15 @@ def test_a_killed_training_writers_temporary_is_removed_by_the_next_run(tmp_path
     assert main(train_argv(corpus_file, tmp_path / "again")) == 0
     capfd.readouterr()
     assert not stale.exists() and (run / "run.json").exists()
+
+
+def test_a_killed_cache_writers_temporary_file_is_removed_by_the_next_write():
+    from zones.core.cache import entry_path, sidecar_path, write_entry
+
+    parts = {"kind": "unit", "case": "killed writer"}
+    path = entry_path("unit", parts, ext="bin")
+    stale = [path.parent / f".{path.name}.k1ll3d.tmp", path.parent / f".{sidecar_path(path).name}.k1ll3d.tmp"]
+    for file in stale:
+        file.write_bytes(b"\0" * 4096)  # what a writer killed between its write and its rename leaves
+    write_entry(path, parts, b"payload")
+    assert not any(file.exists() for file in stale) and path.read_bytes() == b"payload"

@@ -268,10 +268,15 @@ def _damaged(path: Path, cause: str) -> CacheError:
 
 
 def write_entry(path: Path, parts: dict[str, Any], data: bytes, **schema: Any) -> None:
-    """Store ``data`` at ``path`` and its sidecar: ``parts`` plus sha256, size and ``schema``."""
+    """Store ``data`` at ``path`` and its sidecar: ``parts`` plus sha256, size and ``schema``
+    (under the entry's lock, which also lets it remove the temporaries a killed writer left)."""
     record = dict(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data), **schema)
     sidecar = json.dumps({**json.loads(_canonical(parts)), ENTRY: record}, indent=2, sort_keys=True)
     with entry_lock(path):
+        for written in (Path(path), sidecar_path(path)):  # every writer of the entry holds its lock: these are
+            for stale in written.parent.glob(f".{written.name}.*.tmp"):  # a killed writer's temporaries
+                if stale.is_file():
+                    stale.unlink(missing_ok=True)
         atomic_write_bytes(path, data)
         atomic_write_text(sidecar_path(path), sidecar)
 
