@@ -71,21 +71,24 @@ def per_block_keys(config, n_blocks: int) -> list[str]:
     return keys
 
 
-def parse_remove_flag(text: str, flag: str = "--remove") -> list[int]:
-    """``--remove 3,11,20`` as block indices, before any model loads: one line naming the flag
-    when the text names no block, something that is not a block index, or a block twice."""
-    parts = [part.strip() for part in str(text).split(",")]
-    if not any(parts):
-        raise ExportError(f"{flag} {text!r} names no block; pass the blocks to remove, e.g. {flag} 3,11,20")
+def parse_remove_flag(value, flag: str = "--remove") -> list[int]:
+    """``--remove 3,11,20`` (the text, or the list the command line parsed it into) as block
+    indices, before any model loads: one line naming the flag when it names no block, something
+    that is not a block index, or a block twice."""
+    shown = value if isinstance(value, str) else ",".join(map(str, value))
+    parts = [part.strip() for part in value.split(",")] if isinstance(value, str) else list(value)
+    if not any(str(part).strip() for part in parts):
+        raise ExportError(f"{flag} {shown!r} names no block; pass the blocks to remove, e.g. {flag} 3,11,20")
     blocks = []
     for part in parts:
-        if not part.isdigit():  # refuses "", "-1", "1.5", "a": block indices count from 0
+        text = str(part).strip()
+        if isinstance(part, bool) or not text.isdigit():  # refuses "", "-1", "1.5", "a": block indices count from 0
             raise ExportError(f"{flag} needs comma-separated block indices (integers from 0) such as 3,11,20; "
-                              f"{part!r} in {text!r} is not one")
-        blocks.append(int(part))
+                              f"{text!r} in {shown!r} is not one")
+        blocks.append(int(text))
     twice = sorted({b for b in blocks if blocks.count(b) > 1})
     if twice:
-        raise ExportError(f"{flag} {text} names block{'s' if len(twice) > 1 else ''} "
+        raise ExportError(f"{flag} {shown} names block{'s' if len(twice) > 1 else ''} "
                           f"{', '.join(map(str, twice))} twice; name each block once")
     return blocks
 
