@@ -1,9 +1,20 @@
-"""Bad input, through the command line, on tiny models: each class of bad input a user meets.
+"""The reliability suite: what a hostile but fair user tries, on tiny models, one test per case.
 
 A bad input ends in ONE clear line on stderr (``zones <command>: error: ...``, naming the file
-or flag, the cause and the remedy), a non-zero exit, and no result file under ``--out``. Where
-the right answer is not an error (an edited model, a rank-1 matrix, a weights-only directory
-for ``alpha``, a planted pickle) the test asserts that answer instead.
+or flag, the cause and the remedy), a non-zero exit, and no result file under ``--out``; a flag
+that can be checked without the model is checked before it loads (the tests pass a model path
+that does not exist, so a late check would name the model instead). Where the right answer is
+not an error (an edited model, a rank-1 matrix, a weights-only directory for ``alpha``, a
+planted pickle) the test asserts that answer instead. The cases, by promise:
+
+- nothing lost: ``export``/``heal`` never replace a folder they did not write, nor the current
+  folder; a chapter's previous result is replaced only by a finished one (a failure or
+  ``kill -9`` leaves it); one ``zones book`` at a time per project; what a killed run left
+  (hidden temporaries, ``*.running.ipynb``) is removed by the next run of the same command;
+- nothing borrowed: a journal or checkpoint copied from another computation is refused;
+  provenance records what was used, not what was asked;
+- every bad value named before heavy work (blocks, budgets, ranks, learning rates, an empty
+  ``.gguf``, a full disk).
 
 Commands run in-process through ``zones.cli.main``; ``capfd`` captures the process's whole
 stderr (transformers' own warnings included); progress bars are left out of the count.
@@ -15,6 +26,7 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -303,3 +315,473 @@ def test_out_being_a_file_fails_before_any_work(tmp_path, capfd, tiny_model_dir,
     assert code == 1 and lines == [f"zones {command}: error: --out {out} is a file, not a folder; "
                                    f"pass a folder for the results"]
     assert out.read_text() == "an earlier result\n"
+
+
+# --- nothing lost: output folders -------------------------------------------------------------------
+
+NO_MODEL = "/nonexistent/model"  # a check that ran after loading would name this path instead
+
+
+def export(model, out, *extra) -> list[str]:
+    return ["export", "--model", str(model), "--device", "cpu", "--out", str(out), *extra]
+
+
+def heal_cli(model, out, *extra) -> list[str]:
+    return ["heal", "--model", str(model), "--device", "cpu", "--seq-len", "32", "--batch-size", "2",
+            "--out", str(out), *extra]
+
+
+def one_error(capfd, argv: list[str], *expected: str) -> str:
+    """Run ``zones ARGV``: exit 1 and one error line holding every ``expected`` text."""
+    code = main(argv)
+    lines = messages(capfd.readouterr().err)
+    assert code == 1 and len(lines) == 1 and lines[0].startswith(f"zones {argv[0]}: error: "), lines
+    for text in expected:
+        assert text in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", [export, heal_cli], ids=["export", "heal"])
+def test_export_and_heal_refuse_an_out_folder_they_did_not_write(tmp_path, capfd, command):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "precious.txt").write_text("a user's file")
+    one_error(capfd, command(NO_MODEL, out, "--remove", "1"), f"--out {out}", "zones-provenance.json")
+    assert (out / "precious.txt").read_text() == "a user's file"
+
+
+def test_export_replaces_its_own_previous_export_but_not_once_a_file_was_added(tmp_path, capfd, tiny_model_dir):
+    out = tmp_path / "pruned"
+    assert main(export(tiny_model_dir, out, "--remove", "1")) == 0
+    assert main(export(tiny_model_dir, out, "--remove", "2")) == 0
+    assert json.loads((out / "zones-provenance.json").read_text())["removed"] == [2]
+    capfd.readouterr()
+    (out / "notes.md").write_text("what I found")
+    one_error(capfd, export(tiny_model_dir, out, "--remove", "3"), str(out / "notes.md"))
+    assert (out / "notes.md").exists() and json.loads((out / "zones-provenance.json").read_text())["removed"] == [2]
+
+
+@pytest.mark.parametrize("out", [".", ".."])
+def test_export_to_the_current_folder_is_refused_before_any_work(tmp_path, capfd, monkeypatch, out):
+    here = tmp_path / "a" / "b"
+    here.mkdir(parents=True)
+    monkeypatch.chdir(here)
+    one_error(capfd, export(NO_MODEL, out, "--remove", "1"), f"--out {out}", "current folder")
+    assert list(here.iterdir()) == [] and sorted(p.name for p in here.parent.iterdir()) == ["b"]
+
+
+def test_a_killed_exports_hidden_temporary_is_removed_by_the_next_export(tmp_path, capfd, tiny_model_dir):
+    out = tmp_path / "pruned"
+    stale = tmp_path / ".pruned.k1ll3d.tmp"  # what atomic_directory leaves when its writer is killed
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"\0" * 4096)
+    assert main(export(tiny_model_dir, out, "--remove", "1")) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pruned"]
+
+
+# --- nothing lost: the book's chapters and its one build at a time ----------------------------------
+
+def micro_project(root: Path, body: str) -> Path:
+    """A book project with one chapter ``slow`` (parameter ``seconds``, then ``body``)."""
+    import jupytext
+    import nbformat
+
+    (root / "notebooks").mkdir(parents=True)
+    (root / "book").mkdir()
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    params = nbformat.v4.new_code_cell("seconds = 0\nfail = False")
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell(body)]
+    jupytext.write(nb, root / "notebooks" / "slow.md", fmt="md:myst")
+    (root / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n  - file: book/chapters/slow\n")
+    return root
+
+
+CHAPTER_BODY = """import os, pathlib, time
+pathlib.Path('kernel.pid').write_text(str(os.getpid()))
+pathlib.Path('started').write_text(str(seconds))
+if fail:
+    raise RuntimeError('the model does not exist')
+time.sleep(seconds)
+print('ran with', seconds)"""
+
+
+def _outputs(path: Path) -> str:
+    """Every output of an executed notebook, as one text."""
+    return json.dumps([cell.get("outputs", []) for cell in json.loads(path.read_text())["cells"]])
+
+
+def test_a_failed_chapter_keeps_the_previous_one(tmp_path):
+    from zones.book import ChapterFailed, execute_chapters
+
+    root = micro_project(tmp_path / "project", CHAPTER_BODY)
+    chapter = root / "book" / "chapters" / "slow.ipynb"
+    execute_chapters(root, ["slow"], {"seconds": 0}, progress=False)
+    good = chapter.read_bytes()
+    with pytest.raises(ChapterFailed, match="the previous slow.ipynb is kept"):
+        execute_chapters(root, ["slow"], {"fail": True}, progress=False)
+    assert chapter.read_bytes() == good
+    assert (root / "book" / "chapters" / "slow.failed.ipynb").exists()
+    assert not list((root / "book" / "chapters").glob("*.running.ipynb"))
+
+
+def _wait_for(path: Path, process, what: str, limit: float = 300) -> None:
+    """Wait until ``path`` exists (the process is slow to start on a busy machine, not hung)."""
+    import time
+
+    deadline = time.monotonic() + limit
+    while not path.exists():
+        assert process.poll() is None, f"the process ended before {what}: {process.communicate()}"
+        assert time.monotonic() < deadline, f"no {what} after {limit} s"
+        time.sleep(0.2)
+
+
+def _kill(pid_file: Path) -> None:
+    import os
+    import signal
+
+    if pid_file.exists():
+        with contextlib_suppress():
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def contextlib_suppress():
+    import contextlib
+
+    return contextlib.suppress(ProcessLookupError, ValueError)
+
+
+def test_kill_9_during_a_chapter_leaves_the_previous_one_and_the_next_build_cleans_up(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from zones.book import execute_chapters
+
+    root = micro_project(tmp_path / "project", CHAPTER_BODY)
+    chapters = root / "book" / "chapters"
+    execute_chapters(root, ["slow"], {"seconds": 0}, progress=False)
+    good = (chapters / "slow.ipynb").read_bytes()
+    (chapters / "started").unlink()
+    build = subprocess.Popen([sys.executable, "-m", "zones", "book", "--only", "slow", "--param", "seconds=600"],
+                             cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        _wait_for(chapters / "started", build, "chapter start")
+        assert (chapters / "slow.running.ipynb").exists()
+        os.killpg(build.pid, signal.SIGKILL)
+        build.wait()
+    finally:
+        with contextlib_suppress():
+            os.killpg(build.pid, signal.SIGKILL)
+        build.wait()
+        _kill(chapters / "kernel.pid")  # the kernel runs in a session of its own
+    assert (chapters / "slow.ipynb").read_bytes() == good
+    execute_chapters(root, ["slow"], {"seconds": 1}, progress=False)
+    assert not list(chapters.glob("*.running.ipynb"))
+    assert "ran with 1" in _outputs(chapters / "slow.ipynb")
+
+
+def test_a_second_book_build_in_the_same_project_waits_for_the_first(tmp_path):
+    import subprocess
+    import sys
+
+    body = "import pathlib\nprint('first build done:', pathlib.Path('../../released').exists())"
+    root = micro_project(tmp_path / "project", body)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import pathlib, sys, time\nfrom zones.book import project_lock\n"
+        f"root = pathlib.Path({str(root)!r})\n"
+        "with project_lock(root):\n"
+        "    (root / 'locked').write_text('1')\n"
+        "    while not (root / 'released').exists():\n"
+        "        time.sleep(0.1)\n")], stderr=subprocess.PIPE)
+    second = None
+    try:
+        _wait_for(root / "locked", holder, "the first build's lock")
+        second = subprocess.Popen([sys.executable, "-c", (
+            "import pathlib\nfrom zones.book import execute_chapters\n"
+            f"execute_chapters(pathlib.Path({str(root)!r}), ['slow'], {{}}, progress=False)")],
+            stderr=subprocess.PIPE, text=True)
+        said = ""
+        while "waiting" not in said and (line := second.stderr.readline()):
+            said += line
+        assert "another zones book is running" in said and "waiting for it" in said, said
+        assert not (root / "book" / "chapters" / "slow.ipynb").exists()
+        (root / "released").write_text("1")
+        assert holder.wait() == 0
+        _, err = second.communicate()
+        assert second.returncode == 0, err
+    finally:
+        (root / "released").write_text("1")
+        for process in (holder, second):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()
+    assert "first build done: True" in _outputs(root / "book" / "chapters" / "slow.ipynb")
+
+
+# --- nothing borrowed ----------------------------------------------------------------------------------
+
+def test_a_pruning_journal_copied_from_another_models_run_is_refused(tmp_path, capfd, tiny_tokenizer, tiny_model_dir,
+                                                                    corpus_file):
+    from zones.core.cache import cache_dir
+
+    other = save_model(tmp_path / "other", tiny_model("llama", n_layers=6, seed=1, vocab=len(tiny_tokenizer)),
+                       tiny_tokenizer)
+    assert main(prune(tiny_model_dir, corpus_file, "--out", str(tmp_path / "a"))) == 0
+    journals = set((cache_dir() / "pruning-losses").glob("*.jsonl"))
+    assert main(prune(other, corpus_file, "--out", str(tmp_path / "b"))) == 0
+    capfd.readouterr()
+    (mine,) = set((cache_dir() / "pruning-losses").glob("*.jsonl")) - journals
+    (borrowed,) = journals
+    mine.write_bytes(borrowed.read_bytes())  # the other model's rows under this model's key
+    fails_cleanly(capfd, prune(other, corpus_file), tmp_path / "out", str(mine), "another computation", "delete")
+
+
+def test_an_ablation_journal_copied_from_another_models_run_is_refused(tmp_path, monkeypatch, tiny_tokenizer,
+                                                                     one_thread):
+    import zones.measure.ablation as ablation
+    from zones.core.cache import CacheError, cache_dir
+    from zones.core.data import make_windows
+
+    windows = make_windows(np.arange(16 * 32) % 250, 32, "eval", 8 * 31)
+    first, second = tiny_model("llama", seed=0), tiny_model("llama", seed=1)
+    real = ablation._BatchScorer.row
+    calls = {"n": 0}
+
+    def dying_row(self, *args):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(self, *args)
+
+    for model in (first, second):
+        calls["n"] = 0
+        monkeypatch.setattr(ablation._BatchScorer, "row", dying_row)
+        with pytest.raises(KeyboardInterrupt):
+            ablation.ablation_table(model, windows, batch_size=4, progress=False)
+    journals = sorted((cache_dir() / "ablation").glob("*.partial.jsonl"), key=lambda p: p.stat().st_mtime)
+    assert len(journals) == 2
+    journals[1].write_bytes(journals[0].read_bytes())  # the first model's rows under the second's key
+    monkeypatch.setattr(ablation._BatchScorer, "row", real)
+    with pytest.raises(CacheError, match="another computation") as err:
+        ablation.ablation_table(second, windows, batch_size=4, progress=False)
+    assert str(journals[1]) in str(err.value)
+
+
+def test_a_heal_checkpoint_copied_from_another_run_is_refused(monkeypatch, one_thread):
+    from test_heal import calibration
+
+    import zones.pruning.heal as heal_module
+    from zones.core.cache import CacheError, sidecar_path
+
+    win = calibration()
+    model = tiny_model("llama", n_layers=4)
+    kw = dict(method="lora", lr=1e-2, tokens=6 * 2 * 23, batch_size=2, save_every=2, progress=False)
+    _interrupted_heal(monkeypatch, model, [1], win, kw)
+    (theirs,) = sorted((heal_module.entry_path("heal-progress", {}, "pt").parent).glob("*.pt"))
+    mine = heal_module.progress_path(heal_module.heal_key(
+        heal_module.model_fingerprint(model), [2], "lora", kw["tokens"], 0, win, lr=kw["lr"], rank=8, batch_size=2))
+    mine.write_bytes(theirs.read_bytes())
+    sidecar_path(mine).write_bytes(sidecar_path(theirs).read_bytes())
+    with pytest.raises(CacheError, match="another computation") as err:
+        heal_module.heal(model, [2], win, **kw)
+    assert str(sidecar_path(mine)) in str(err.value)
+
+
+def _interrupted_heal(monkeypatch, model, removed, win, kw, after_steps: int = 3):
+    """Run LoRA healing and kill it after ``after_steps`` optimizer steps (a checkpoint is left)."""
+    real_step = torch.optim.AdamW.step
+    calls = {"n": 0}
+
+    def dying_step(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] > after_steps:
+            raise KeyboardInterrupt
+        return real_step(self, *args, **kwargs)
+
+    from zones.pruning.heal import heal
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", dying_step)
+    with pytest.raises(KeyboardInterrupt):
+        heal(model, removed, win, **kw)
+    monkeypatch.setattr(torch.optim.AdamW, "step", real_step)
+
+
+def test_a_bridge_heal_records_the_tokens_it_used_not_the_budget_it_was_given(tmp_path, capfd, tiny_model_dir,
+                                                                                 corpus_file):
+    out = tmp_path / "healed"
+    assert main(heal_cli(tiny_model_dir, out, "--remove", "2", "--method", "bridge", "--heal-tokens", "100000000",
+                         "--corpus", corpus_file)) == 0
+    healing = json.loads((out / "zones-provenance.json").read_text())["healing"]
+    assert healing["tokens_budget"] == 100_000_000
+    assert 0 < healing["tokens"] < 100_000_000 and healing["tokens"] == healing["calibration_windows"] * 31
+    assert any(f"hold {healing['tokens']} of the 100000000 tokens" in note for note in healing["notes"])
+
+
+def test_check_removed_refuses_bools_and_non_integers():
+    from zones.pruning.export import ExportError, check_removed
+
+    model = tiny_model("llama")
+    for bad in ([True], [1.7], [1.0], ["1"], [1, 1], [], "1"):
+        with pytest.raises(ExportError):
+            check_removed(model, bad)
+    assert check_removed(model, [np.int64(2), 0]) == [0, 2]
+
+
+# --- every bad value named before any work ------------------------------------------------------------
+
+@pytest.mark.parametrize("command", [export, heal_cli], ids=["export", "heal"])
+@pytest.mark.parametrize("remove, expected", [
+    ("", "names no block"), (",", "names no block"), ("1,1", "block 1 twice"), ("a", "'a'"),
+    ("-1", "'-1'"), ("1.5", "'1.5'"),
+], ids=["empty", "commas", "twice", "letter", "negative", "fraction"])
+def test_a_bad_remove_flag_is_named_before_the_model_loads(tmp_path, capfd, command, remove, expected):
+    one_error(capfd, command(NO_MODEL, tmp_path / "out", "--remove", remove), "--remove", expected)
+
+
+@pytest.mark.parametrize("flag, value", [("--heal-tokens", "0"), ("--heal-tokens", "-5"), ("--rank", "0"), ("--rank", "-1"),
+                                         ("--lr", "inf"), ("--lr", "nan"), ("--lr", "0"), ("--lr", "-0.001"),
+                                         ("--seed", "-1")])
+def test_a_bad_healing_option_is_named_before_the_model_loads(tmp_path, capfd, flag, value):
+    line = one_error(capfd, heal_cli(NO_MODEL, tmp_path / "out", "--remove", "1", flag, value), flag)
+    assert "max_tokens" not in line and "weights" not in line
+
+
+def test_heal_refresh_heals_again_past_a_damaged_checkpoint(monkeypatch, one_thread):
+    from test_heal import calibration
+
+    import zones.pruning.heal as heal_module
+    from zones.core.cache import CacheError
+
+    win = calibration()
+    model = tiny_model("gpt2", n_layers=4)
+    kw = dict(method="lora", lr=1e-2, tokens=6 * 2 * 23, batch_size=2, save_every=2, progress=False)
+    whole = heal_module.heal(model, [1], win, cache=False, **kw)
+    _interrupted_heal(monkeypatch, model, [1], win, kw)
+    (progress,) = heal_module.progress_path(whole.key).parent.glob("*.pt")
+    progress.write_bytes(progress.read_bytes()[:-50])
+    with pytest.raises(CacheError, match="damaged"):
+        heal_module.heal(model, [1], win, **kw)
+    again = heal_module.heal(model, [1], win, refresh=True, **kw)
+    assert not again.from_cache and len(again.history) == len(whole.history)
+    for a, b in zip(whole.model.state_dict().values(), again.model.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_alpha_refresh_replaces_a_damaged_cached_table(tmp_path, capfd, tiny_model_dir):
+    from zones.core.cache import cache_dir
+
+    assert main(alpha(tiny_model_dir, "--out", str(tmp_path / "first"))) == 0
+    (cached,) = (cache_dir() / "alpha").glob("*.parquet")
+    cached.write_bytes(cached.read_bytes()[:-100])
+    assert main(alpha(tiny_model_dir, "--refresh", "--out", str(tmp_path / "refreshed"))) == 0
+    assert main(alpha(tiny_model_dir, "--out", str(tmp_path / "again"))) == 0
+    capfd.readouterr()
+    first, again = (pd.read_csv(tmp_path / d / "alpha.csv") for d in ("first", "again"))
+    pd.testing.assert_frame_equal(first, again)
+
+
+@pytest.mark.parametrize("content, expected", [(b"", "is empty"), (b"PK\x03\x04" + b"\0" * 60, "not a GGUF file")],
+                         ids=["empty", "zip"])
+def test_a_gguf_file_that_cannot_be_one_is_named(tmp_path, capfd, content, expected):
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(content)
+    fails_cleanly(capfd, alpha(gguf), tmp_path / "out", str(gguf), expected)
+
+
+def test_a_full_disk_names_the_file_being_written(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from zones.core.cache import DiskFullError, atomic_write_bytes
+
+    real_fdopen = os.fdopen
+
+    class Full:  # a file on a full disk: the write fails
+        def __init__(self, fd, *args, **kwargs):
+            self.handle = real_fdopen(fd, *args, **kwargs)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fdopen", Full)
+    target = tmp_path / "table.csv"
+    with pytest.raises(DiskFullError) as err:
+        atomic_write_bytes(target, b"x" * 100_000)
+    assert str(target) in str(err.value) and "no space left" in str(err.value)
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_during_an_export_names_the_out_folder(tmp_path, capfd, monkeypatch, tiny_model_dir):
+    from safetensors import SafetensorError
+
+    import zones.pruning.export as export_module
+
+    def full(*args, **kwargs):  # what safetensors' Rust writer raises on a full disk
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(export_module.nn.Module, "save_pretrained", full, raising=False)
+    monkeypatch.setattr("transformers.PreTrainedModel.save_pretrained", full)
+    out = tmp_path / "pruned"
+    one_error(capfd, export(tiny_model_dir, out, "--remove", "1"), str(out), "no space left")
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- zones train and its caches --------------------------------------------------------------------
+
+def train_argv(corpus: str, out: Path, *extra) -> list[str]:
+    return ["train", "--depths", "2", "--width", "32", "--head-dim", "16", "--vocab-size", "300", "--seq-len", "32",
+            "--batch-size", "8", "--steps", "4", "--snapshot-every", "2", "--corpus", corpus, "--device", "cpu",
+            "--set=eval_every=2", "--set=eval_windows=4", "--set=checkpoint_every=2", "--out", str(out), *extra]
+
+
+def test_train_refresh_gets_past_damaged_tokenizer_and_token_caches(tmp_path, capfd, corpus_file):
+    from zones.core.cache import cache_dir
+
+    assert main(train_argv(corpus_file, tmp_path / "first")) == 0
+    (tokens,) = (cache_dir() / "tokens").glob("*.npy")
+    tokens.write_bytes(tokens.read_bytes()[:-100])
+    (tokenizer,) = (cache_dir() / "tokenizers").glob("*/tokenizer.json")
+    tokenizer.write_text(tokenizer.read_text().replace('"<|endoftext|>"', '"<|end|>"', 1))
+    capfd.readouterr()
+    assert main(train_argv(corpus_file, tmp_path / "again", "--refresh")) == 0
+    capfd.readouterr()
+    first, again = (pd.read_csv(tmp_path / d / "history.csv") for d in ("first", "again"))
+    pd.testing.assert_series_equal(first["heldout_loss"], again["heldout_loss"])
+
+
+def test_a_killed_training_writers_temporary_is_removed_by_the_next_run(tmp_path, capfd, corpus_file):
+    import shutil
+
+    from zones.core.cache import cache_dir
+
+    assert main(train_argv(corpus_file, tmp_path / "first")) == 0
+    (run,) = [p for p in (cache_dir() / "train").iterdir() if not p.name.startswith(".")]
+    shutil.rmtree(run)
+    stale = run.parent / f".{run.name}.k1ll3d.tmp"  # a writer killed while writing the finished run
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"\0" * 4096)
+    assert main(train_argv(corpus_file, tmp_path / "again")) == 0
+    capfd.readouterr()
+    assert not stale.exists() and (run / "run.json").exists()
+
+
+def test_a_killed_cache_writers_temporary_file_is_removed_by_the_next_write():
+    from zones.core.cache import entry_path, sidecar_path, write_entry
+
+    parts = {"kind": "unit", "case": "killed writer"}
+    path = entry_path("unit", parts, ext="bin")
+    stale = [path.parent / f".{path.name}.k1ll3d.tmp", path.parent / f".{sidecar_path(path).name}.k1ll3d.tmp"]
+    for file in stale:
+        file.write_bytes(b"\0" * 4096)  # what a writer killed between its write and its rename leaves
+    write_entry(path, parts, b"payload")
+    assert not any(file.exists() for file in stale) and path.read_bytes() == b"payload"

@@ -380,6 +380,16 @@ def own_cache(tmp_path, monkeypatch, micro_corpus):
     return config, run
 
 
+def _train_again(config):
+    """Train ``config`` again from the cached tokenizer and tokens (its finished run deleted)."""
+    import shutil
+
+    from zones.series import run_path
+
+    shutil.rmtree(run_path(config), ignore_errors=True)
+    return train_model(config, progress=False)
+
+
 def test_a_token_cache_replaced_by_a_valid_all_zeros_array_is_refused(own_cache):
     from zones.core.cache import CacheError
 
@@ -389,7 +399,7 @@ def test_a_token_cache_replaced_by_a_valid_all_zeros_array_is_refused(own_cache)
     np.save(tokens.with_suffix(".tmp.npy"), np.zeros_like(ids))
     tokens.with_suffix(".tmp.npy").replace(tokens)
     with pytest.raises(CacheError, match=f"{tokens}.*delete"):
-        train_model(config, progress=False, refresh=True)
+        _train_again(config)
 
 
 def test_a_truncated_token_cache_names_the_file(own_cache):
@@ -399,7 +409,9 @@ def test_a_truncated_token_cache_names_the_file(own_cache):
     tokens, _ = _tokens_entry(config)
     tokens.write_bytes(tokens.read_bytes()[:200])
     with pytest.raises(CacheError, match=f"{tokens}"):
-        train_model(config, progress=False, refresh=True)
+        _train_again(config)
+    train_model(config, progress=False, refresh=True)  # refresh computes the tokens again and replaces them
+    assert _train_again(config).summary["final_heldout_loss"] == own_cache[1].summary["final_heldout_loss"]
 
 
 def test_a_different_or_broken_tokenizer_in_the_cache_is_refused(own_cache):
@@ -413,10 +425,10 @@ def test_a_different_or_broken_tokenizer_in_the_cache_is_refused(own_cache):
     vocab[a], vocab[b] = vocab[b], vocab[a]  # a valid BPE tokenizer that encodes differently
     tokenizer_file.write_text(json.dumps(spec))
     with pytest.raises(CacheError, match=f"{tokenizer_file}.*delete the folder"):
-        train_model(config, progress=False, refresh=True)
+        _train_again(config)
     tokenizer_file.write_text("{not json")
     with pytest.raises(CacheError, match=f"{tokenizer_file}"):
-        train_model(config, progress=False, refresh=True)
+        _train_again(config)
 
 
 def test_an_edited_history_of_a_finished_run_is_an_error_not_a_result(own_cache):

@@ -30,9 +30,16 @@ the ``django-static-mathjax`` package) are copied into ``book/_static``, and pro
 left in an executed chapter (tqdm widgets, which would make the page load require.js and
 the widget manager from CDNs) are removed with the widget state. The library's log lines
 (``zones: converting … gguf``) leave the pages for the terminal (``drop_log_lines``).
+
+Nothing is lost: a chapter executes into ``book/chapters/NAME.running.ipynb`` and replaces
+``NAME.ipynb`` only when it finished, so a failed, interrupted or killed chapter leaves the
+previous one in place (a failure's executed copy is ``NAME.failed.ipynb``). One build at a time
+per project (:func:`project_lock`): a second ``zones book`` says so and waits, and the first
+thing a build does under the lock is remove what a killed build left (``*.running.ipynb``).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -58,6 +65,7 @@ from zones.core.cache import (
     atomic_write_text,
     counting,
     entry_path,
+    folder_lock,
     read_entry,
     write_entry,
 )
@@ -315,21 +323,45 @@ def run_notebook(source: Path, target: Path, parameters: dict[str, Any] | None =
     return Path(target)
 
 
+RUNNING_SUFFIX = ".running.ipynb"  # a chapter being executed; it becomes NAME.ipynb only when it finished
+
+
+@contextlib.contextmanager
+def project_lock(root: Path, log=print):
+    """Hold the project's build lock (an ``flock`` on ``book/``, released by the OS if the
+    process dies): a second build in the same project says so and waits for the first. Under
+    the lock, the chapters a killed build was executing (``*.running.ipynb``) are removed."""
+    folder = Path(root) / "book"
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def waiting() -> None:
+        log(f"zones book: another zones book is running in {Path(root).resolve()}; waiting for it to finish")
+
+    with folder_lock(folder, on_wait=waiting):
+        chapters_dir = folder / "chapters"
+        for stale in sorted(chapters_dir.glob(f"*{RUNNING_SUFFIX}")) if chapters_dir.is_dir() else []:
+            stale.unlink(missing_ok=True)  # its build was killed: no live build runs without the lock
+        yield
+
+
 def execute_chapter(root: Path, name: str, parameters: dict[str, Any],
                     declared: dict[str, Any] | None = None, log=print, note: str | None = None,
                     progress_file: Path | None = None) -> Path:
     """Execute chapter ``name`` with the ``parameters`` it declares into ``book/chapters``
     (``note``: a Markdown cell at the top of its page); the work it counts goes to
     ``progress_file`` (``zones.core.progress``). A failing chapter is a ``ChapterFailed``
-    whose message is its exception's one line (see :func:`book_wording`)."""
+    whose message is its exception's one line (see :func:`book_wording`).
+
+    The previous ``NAME.ipynb`` is replaced only by a chapter that finished: on a failure it
+    stays (with ``NAME.failed.ipynb`` beside it), and an interruption leaves it untouched."""
     source = chapter_source(root, name)
     target_dir = root / "book" / "chapters"
     target_dir.mkdir(parents=True, exist_ok=True)
     target = target_dir / f"{name}.ipynb"
-    # Executed into a side file, renamed only on success: a failed chapter is never built.
-    running = target_dir / f"{name}.running.ipynb"
+    # Executed into a side file, renamed only on success: a failed chapter is never built, and
+    # the previous chapter stays until a new one has finished.
+    running = target_dir / f"{name}{RUNNING_SUFFIX}"
     failed = target_dir / f"{name}.failed.ipynb"
-    target.unlink(missing_ok=True)
     failed.unlink(missing_ok=True)
     params = chapter_parameters(source, parameters, declared)
     log(f"zones book: executing {name} with {params}")
@@ -347,8 +379,12 @@ def execute_chapter(root: Path, name: str, parameters: dict[str, Any],
         os.replace(running, target)
     except papermill.PapermillExecutionError as err:
         os.replace(running, failed)
+        kept = f"; the previous {target.name} is kept" if target.exists() else ""
         raise ChapterFailed(f"chapter {name} failed: {err.ename}: {book_wording(err.evalue, declared or params)} "
-                            f"(the executed copy, with its traceback: {failed})") from err
+                            f"(the executed copy, with its traceback: {failed}{kept})") from err
+    except BaseException:
+        running.unlink(missing_ok=True)  # interrupted: the previous chapter stays as it was
+        raise
     finally:
         for key, value in saved.items():
             if value is None:
@@ -569,6 +605,14 @@ def execute_chapters(root: Path, names: list[str], parameters: dict[str, Any] | 
     any chapter runs. A reference forward is timed first (:func:`reference_forward_seconds`;
     ``reference=False`` skips it: the estimate then assumes ``REFERENCE_SECONDS_GUESS``), and each
     chapter's seconds, reference forwards and counted work are recorded (:func:`last_record`)."""
+    with project_lock(root, log=lambda message: print(message, file=sys.stderr, flush=True)):
+        return _execute_chapters(root, names, parameters, models=models, budget=budget, from_text=from_text,
+                                 progress=progress, reference=reference)
+
+
+def _execute_chapters(root: Path, names: list[str], parameters: dict[str, Any] | None, *,
+                      models: list[str] | None, budget: str, from_text: bool, progress: bool,
+                      reference: bool) -> list[Path]:
     budget = check_value("budget", budget)
     declared = {n: declared_parameters(chapter_source(root, n)) for n in names}
     parameters = check_parameters(dict(parameters or {}), declared, from_text=from_text)  # before any chapter runs
@@ -660,6 +704,12 @@ def build_book(parameters: dict[str, Any] | None = None, only: list[str] | None 
     unknown = sorted(set(only or []) - set(names))
     if unknown:
         raise ValueError(f"unknown chapter(s) {unknown}; the book has {names}")
+    with project_lock(root, log=lambda message: print(message, file=sys.stderr, flush=True)):
+        return _build_book(root, names, parameters, only, execute, models, progress)
+
+
+def _build_book(root: Path, names: list[str], parameters: dict[str, Any] | None, only: list[str] | None,
+                execute: bool, models: list[str] | None, progress: bool) -> Path:
     if execute:
         order = [n for n in execution_order(names) if not only or n in only]
         with counting() as tally:  # the cache entries the chapters' kernels read and computed

@@ -49,8 +49,8 @@ from zones.core.glossary import add_flag, default, term
 from zones.core.models import load_model
 from zones.measure.ablation import ablation_table
 from zones.pruning import available_strategies, check_strategy_names, pruning_table
-from zones.pruning.export import ExportError, choose_removed, export_model
-from zones.pruning.heal import export_healed, heal
+from zones.pruning.export import check_request, choose_removed, export_model
+from zones.pruning.heal import check_options, export_healed, heal
 from zones.series import run_label, series_configs, series_history, series_snapshots, series_summary, train_model
 from zones.series.checkpoints import lifecycle_snapshots
 from zones.spectra import alpha_table, check_estimators, check_window
@@ -221,14 +221,11 @@ def export_arguments(p: argparse.ArgumentParser) -> None:
     add_flag(p, "out", "export", required=True, help="output model directory (written atomically)")
 
 
-def _pruned_blocks(args, loaded, calibration):
-    """--remove 3,11 or --strategy NAME --k K: the blocks to remove, and the strategy's name."""
-    if args.remove is not None:
-        if args.strategy is not None or args.k is not None:
-            raise ExportError("pass either --remove or --strategy with --k, not both")
-        return list(args.remove), None
-    if args.strategy is None or args.k is None:
-        raise ExportError("pass --remove 3,11,20 or --strategy NAME --k K")
+def _pruned_blocks(args, loaded, calibration, removed):
+    """--remove 3,11 (``removed``, checked by ``check_request`` before the model loaded) or
+    --strategy NAME --k K: the blocks to remove, and the strategy's name."""
+    if removed is not None:
+        return removed, None
     return choose_removed(loaded.model, args.strategy, args.k, calibration=calibration, seed=args.seed,
                           batch_size=args.batch_size), args.strategy
 
@@ -240,9 +237,10 @@ def _calibration(args, loaded):
 
 
 def export_run(args) -> None:
+    removed = check_request(args.out, args.remove, args.strategy, args.k, args.seed)  # before the model loads
     loaded = _load(args)
     calibration = _calibration(args, loaded) if args.strategy else None
-    removed, strategy = _pruned_blocks(args, loaded, calibration)
+    removed, strategy = _pruned_blocks(args, loaded, calibration, removed)
     out = export_model(loaded.model, removed, args.out, tokenizer=loaded.tokenizer, source=args.model,
                        strategy=strategy, seed=args.seed if strategy else None, fingerprint=loaded.fingerprint)
     print(f"wrote {out} (blocks {sorted(removed)} removed; loads with AutoModelForCausalLM.from_pretrained)")
@@ -268,8 +266,12 @@ def _heal_windows(args, loaded):
 
 
 def heal_run(args) -> None:
+    removed = check_request(args.out, args.remove, args.strategy, args.k, args.seed)  # before the model loads
+    check_options(method=args.method, tokens=args.heal_tokens, lr=args.lr, rank=args.rank, seed=args.seed,
+                  batch_size=args.batch_size, names=dict(tokens="--heal-tokens", lr="--lr", rank="--rank",
+                                                         seed="--seed", batch_size="--batch-size", method="--method"))
     loaded = _load(args)
-    removed, strategy = _pruned_blocks(args, loaded, _calibration(args, loaded) if args.strategy else None)
+    removed, strategy = _pruned_blocks(args, loaded, _calibration(args, loaded) if args.strategy else None, removed)
     healed = heal(loaded.model, removed, _heal_windows(args, loaded), method=args.method, tokens=args.heal_tokens,
                   seed=args.seed, lr=args.lr, rank=args.rank, batch_size=args.batch_size, refresh=args.refresh,
                   fingerprint=loaded.fingerprint)

@@ -24,12 +24,14 @@ cache can take them in with ``store_captured`` (each file's sha256 checked on ar
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import json
 import os
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -43,10 +45,36 @@ except ImportError:  # pragma: no cover - not POSIX: entries are written without
 
 ENTRY = "_entry"  # the sidecar's record of the payload: sha256, bytes, and columns/rows for a table
 ROW_SHA = "_sha"  # a journal row's checksum field
+ROW_KEY = "_key"  # a journal row's key: the cache key its journal was written under
 
 
 class CacheError(RuntimeError):
     """A cache file is damaged or does not belong to its key (the message names it and the remedy)."""
+
+
+class DiskFullError(OSError):
+    """A write ran out of space (the message names the file or folder being written)."""
+
+    def __init__(self, path: Path, what: str = "writing"):
+        self.message = (f"no space left on the device {what} {path}; free space there (or write elsewhere) "
+                        f"and run again")
+        super().__init__(self.message)
+        self.errno = errno.ENOSPC
+        self.filename = str(path)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def is_disk_full(err: BaseException) -> bool:
+    """Whether ``err`` says the disk is full: an ``OSError`` ENOSPC, or the text of one that a
+    library in another language (safetensors' Rust writer) turned into its own exception."""
+    if isinstance(err, DiskFullError):
+        return False  # already names its path
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        return True
+    text = str(err)
+    return "No space left on device" in text or "os error 28" in text or "StorageFull" in text
 
 
 def cache_dir() -> Path:
@@ -91,6 +119,8 @@ def readable_mode(path: Path, directory: bool = False) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file renamed into place: old or new, never
+    half. A full disk is a ``DiskFullError`` naming ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -99,6 +129,10 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             handle.write(data)
         readable_mode(tmp)
         os.replace(tmp, path)
+    except OSError as err:
+        if is_disk_full(err):
+            raise DiskFullError(path, f"writing {len(data)} bytes to") from err
+        raise
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
@@ -108,6 +142,42 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+_HELD_FOLDERS: dict[tuple[int, int], int] = {}  # folders this process holds the writers' lock of: depth
+_HELD_GUARD = threading.Lock()
+
+
+@contextlib.contextmanager
+def folder_lock(folder: Path, on_wait: Callable[[], None] | None = None):
+    """Hold the writers' lock of ``folder`` (an ``flock`` on the folder itself: no lock file is
+    left anywhere); the OS releases it if the process dies. Re-entrant within a process.
+    ``on_wait()`` is called once when another process holds it (then this one waits). Without
+    ``fcntl`` (not POSIX) it does nothing."""
+    folder = Path(folder)
+    if fcntl is None:  # pragma: no cover - not POSIX
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    ident = (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
+    with _HELD_GUARD:
+        held = _HELD_FOLDERS.get(ident, 0)
+        _HELD_FOLDERS[ident] = held + 1
+    try:
+        if not held:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if on_wait is not None:
+                    on_wait()
+                fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        with _HELD_GUARD:
+            _HELD_FOLDERS[ident] -= 1
+            if not _HELD_FOLDERS[ident]:
+                del _HELD_FOLDERS[ident]
+        os.close(fd)  # closing the last descriptor releases the lock
+
+
 @contextlib.contextmanager
 def atomic_directory(target: Path, *, keep_existing: bool = False):
     """Yield a temporary folder beside ``target``; on success it is renamed onto ``target``.
@@ -115,35 +185,47 @@ def atomic_directory(target: Path, *, keep_existing: bool = False):
     A failure inside the ``with`` block removes the temporary folder, so a half-written
     directory is never visible under the final name. An existing ``target`` is replaced (moved
     aside, then removed) unless ``keep_existing`` (another process finished the same work
-    first: its copy is kept and this one discarded). Temporary folders of a killed writer
-    are named ``.<target>.*.tmp`` (see ``stale_temporaries``).
+    first: its copy is kept and this one discarded). Writers of one folder take its lock
+    (:func:`folder_lock`) for the whole write, so the temporary folders ``.<target>.*.tmp`` a
+    killed writer left are removed by the next writer of the same target. A full disk is a
+    ``DiskFullError`` naming ``target``.
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
-    try:
-        readable_mode(tmp, directory=True)  # mkdtemp makes it private; the result is an ordinary folder
-        yield tmp
-        if target.exists():
-            if keep_existing:
-                return
-            old = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
-            os.replace(target, old)  # a folder cannot be renamed onto a non-empty one
+    with folder_lock(target.parent):
+        for stale in stale_temporaries(target):  # every live writer of target would hold the lock
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
+        try:
+            readable_mode(tmp, directory=True)  # mkdtemp makes it private; the result is an ordinary folder
             try:
+                yield tmp
+            except Exception as err:
+                if is_disk_full(err):
+                    raise DiskFullError(target) from err
+                raise
+            if target.exists():
+                if keep_existing:
+                    return
+                old = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
+                os.replace(target, old)  # a folder cannot be renamed onto a non-empty one
+                try:
+                    os.replace(tmp, target)
+                finally:
+                    shutil.rmtree(old, ignore_errors=True)
+            else:
                 os.replace(tmp, target)
-            finally:
-                shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, target)
-        note("computed", target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+            note("computed", target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def stale_temporaries(target: Path) -> list[Path]:
     """The temporary folders ``atomic_directory`` left beside ``target`` when its writer died."""
     target = Path(target)
-    return sorted(target.parent.glob(f".{target.name}.*.tmp")) if target.parent.exists() else []
+    if not target.parent.exists():
+        return []
+    return sorted(p for p in target.parent.glob(f".{target.name}.*.tmp") if p.is_dir())
 
 
 def write_table(df: pd.DataFrame, path: Path) -> Path:
@@ -193,10 +275,15 @@ def _damaged(path: Path, cause: str) -> CacheError:
 
 
 def write_entry(path: Path, parts: dict[str, Any], data: bytes, **schema: Any) -> None:
-    """Store ``data`` at ``path`` and its sidecar: ``parts`` plus sha256, size and ``schema``."""
+    """Store ``data`` at ``path`` and its sidecar: ``parts`` plus sha256, size and ``schema``
+    (under the entry's lock, which also lets it remove the temporaries a killed writer left)."""
     record = dict(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data), **schema)
     sidecar = json.dumps({**json.loads(_canonical(parts)), ENTRY: record}, indent=2, sort_keys=True)
     with entry_lock(path):
+        for written in (Path(path), sidecar_path(path)):  # every writer of the entry holds its lock: these are
+            for stale in written.parent.glob(f".{written.name}.*.tmp"):  # a killed writer's temporaries
+                if stale.is_file():
+                    stale.unlink(missing_ok=True)
         atomic_write_bytes(path, data)
         atomic_write_text(sidecar_path(path), sidecar)
     note("computed", path)
@@ -349,17 +436,23 @@ def _row_sha(row: dict[str, Any]) -> str:
 class Journal:
     """Append-only record of finished rows of a resumable sweep.
 
-    Each line is one complete JSON row with its checksum (``_sha``, not returned by ``rows``);
-    a torn last line (a crash mid-write) is ignored. Any other unreadable line, a row whose
-    checksum fails, or one missing a ``required`` field raises ``CacheError`` naming the file
-    and the line: the journal is never silently half-used.
+    Each line is one complete JSON row with its checksum (``_sha``) and the key it belongs to
+    (``_key``: the cache key in the journal's file name, ``<key>.jsonl`` or
+    ``<key>.partial.jsonl``); neither is returned by ``rows``. A torn last line (a crash
+    mid-write) is ignored. Any other unreadable line, a row whose checksum fails, one missing a
+    ``required`` field, or one that names another key (a journal copied or renamed from another
+    computation: another model's, say) raises ``CacheError`` naming the file and the line: the
+    journal is never silently half-used, nor borrowed. A journal whose rows name no key (written
+    by an older zones) cannot be checked and is started again.
     """
 
     def __init__(self, path: Path, required: Sequence[str] = ()):
         self.path = Path(path)
         self.required = tuple(required)
+        self.key = self.path.name.split(".", 1)[0]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._drop_torn_tail()
+        self._drop_unkeyed()
 
     def _drop_torn_tail(self) -> None:
         """Cut a last line that a crash left unfinished, so new rows start on a fresh line."""
@@ -368,6 +461,20 @@ class Journal:
         data = self.path.read_bytes()
         if data and not data.endswith(b"\n"):
             self.path.write_bytes(data[: data.rfind(b"\n") + 1])
+
+    def _drop_unkeyed(self) -> None:
+        """Start again a journal whose first row names no key (an older zones wrote it: nothing ties
+        its rows to this computation)."""
+        if not self.path.exists():
+            return
+        with open(self.path, "rb") as handle:
+            first = handle.readline()
+        try:
+            row = json.loads(first)
+        except ValueError:
+            return  # rows() names the damaged line
+        if isinstance(row, dict) and ROW_SHA in row and ROW_KEY not in row:
+            self.path.unlink()
 
     def _damaged(self, line_no: int, cause: str) -> CacheError:
         return CacheError(f"journal {self.path} line {line_no} is damaged ({cause}); delete {self.path} "
@@ -392,6 +499,11 @@ class Journal:
             sha = row.pop(ROW_SHA)
             if sha != _row_sha(row):
                 raise self._damaged(no, "checksum mismatch: the row was edited or corrupted")
+            key = row.pop(ROW_KEY, None)
+            if key != self.key:
+                raise CacheError(f"journal {self.path} line {no} belongs to another computation (its row names "
+                                 f"the key {key}, this journal's is {self.key}): it was copied or renamed from "
+                                 f"another run; delete {self.path} to recompute the sweep")
             missing = [f for f in self.required if f not in row]
             if missing:
                 raise self._damaged(no, f"missing {', '.join(map(repr, missing))}")
@@ -401,12 +513,17 @@ class Journal:
         return rows
 
     def append(self, row: dict[str, Any]) -> None:
-        row = json.loads(json.dumps(row, default=float))  # the row as it will read back
+        row = json.loads(json.dumps({**row, ROW_KEY: self.key}, default=float))  # the row as it will read back
         line = json.dumps({**row, ROW_SHA: _row_sha(row)})
-        with open(self.path, "a") as handle:
-            handle.write(line + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            with open(self.path, "a") as handle:
+                handle.write(line + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as err:
+            if is_disk_full(err):
+                raise DiskFullError(self.path, "appending to") from err
+            raise
         note("computed", self.path)
 
     def discard(self) -> None:

@@ -159,13 +159,35 @@ def _convert_gguf(gguf_path: Path, target: Path, parts: dict) -> None:
         _write_converted(gguf_path, target, parts)  # replaces an incomplete or damaged copy
 
 
+GGUF_MAGIC = b"GGUF"
+
+
+def check_gguf_file(path: Path) -> None:
+    """A GGUF file that cannot be one (empty, or without the GGUF magic) is one error naming it,
+    before the conversion starts."""
+    size = path.stat().st_size
+    if size == 0:
+        raise ModelLoadError(f"GGUF file {path} is empty (0 bytes): an interrupted download or copy; "
+                             f"copy the file again")
+    with open(path, "rb") as handle:
+        head = handle.read(4)
+    if head != GGUF_MAGIC:
+        raise ModelLoadError(f"{path} is not a GGUF file (it starts with {head!r}, not {GGUF_MAGIC!r}); "
+                             f"pass a .gguf model file")
+
+
 def _write_converted(gguf_path: Path, target: Path, parts: dict) -> None:
     """Convert into a temporary folder beside ``target``, with its manifest, then rename it
     into place (``zones.core.cache.atomic_directory``)."""
+    check_gguf_file(gguf_path)
     print(f"zones: converting {gguf_path.name} to safetensors (once, ~30 s) ...", flush=True)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-    model = transformers.AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=torch.float32,
-                                                 **_dequantized_kwargs(gguf_path))
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+        model = transformers.AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=torch.float32,
+                                                                  **_dequantized_kwargs(gguf_path))
+    except Exception as err:  # noqa: BLE001 - a truncated or foreign file: name it, not the parser
+        raise ModelLoadError(f"cannot read GGUF file {gguf_path} ({_one_line(err)}); copy the file again, "
+                             f"or pass a model directory") from err
     model = _plain_model(model)
     with atomic_directory(target) as tmp:  # a half-converted model is never visible under the final name
         model.save_pretrained(tmp, safe_serialization=True)
@@ -225,6 +247,7 @@ def resolve_source(name: str) -> str:
     if path.suffix == ".gguf":
         if not path.exists():
             raise ModelLoadError(f"GGUF file {path} does not exist")
+        check_gguf_file(path)  # before the conversion's lock and messages
         return str(converted_gguf_dir(path))
     if path.exists():
         if not (path / "config.json").exists():

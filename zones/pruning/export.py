@@ -11,8 +11,14 @@ renumbered 0..n-1, so that the KV cache of ``generate`` gives each remaining blo
 (``zones.core.cache.atomic_directory``): ``config.json`` (``use_cache`` on again),
 ``model.safetensors``, the generation config, the tokenizer, and ``zones-provenance.json``
 (:data:`PROVENANCE`): the source model's name and fingerprint, the removed blocks (source
-numbering), the strategy that chose them, any healing, and the zones and transformers
-versions. ``transformers.AutoModelForCausalLM.from_pretrained(out)`` loads it without zones.
+numbering), the strategy that chose them, any healing, the zones and transformers versions,
+and the files written. ``transformers.AutoModelForCausalLM.from_pretrained(out)`` loads it
+without zones.
+
+Nothing is lost: an ``out`` that exists is replaced only when it holds a previous export (its
+provenance lists every file in it); a folder with anything else in it, the current folder or
+one above it is refused before any work (:func:`check_out_folder`). A killed export's hidden
+temporary folder (``.NAME.*.tmp``) is removed by the next export to the same ``out``.
 
 ``choose_removed(model, strategy, k, ...)`` asks a pruning strategy (``zones.pruning``) for
 its k blocks, as ``zones prune`` would.
@@ -65,10 +71,50 @@ def per_block_keys(config, n_blocks: int) -> list[str]:
     return keys
 
 
+def parse_remove_flag(value, flag: str = "--remove") -> list[int]:
+    """``--remove 3,11,20`` (the text, or the list the command line parsed it into) as block
+    indices, before any model loads: one line naming the flag when it names no block, something
+    that is not a block index, or a block twice."""
+    shown = value if isinstance(value, str) else ",".join(map(str, value))
+    parts = [part.strip() for part in value.split(",")] if isinstance(value, str) else list(value)
+    if not any(str(part).strip() for part in parts):
+        raise ExportError(f"{flag} {shown!r} names no block; pass the blocks to remove, e.g. {flag} 3,11,20")
+    blocks = []
+    for part in parts:
+        text = str(part).strip()
+        if isinstance(part, bool) or not text.isdigit():  # refuses "", "-1", "1.5", "a": block indices count from 0
+            raise ExportError(f"{flag} needs comma-separated block indices (integers from 0) such as 3,11,20; "
+                              f"{text!r} in {shown!r} is not one")
+        blocks.append(int(text))
+    twice = sorted({b for b in blocks if blocks.count(b) > 1})
+    if twice:
+        raise ExportError(f"{flag} {shown} names block{'s' if len(twice) > 1 else ''} "
+                          f"{', '.join(map(str, twice))} twice; name each block once")
+    return blocks
+
+
 def check_removed(model: nn.Module, removed: Iterable[int]) -> list[int]:
-    """The removed blocks, checked against the model (sorted, unique; at least one block remains)."""
-    removed = check_layers(model, removed)
+    """The removed blocks, checked against the model: integers (python or numpy; not bools, not
+    floats such as 1.7), each named once, at least one, and at least one block remains.
+    Returned sorted."""
+    if isinstance(removed, (str, bytes)) or not isinstance(removed, Iterable):
+        raise ExportError(f"removed must be a list of block indices; got {removed!r}")
+    try:
+        removed = [check_int(b, "removed block", min=0) for b in removed]
+    except ValueError as err:
+        raise ExportError(str(err)) from None
+    if not removed:
+        raise ExportError("removed names no block; pass at least one block to remove")
+    if len(set(removed)) < len(removed):
+        twice = sorted({b for b in removed if removed.count(b) > 1})
+        raise ExportError(f"removed names block{'s' if len(twice) > 1 else ''} {', '.join(map(str, twice))} "
+                          f"twice; name each block once")
     n = get_adapter(model).n_blocks
+    outside = [b for b in removed if b >= n]
+    if outside:
+        raise ExportError(f"--remove names block{'s' if len(outside) > 1 else ''} {', '.join(map(str, outside))}, "
+                          f"but the model has blocks 0..{n - 1}")
+    removed = check_layers(model, removed)
     if len(removed) >= n:
         raise ExportError(f"--remove names all {n} blocks; at least one block must remain")
     config = model.config
@@ -129,16 +175,59 @@ def provenance(model: nn.Module, removed: Sequence[int], *, source: str, strateg
     )
 
 
-def save_directory(pruned: nn.Module, out: str | Path, record: dict, tokenizer=None) -> Path:
-    """Write an already pruned model, its tokenizer and ``record`` to ``out`` atomically."""
+def _files(folder: Path) -> list[str]:
+    """Every file under ``folder``, as sorted relative POSIX paths."""
+    return sorted(p.relative_to(folder).as_posix() for p in Path(folder).rglob("*") if not p.is_dir())
+
+
+def check_out_folder(out: str | Path, flag: str = "--out") -> Path:
+    """``out`` of an export, before any work: a new (or empty) folder, or one that holds a
+    previous export and nothing else (its provenance lists every file in it), which is replaced.
+
+    Refused, with one line naming the folder: a file; the current folder or one above it (it
+    cannot be replaced under the running command); a folder without :data:`PROVENANCE` (a
+    user's folder: replacing it would delete what is in it); an export written before
+    provenance listed its files; an export with a file added since.
+    """
     out = Path(out).expanduser()
     if out.exists() and not out.is_dir():
-        raise ExportError(f"--out {out} is a file; pass a folder for the model")
+        raise ExportError(f"{flag} {out} is a file; pass a folder for the model")
+    here = Path.cwd().resolve()
+    if out.resolve() == here or out.resolve() in here.parents:
+        raise ExportError(f"{flag} {out} is the current folder{'' if out.resolve() == here else ' or holds it'}: "
+                          f"the export replaces its folder whole; pass a new folder, e.g. {flag} pruned-model")
+    if not out.is_dir() or not any(out.iterdir()):
+        return out
+    remedy = "pass a new folder, or move its contents away to reuse the name"
+    record_path = out / PROVENANCE
+    if not record_path.is_file():
+        raise ExportError(f"{flag} {out} exists and holds no {PROVENANCE}, so it is not a previous export, and the "
+                          f"export would replace it whole; {remedy}")
+    try:
+        listed = json.loads(record_path.read_text(encoding="utf-8")).get("files")
+    except (ValueError, UnicodeDecodeError, AttributeError):
+        listed = None
+    if not isinstance(listed, list):
+        raise ExportError(f"{flag} {out}: its {PROVENANCE} lists no files (damaged, or written by an older zones), "
+                          f"so zones cannot tell whether the folder holds anything else; {remedy}")
+    extra = sorted(set(_files(out)) - set(listed) - {PROVENANCE})
+    if extra:
+        more = f" and {len(extra) - 1} more" if len(extra) > 1 else ""
+        raise ExportError(f"{flag} {out} holds {out / extra[0]}{more}, which the previous export did not write, and "
+                          f"the export would replace the folder whole; {remedy}")
+    return out
+
+
+def save_directory(pruned: nn.Module, out: str | Path, record: dict, tokenizer=None) -> Path:
+    """Write an already pruned model, its tokenizer and ``record`` (plus the list of files
+    written) to ``out`` atomically; ``out`` is checked first (:func:`check_out_folder`)."""
+    out = check_out_folder(out)
     pruned.config.use_cache = True  # zones.core.models turns it off for scoring; generation wants it
     with atomic_directory(out) as tmp:
         pruned.save_pretrained(tmp, safe_serialization=True)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
+        record = dict(record, files=_files(tmp))
         atomic_write_text(Path(tmp) / PROVENANCE, json.dumps(record, indent=2, sort_keys=True))
     return out
 
@@ -152,6 +241,25 @@ def export_model(model: nn.Module, removed: Iterable[int], out: str | Path, *, t
     record = provenance(model, removed, source=source or str(getattr(model.config, "name_or_path", "")),
                         strategy=strategy, seed=seed, fingerprint=fingerprint)
     return save_directory(pruned_copy(model, removed), out, record, tokenizer)
+
+
+def check_request(out: str | Path, remove: str | None = None, strategy: str | None = None, k=None,
+                  seed=0) -> list[int] | None:
+    """Every flag of ``zones export``/``heal`` that can be checked without the model, before it
+    loads: ``--out`` (:func:`check_out_folder`), ``--remove`` (:func:`parse_remove_flag`), or
+    ``--strategy`` (a registered name) with ``--k`` (>= 1) and ``--seed`` (>= 0). Returns the
+    blocks of ``--remove``, or None when a strategy chooses them."""
+    check_out_folder(out)
+    check_int(seed, "--seed", min=0)
+    if remove is not None:
+        if strategy is not None or k is not None:
+            raise ExportError("pass either --remove or --strategy with --k, not both")
+        return parse_remove_flag(remove)
+    if strategy is None or k is None:
+        raise ExportError("pass --remove 3,11,20 or --strategy NAME --k K")
+    get_strategy(strategy)
+    check_int(k, "--k", min=1)
+    return None
 
 
 def read_provenance(directory: str | Path) -> dict:

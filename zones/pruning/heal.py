@@ -45,8 +45,8 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from zones.core.adapters import get_adapter
-from zones.core.cache import entry_path, read_entry, write_entry
-from zones.core.checks import check_int
+from zones.core.cache import entry_path, read_entry, sidecar_path, write_entry
+from zones.core.checks import check_choice, check_float, check_int
 from zones.core.data import Windows
 from zones.core.models import model_fingerprint
 from zones.measure.evaluate import evaluate_loss, model_device
@@ -97,8 +97,10 @@ class HealResult:
     from_cache: bool = False
 
     def record(self) -> dict:
-        """The ``healing`` entry of the exported provenance."""
-        return dict(method=self.method, tokens=self.tokens, seed=self.seed, calibration=self.key["windows"],
+        """The ``healing`` entry of the exported provenance: what was used (``tokens``: the
+        calibration tokens the healing saw), beside what was asked (``tokens_budget``)."""
+        return dict(method=self.method, tokens=self.tokens, tokens_budget=self.key["tokens"], seed=self.seed,
+                    calibration=self.key["windows"], calibration_windows=self.key["n_windows"],
                     calibration_loss_before=self.calibration_before, calibration_loss_after=self.calibration_after,
                     notes=self.notes, **{k: self.key[k] for k in ("lr", "rank", "ridge") if k in self.key})
 
@@ -111,14 +113,31 @@ def heal_key(fingerprint: str, removed: Sequence[int], method: str, tokens: int,
                 n_windows=calibration.n_windows, **hyper)
 
 
-def _check(method: str, tokens, calibration: Windows, batch_size) -> None:
-    if method not in METHODS:
-        raise HealError(f"method must be one of {METHODS}; got {method!r}")
+PARAMETERS = dict(method="method", tokens="tokens (the healing budget)", lr="lr", rank="rank", ridge="ridge",
+                  seed="seed", batch_size="batch_size")
+
+
+def check_options(*, method: str = "lora", tokens=DEFAULT_TOKENS, lr=DEFAULT_LR, rank=DEFAULT_RANK,
+                  ridge=DEFAULT_RIDGE, seed=0, batch_size=4, names: dict[str, str] | None = None) -> None:
+    """Check healing's options before any work (``HealError``, one line naming the option as
+    ``names`` spells it: the command line passes its flags, the library its parameter names):
+    ``method`` one of :data:`METHODS`, ``tokens``, ``rank`` and ``batch_size`` integers >= 1,
+    ``seed`` >= 0, ``lr`` and ``ridge`` finite and > 0."""
+    name = {**PARAMETERS, **(names or {})}
     try:
-        check_int(tokens, "tokens (the healing budget)", min=1)
-        check_int(batch_size, "batch_size", min=1)
+        check_choice(method, name["method"], METHODS)
+        check_int(tokens, name["tokens"], min=1)
+        check_int(batch_size, name["batch_size"], min=1)
+        check_int(seed, name["seed"], min=0)
+        check_int(rank, name["rank"], min=1)
+        check_float(lr, name["lr"], min=0.0, min_inclusive=False)
+        check_float(ridge, name["ridge"], min=0.0, min_inclusive=False)
     except ValueError as err:
         raise HealError(str(err)) from None
+
+
+def _check(method: str, tokens, calibration: Windows, batch_size, **options) -> None:
+    check_options(method=method, tokens=tokens, batch_size=batch_size, **options)
     if not isinstance(calibration, Windows):
         raise TypeError(f"calibration must be zones.core.data.Windows, not {type(calibration).__name__}")
     if calibration.split != "calibration":
@@ -164,16 +183,28 @@ def _set_lora_state(peft_model, state: dict) -> None:
     set_peft_model_state_dict(peft_model, state)
 
 
+def progress_path(key: dict) -> Path:
+    """Where the LoRA checkpoint of the healing run ``key`` lives (its sidecar names the key)."""
+    return entry_path("heal-progress", key, "pt")
+
+
+def _discard_progress(key: dict) -> None:
+    path = progress_path(key)
+    path.unlink(missing_ok=True)
+    sidecar_path(path).unlink(missing_ok=True)
+
+
 def _train_lora(pruned: nn.Module, calibration: Windows, key: dict, *, steps: int, batch_size: int, lr: float,
-                rank: int, seed: int, save_every: int, cache: bool, progress: bool):
-    """Train, checkpointing to the cache; returns (merged model, history rows)."""
+                rank: int, seed: int, save_every: int, cache: bool, progress: bool, resume: bool = True):
+    """Train, checkpointing to the cache (resuming from its checkpoint when ``resume``); returns
+    (merged model, history rows)."""
     peft_model = _lora_model(pruned, rank, seed)
     params = [p for p in peft_model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    progress_path = entry_path("heal-progress", key, "pt")
+    progress_path_ = progress_path(key)
     start, rows = 0, []
-    if cache:
-        found = read_entry(progress_path, key)
+    if cache and resume:
+        found = read_entry(progress_path_, key)
         if found is not None:
             state = _from_bytes(found[0])
             _set_lora_state(peft_model, state["lora"])
@@ -197,7 +228,7 @@ def _train_lora(pruned: nn.Module, calibration: Windows, key: dict, *, steps: in
         bar.update(1)
         bar.set_postfix(loss=f"{float(loss.detach()):.3f}")
         if cache and ((step + 1) % save_every == 0) and step + 1 < steps:
-            write_entry(progress_path, key, _to_bytes(dict(lora=_lora_state(peft_model), rows=rows,
+            write_entry(progress_path_, key, _to_bytes(dict(lora=_lora_state(peft_model), rows=rows,
                                                            optimizer=optimizer.state_dict(), step=step + 1)))
     bar.close()
     state = _lora_state(peft_model)
@@ -315,6 +346,28 @@ def _apply_bridges(pruned: nn.Module, removed: list[int], bridges: dict) -> nn.M
 # The entry point
 # --------------------------------------------------------------------------------------------
 
+def tokens_used(method: str, tokens: int, calibration: Windows, batch_size: int) -> int:
+    """The calibration tokens a healing run sees (scored tokens, ``seq_len − 1`` per window):
+    LoRA's whole steps (cycling through the windows), or the bridge's fitted windows, which the
+    calibration split may hold fewer of than ``tokens``."""
+    per_window = calibration.seq_len - 1
+    if method == "lora":
+        return math.ceil(tokens / (batch_size * per_window)) * batch_size * per_window
+    return min(calibration.n_windows, math.ceil(tokens / per_window)) * per_window
+
+
+def budget_notes(method: str, tokens: int, calibration: Windows, batch_size: int) -> list[str]:
+    """What the provenance must say when the budget and the tokens used differ."""
+    used, held = tokens_used(method, tokens, calibration, batch_size), calibration.n_scored_tokens
+    if method == "bridge" and used < tokens:
+        return [f"the calibration windows hold {held} of the {tokens} tokens budgeted; the bridge was fitted on "
+                f"all {used} of them"]
+    if method == "lora" and used > held:
+        return [f"the calibration windows hold {held} tokens; LoRA trained on {used} tokens "
+                f"({used / held:.1f} passes over them) for the budget of {tokens}"]
+    return []
+
+
 def heal(model: nn.Module, removed: Sequence[int], calibration: Windows, *, method: str = "lora",
          tokens: int = DEFAULT_TOKENS, seed: int = 0, lr: float = DEFAULT_LR, rank: int = DEFAULT_RANK,
          ridge: float = DEFAULT_RIDGE, batch_size: int = 4, save_every: int = 25, cache: bool = True,
@@ -322,11 +375,14 @@ def heal(model: nn.Module, removed: Sequence[int], calibration: Windows, *, meth
     """Remove ``removed`` from a copy of ``model`` and heal it on ``calibration`` (module docstring).
 
     ``model`` itself is never changed. ``tokens`` is the budget: LoRA trains on that many
-    calibration tokens (cycling through the windows); the bridge fits on the first
-    ``ceil(tokens / (seq_len − 1))`` calibration windows. Returns a :class:`HealResult` whose
+    calibration tokens (cycling through the windows; whole steps, so a little more); the bridge
+    fits on the first ``ceil(tokens / (seq_len − 1))`` calibration windows, or all of them when
+    the split holds fewer. ``HealResult.tokens`` is the number used (:func:`tokens_used`), and a
+    note says when it differs from the budget. ``refresh=True`` heals again, ignoring (and
+    replacing) the cached result and any LoRA checkpoint. Returns a :class:`HealResult` whose
     ``model`` is a plain transformers model (adapters merged, bridges folded).
     """
-    _check(method, tokens, calibration, batch_size)
+    _check(method, tokens, calibration, batch_size, lr=lr, rank=rank, ridge=ridge, seed=seed)
     removed = check_removed(model, removed)
     fingerprint = fingerprint or model_fingerprint(model)
     hyper = dict(lr=float(lr), rank=int(rank), batch_size=batch_size) if method == "lora" else dict(ridge=float(ridge))
@@ -338,26 +394,28 @@ def heal(model: nn.Module, removed: Sequence[int], calibration: Windows, *, meth
     n_fit = min(calibration.n_windows, math.ceil(tokens / (calibration.seq_len - 1)))
     fit_windows = Windows(calibration.input_ids[:n_fit], calibration.corpus, calibration.split,
                           calibration.fingerprint)
+    used = tokens_used(method, tokens, calibration, batch_size)
+    budget = budget_notes(method, tokens, calibration, batch_size)
+    if refresh:
+        _discard_progress(key)  # heal again: a checkpoint of an earlier run (even a damaged one) is not resumed
     found = None if (refresh or not cache) else read_entry(path, key)
     if found is not None:
         state = _from_bytes(found[0])
         healed = (_apply_lora(pruned, state["lora"], rank, seed) if method == "lora"
                   else _apply_bridges(pruned, removed, state["bridges"]))
         history = pd.DataFrame(state["rows"], columns=HISTORY_COLUMNS)
-        return HealResult(healed, removed, method, tokens, seed, key, history, float(state["before"]),
-                          float(state["after"]), list(state["notes"]), from_cache=True)
+        notes = budget + [n for n in state["notes"] if n not in budget and "tokens budgeted" not in n]
+        return HealResult(healed, removed, method, used, seed, key, history, float(state["before"]),
+                          float(state["after"]), notes, from_cache=True)
     score_windows = calibration if method == "lora" else fit_windows
     before = evaluate_loss(pruned, score_windows, batch_size).loss
-    notes: list[str] = []
-    if method == "bridge" and fit_windows.n_scored_tokens < tokens:
-        notes.append(f"the calibration windows hold {fit_windows.n_scored_tokens} of the {tokens} tokens "
-                     f"budgeted; the bridge was fitted on all of them")
     bridges: dict = {}
+    notes: list[str] = []
     if method == "lora":
         steps = math.ceil(tokens / (batch_size * (calibration.seq_len - 1)))
         healed, lora, rows = _train_lora(pruned, calibration, key, steps=steps, batch_size=batch_size, lr=lr,
                                          rank=rank, seed=seed, save_every=save_every, cache=cache,
-                                         progress=progress)
+                                         progress=progress, resume=not refresh)
         payload = dict(lora=lora)
     else:
         bridges, notes = _bridge_spans(pruned, model, removed, fit_windows, batch_size=batch_size, ridge=ridge,
@@ -370,12 +428,12 @@ def heal(model: nn.Module, removed: Sequence[int], calibration: Windows, *, meth
     if method == "bridge" and bridges and not after < before:
         notes.append(f"bridges dropped: they raised the calibration loss ({before:.4f} -> {after:.4f} nats)")
         healed, payload, after = pruned_copy(model, removed).eval(), dict(bridges={}), before
-    rows = [(0, 0, before)] + rows + [(len(rows) + 1 if method == "bridge" else len(rows), tokens, after)]
+    rows = [(0, 0, before)] + rows + [(len(rows) + 1 if method == "bridge" else len(rows), used, after)]
     rows = [(int(s), int(t), float(v)) for s, t, v in rows]
     if cache:
         write_entry(path, key, _to_bytes(dict(payload, rows=rows, before=before, after=after, notes=notes)))
     history = pd.DataFrame(rows, columns=HISTORY_COLUMNS)
-    return HealResult(healed, removed, method, tokens, seed, key, history, before, after, notes)
+    return HealResult(healed, removed, method, used, seed, key, history, before, after, budget + notes)
 
 
 def export_healed(result: HealResult, out: str | Path, *, tokenizer=None, source: str = "",

@@ -114,10 +114,10 @@ class _Training:
     """One run in progress: model, optimizer, data and the logs so far (``state``)."""
 
     def __init__(self, config: TrainConfig, key: dict, partial_dir: Path, device: torch.device,
-                 keep_checkpoints: bool):
+                 keep_checkpoints: bool, refresh_caches: bool = False):
         self.config, self.key, self.partial_dir, self.device = config, key, partial_dir, device
         corpus = load_corpus(config.corpus)
-        self.tokenizer, ids = tokenizer_and_tokens(corpus, config.vocab_size)
+        self.tokenizer, ids = tokenizer_and_tokens(corpus, config.vocab_size, refresh=refresh_caches)
         self.train_windows, _ = split_windows(ids, config.seq_len, config.heldout_every)
         self.eval_windows = heldout_split(config, config.eval_windows, corpus=corpus, ids=ids)
         batch_indices(len(self.train_windows), config.batch_size, 0, config.seed)  # fails early if too small
@@ -258,7 +258,8 @@ def train_model(config: TrainConfig, *, device: str | None = None, refresh: bool
 
     ``stop_after=N`` stops after step N as an interruption would, after writing a checkpoint,
     and raises ``TrainingInterrupted``; the next call resumes from it. ``on_step(step, loss)``
-    is called after every optimizer step. ``refresh=True`` retrains from scratch.
+    is called after every optimizer step. ``refresh=True`` retrains from scratch, with the
+    corpus's tokenizer and token ids computed again too (so it gets past a damaged copy).
     ``keep_checkpoints=True`` also keeps the model at every snapshot step as a loadable
     directory ``run.path/checkpoints/step-NNNNNN`` (config, safetensors, tokenizer and
     ``zones-checkpoint.json`` with its step), for ``zones.series.checkpoints``; a cached run that
@@ -270,6 +271,7 @@ def train_model(config: TrainConfig, *, device: str | None = None, refresh: bool
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     check_precision(config.precision, device, what=f"training precision {config.precision!r} (set precision='fp32')")
     key = run_key(config, load_corpus(config.corpus).fingerprint)
+    refresh_caches = refresh  # asked for: the tokenizer and token caches are replaced too
     final_dir = cache_dir() / "train" / cache_key(key)
     partial_dir = partial_path(final_dir)
     if keep_checkpoints and is_finished(final_dir) and not (final_dir / "checkpoints").is_dir():
@@ -280,7 +282,7 @@ def train_model(config: TrainConfig, *, device: str | None = None, refresh: bool
         shutil.rmtree(partial_dir, ignore_errors=True)
     if is_finished(final_dir):
         return load_run(final_dir)
-    training = _Training(config, key, partial_dir, device, keep_checkpoints)
+    training = _Training(config, key, partial_dir, device, keep_checkpoints, refresh_caches)
     _run_loop(training, progress, stop_after, on_step)
     history = pd.DataFrame(training.state["history"], columns=HISTORY_COLUMNS)
     snapshots = pd.DataFrame(training.state["snapshots"], columns=SNAPSHOT_COLUMNS)

@@ -62,16 +62,18 @@ def _load_tokenizer(folder: Path) -> PreTrainedTokenizerFast:
                          f"{first}); delete the folder {folder} to train it again") from None
 
 
-def train_tokenizer(corpus, vocab_size: int) -> PreTrainedTokenizerFast:
+def train_tokenizer(corpus, vocab_size: int, refresh: bool = False) -> PreTrainedTokenizerFast:
     """A byte-level BPE tokenizer trained on ``corpus`` (a ``zones.core.data.Corpus``), cached.
 
     Returned as a ``transformers.PreTrainedTokenizerFast`` with ``<|endoftext|>`` as its
     end-of-text token, so it saves and loads like any model's tokenizer. The cached folder is
-    verified against its manifest before it is used (``CacheError`` when a file changed).
+    verified against its manifest before it is used (``CacheError`` when a file changed);
+    ``refresh=True`` trains it again and replaces the folder, damaged or not (BPE training is
+    deterministic: an intact copy is replaced by the same bytes).
     """
     parts = tokenizer_parts(corpus, vocab_size)
     folder = tokenizer_folder(corpus, vocab_size)
-    if verify_manifest(folder, parts):
+    if not refresh and verify_manifest(folder, parts):
         return _load_tokenizer(folder)
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -86,19 +88,21 @@ def train_tokenizer(corpus, vocab_size: int) -> PreTrainedTokenizerFast:
     return _load_tokenizer(folder)
 
 
-def tokenizer_and_tokens(corpus, vocab_size: int):
-    """The corpus's BPE tokenizer of ``vocab_size`` and the corpus's token ids under it (cached)."""
-    tokenizer = train_tokenizer(corpus, vocab_size)
+def tokenizer_and_tokens(corpus, vocab_size: int, refresh: bool = False):
+    """The corpus's BPE tokenizer of ``vocab_size`` and the corpus's token ids under it (cached;
+    ``refresh=True`` computes both again and replaces the cached copies, damaged or not)."""
+    tokenizer = train_tokenizer(corpus, vocab_size, refresh=refresh)
     tokenizer_sha = file_sha256(tokenizer_folder(corpus, vocab_size) / TOKENIZER_FILE)
-    return tokenizer, corpus_tokens(corpus, tokenizer, tokenizer_sha)
+    return tokenizer, corpus_tokens(corpus, tokenizer, tokenizer_sha, refresh=refresh)
 
 
-def corpus_tokens(corpus, tokenizer, tokenizer_id: str) -> np.ndarray:
+def corpus_tokens(corpus, tokenizer, tokenizer_id: str, refresh: bool = False) -> np.ndarray:
     """All token ids of ``corpus`` under ``tokenizer`` (int32), a checksummed cache entry keyed
-    by the corpus and ``tokenizer_id`` (the sha256 of the tokenizer's file)."""
+    by the corpus and ``tokenizer_id`` (the sha256 of the tokenizer's file); ``refresh=True``
+    recomputes and replaces it."""
     parts = dict(kind="tokens", version=VERSION, corpus=corpus.fingerprint, tokenizer=tokenizer_id)
     path = entry_path("tokens", parts, ext="npy")
-    found = read_entry(path, parts)  # CacheError when the file was replaced or truncated
+    found = None if refresh else read_entry(path, parts)  # CacheError when the file was replaced or truncated
     if found is not None:
         try:
             return np.load(io.BytesIO(found[0]), allow_pickle=False)
