@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -332,10 +333,14 @@ def heal_cli(model, out, *extra) -> list[str]:
 
 
 def one_error(capfd, argv: list[str], *expected: str) -> str:
-    """Run ``zones ARGV``: exit 1 and one error line holding every ``expected`` text."""
-    code = main(argv)
+    """Run ``zones ARGV``: exit 1 (or 2, a flag's type refused by the parser) and one error line
+    holding every ``expected`` text."""
+    try:
+        code = main(argv)
+    except SystemExit as stop:  # argparse: a value that does not fit the flag's glossary type
+        code = stop.code
     lines = messages(capfd.readouterr().err)
-    assert code == 1 and len(lines) == 1 and lines[0].startswith(f"zones {argv[0]}: error: "), lines
+    assert code in (1, 2) and len(lines) == 1 and lines[0].startswith(f"zones {argv[0]}: error: "), lines
     for text in expected:
         assert text in lines[0], lines[0]
     return lines[0]
@@ -376,7 +381,8 @@ def test_a_killed_exports_hidden_temporary_is_removed_by_the_next_export(tmp_pat
     stale.mkdir()
     (stale / "model.safetensors").write_bytes(b"\0" * 4096)
     assert main(export(tiny_model_dir, out, "--remove", "1")) == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["pruned"]
+    assert out.is_dir() and not stale.exists()
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".pruned")]
 
 
 # --- nothing lost: the book's chapters and its one build at a time ----------------------------------
@@ -530,44 +536,31 @@ def test_a_pruning_journal_copied_from_another_models_run_is_refused(tmp_path, c
     other = save_model(tmp_path / "other", tiny_model("llama", n_layers=6, seed=1, vocab=len(tiny_tokenizer)),
                        tiny_tokenizer)
     assert main(prune(tiny_model_dir, corpus_file, "--out", str(tmp_path / "a"))) == 0
-    journals = set((cache_dir() / "pruning-losses").glob("*.jsonl"))
+    journals = set((cache_dir() / "window-losses").glob("*.jsonl"))
     assert main(prune(other, corpus_file, "--out", str(tmp_path / "b"))) == 0
     capfd.readouterr()
-    (mine,) = set((cache_dir() / "pruning-losses").glob("*.jsonl")) - journals
+    (mine,) = set((cache_dir() / "window-losses").glob("*.jsonl")) - journals
     (borrowed,) = journals
     mine.write_bytes(borrowed.read_bytes())  # the other model's rows under this model's key
     fails_cleanly(capfd, prune(other, corpus_file), tmp_path / "out", str(mine), "another computation", "delete")
 
 
-def test_an_ablation_journal_copied_from_another_models_run_is_refused(tmp_path, monkeypatch, tiny_tokenizer,
-                                                                     one_thread):
+def test_an_ablation_journal_copied_from_another_models_run_is_refused(tmp_path, tiny_tokenizer, one_thread):
     import zones.measure.ablation as ablation
     from zones.core.cache import CacheError, cache_dir
     from zones.core.data import make_windows
 
     windows = make_windows(np.arange(16 * 32) % 250, 32, "eval", 8 * 31)
     first, second = tiny_model("llama", seed=0), tiny_model("llama", seed=1)
-    real = ablation._BatchScorer.row
-    calls = {"n": 0}
-
-    def dying_row(self, *args):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt
-        return real(self, *args)
-
-    for model in (first, second):
-        calls["n"] = 0
-        monkeypatch.setattr(ablation._BatchScorer, "row", dying_row)
-        with pytest.raises(KeyboardInterrupt):
-            ablation.ablation_table(model, windows, batch_size=4, progress=False)
-    journals = sorted((cache_dir() / "ablation").glob("*.partial.jsonl"), key=lambda p: p.stat().st_mtime)
-    assert len(journals) == 2
-    journals[1].write_bytes(journals[0].read_bytes())  # the first model's rows under the second's key
-    monkeypatch.setattr(ablation._BatchScorer, "row", real)
+    ablation.ablation_table(first, windows, batch_size=4, progress=False)
+    (borrowed,) = (cache_dir() / "window-losses").glob("*.jsonl")
+    ablation.ablation_table(second, windows, batch_size=4, progress=False)
+    (mine,) = set((cache_dir() / "window-losses").glob("*.jsonl")) - {borrowed}
+    mine.write_bytes(borrowed.read_bytes())  # the first model's rows under the second's key
+    shutil.rmtree(cache_dir() / "ablation", ignore_errors=True)  # the tables: the losses are read again
     with pytest.raises(CacheError, match="another computation") as err:
         ablation.ablation_table(second, windows, batch_size=4, progress=False)
-    assert str(journals[1]) in str(err.value)
+    assert str(mine) in str(err.value)
 
 
 def test_a_heal_checkpoint_copied_from_another_run_is_refused(monkeypatch, one_thread):
@@ -635,7 +628,7 @@ def test_check_removed_refuses_bools_and_non_integers():
 @pytest.mark.parametrize("command", [export, heal_cli], ids=["export", "heal"])
 @pytest.mark.parametrize("remove, expected", [
     ("", "names no block"), (",", "names no block"), ("1,1", "block 1 twice"), ("a", "'a'"),
-    ("-1", "'-1'"), ("1.5", "'1.5'"),
+    ("-1", "-1"), ("1.5", "1.5"),
 ], ids=["empty", "commas", "twice", "letter", "negative", "fraction"])
 def test_a_bad_remove_flag_is_named_before_the_model_loads(tmp_path, capfd, command, remove, expected):
     one_error(capfd, command(NO_MODEL, tmp_path / "out", "--remove", remove), "--remove", expected)

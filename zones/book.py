@@ -705,11 +705,11 @@ def build_book(parameters: dict[str, Any] | None = None, only: list[str] | None 
     if unknown:
         raise ValueError(f"unknown chapter(s) {unknown}; the book has {names}")
     with project_lock(root, log=lambda message: print(message, file=sys.stderr, flush=True)):
-        return _build_book(root, names, parameters, only, execute, models, progress)
+        return _build_book(root, names, parameters, only, execute, models, budget, from_text, progress)
 
 
 def _build_book(root: Path, names: list[str], parameters: dict[str, Any] | None, only: list[str] | None,
-                execute: bool, models: list[str] | None, progress: bool) -> Path:
+                execute: bool, models: list[str] | None, budget: str, from_text: bool, progress: bool) -> Path:
     if execute:
         order = [n for n in execution_order(names) if not only or n in only]
         with counting() as tally:  # the cache entries the chapters' kernels read and computed
