@@ -147,7 +147,7 @@ def test_primer_run_on_a_tiny_model_returns_the_tables_the_page_draws(tmp_path, 
 
     training = dict(MICRO_TRAINING, corpus=micro_corpus)
     result = primer.run(models=str(tiny_model_dir), rows=40, cols=80, tail_df=1.5, tail_dfs=[1.0, 1.5, 4.0],
-                        depths=[2], train_overrides=training, out_dir=str(tmp_path / "out"))
+                        depths=[3, 2], train_overrides=training, out_dir=str(tmp_path / "out"))
     matrices = result["matrices"]
     assert matrices["kind"].tolist() == ["gaussian", "heavy-tailed", "trained", "initialised", "trained"]
     assert matrices["matrix"].is_unique and result.extra["order"] == matrices["matrix"].tolist()

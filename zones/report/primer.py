@@ -4,7 +4,7 @@ Five kinds of matrix, each one row of ``matrices``: a Gaussian random matrix (th
 Marchenko–Pastur law's own case), a heavy-tailed random matrix (Student-t entries), one matrix
 of each trained model of ``models``, and the same matrix of a depth-series model at
 initialisation and after training (the depth-series chapter's cached run: seed 0 of the
-deepest depth of ``profile``; ``zones.series.build_model`` rebuilds its initial weights, the
+shallowest depth of ``profile``; ``zones.series.build_model`` rebuilds its initial weights, the
 same seed). Every number is the library's: ``zones.spectra.spectral_table`` (α_shape, the
 power-law α and the rest), ``zones.spectra.random`` (Marchenko–Pastur), ``zones.spectra.pictures``
 (the pictures the fits read). No forward pass: only weights.
@@ -91,12 +91,12 @@ def model_matrix(model: torch.nn.Module, role: str, position: float) -> tuple[in
 
 
 def series_run_config(profile: str, depths=None, train_overrides: dict | None = None):
-    """The depth-series run the primer reads: seed 0 (or the ``seed`` override) of the deepest
-    depth, built exactly as the depth-series chapter builds it (``series_configs``), so both
-    chapters read one cached run and whichever asks first trains it."""
+    """The depth-series run the primer reads: seed 0 (or the ``seed`` override) of the shallowest
+    depth, the series' cheapest run, built exactly as the depth-series chapter builds it
+    (``series_configs``), so both chapters read one cached run and whichever asks first trains it."""
     configs = series_configs(profile, depths, None, **dict(train_overrides or {}))  # the profile's seeds: 0, 1, …
-    deepest = max(c.depth for c in configs)
-    return min((c for c in configs if c.depth == deepest), key=lambda c: c.seed)
+    shallowest = min(c.depth for c in configs)
+    return min((c for c in configs if c.depth == shallowest), key=lambda c: c.seed)
 
 
 def describe(matrix, *, window=DEFAULT_WINDOW, bins: int = 40) -> dict:

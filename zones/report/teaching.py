@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from zones.core.cache import ENTRY, CacheError, cache_dir, read_entry
+from zones.core.cache import ENTRY, CacheError, cache_dir, read_entry, sidecar_path
 from zones.core.hardware import cpu_capability
 from zones.report.common import ChapterResult, save
 
@@ -38,7 +38,7 @@ def timing_records(folder: Path | None = None) -> list[dict]:
     folder = Path(folder) if folder is not None else cache_dir() / "book"
     records = []
     for path in sorted(folder.glob("*.seconds")):
-        sidecar = path.with_name(path.name + ".json")
+        sidecar = sidecar_path(path)
         try:
             parts = json.loads(sidecar.read_text(encoding="utf-8"))
         except (OSError, ValueError):
