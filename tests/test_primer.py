@@ -193,9 +193,9 @@ def test_rules_of_the_primer_sentences():
     grid = pd.DataFrame({"df": [3.0, 1.0, 2.0], "alpha_shape": [0.4, 0.9, 0.5]})  # sorted by ν first
     assert primer.grid_trend(grid) == "falls at every step"
     assert primer.grid_trend(grid.assign(alpha_shape=[0.4, 0.9, 0.3])) == "falls overall, not at every step"
-    assert primer.grid_trend(grid.assign(alpha_shape=[0.4, 0.3, 0.5])) == "rises at every step"
-    assert primer.grid_trend(grid.assign(alpha_shape=[0.35, 0.3, 0.5])) == "rises overall, not at every step"
-    assert primer.grid_trend(grid.assign(alpha_shape=[0.3, 0.3, 0.5])) == "ends where it started"
+    assert primer.grid_trend(grid.assign(alpha_shape=[0.5, 0.3, 0.4])) == "rises at every step"
+    assert primer.grid_trend(grid.assign(alpha_shape=[0.5, 0.3, 0.2])) == "rises overall, not at every step"
+    assert primer.grid_trend(grid.assign(alpha_shape=[0.3, 0.3, 0.5])) == "ends where it started"  # ν = 1, 2, 3: 0.3, 0.5, 0.3
     assert primer.grid_trend(grid.assign(alpha_shape=[0.3, float("nan"), 0.5])) == "undefined"
     assert primer.relative_spread([1.0, 2.0, 3.0]) == pytest.approx(1.0)
     assert math.isnan(primer.relative_spread([1.0]))

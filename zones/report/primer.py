@@ -35,7 +35,7 @@ import pandas as pd
 import torch
 
 from zones.core.adapters import get_adapter
-from zones.core.checks import check_float, check_int
+from zones.core.checks import check_float, check_int, check_models
 from zones.core.models import load_model
 from zones.report.common import ChapterResult, save
 from zones.report.format import fmt_num
@@ -62,15 +62,6 @@ KINDS = ("gaussian", "heavy-tailed", "trained", "initialised")
 def _nu(df: float) -> str:
     """A tail index as the page writes it: ``2``, ``2.5``, ``∞``."""
     return "∞" if math.isinf(df) else f"{df:g}"
-
-
-def _as_list(models) -> list[str]:
-    if isinstance(models, str):
-        return [models]
-    models = [str(m) for m in models]
-    if not models:
-        raise ValueError("models must name at least one model; got []")
-    return models
 
 
 def block_at(n_blocks: int, position: float) -> int:
@@ -355,7 +346,7 @@ def run(models="smollm2-135m", role: str = "q", position: float = 0.5, rows: int
     ``tail_df`` the heavy-tailed example's ν and ``tail_dfs`` the slider's grid; ``profile,
     depths, train_overrides``: the depth series, as the depth-series chapter takes them.
     """
-    models = _as_list(models)
+    models = check_models(models)
     rows, cols = check_int(rows, "rows", min=10), check_int(cols, "cols", min=10)
     tail_df = check_float(tail_df, "tail_df", min=0.0, min_inclusive=False)
     window = check_window(window)
