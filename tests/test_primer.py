@@ -199,16 +199,21 @@ def test_rules_of_the_primer_sentences():
     assert primer.grid_trend(grid.assign(alpha_shape=[0.3, float("nan"), 0.5])) == "undefined"
     assert primer.relative_spread([1.0, 2.0, 3.0]) == pytest.approx(1.0)
     assert math.isnan(primer.relative_spread([1.0]))
-    steady = pd.DataFrame({"alpha_esd": [2.0, 4.0], "alpha_shape": [0.50, 0.51]})
-    assert primer.seed_reading(steady).startswith("the power-law α moves more (its range is 67 %")
-    assert primer.seed_reading(steady.assign(alpha_esd=[3.0, 3.0])).startswith("α_shape moves more")
+    draws = pd.DataFrame({"df": [3.0, 3.0, 1.5, 1.5], "alpha_esd": [2.0, 4.0, 1.9, 1.9],
+                          "alpha_shape": [0.50, 0.51, 0.5, 0.6], "n_tail": [20, 80, 150, 160]})
+    assert primer.seed_reading(draws) == (
+        "at ν = 1.5 α_shape moves more (18 % against 0 %), the power-law fit reading a tail of 150 to 160 "
+        "eigenvalues; at ν = 3 the power-law α moves more (its range is 67 % of its mean, α_shape's 2.0 %), "
+        "its fitted tail holding 20 to 80 eigenvalues")
     assert "steep fall" in primer.tail_reading(3, 4) and "handful" in primer.tail_reading(1, 4)
     assert "inside" in primer.gaussian_tail_sentence(20, 0, "inside the bulk")
     assert primer.block_at(30, 0.5) == 15 and primer.block_at(6, 0.5) == 3 and primer.block_at(6, 1.0) == 5 and primer.block_at(6, 0.0) == 0
     with pytest.raises(ValueError, match="position"):
         primer.block_at(6, 1.5)
-    seeds = primer.tail_seeds(30, 60, 2.0, seeds=3)
-    assert seeds["seed"].tolist() == [0, 1, 2] and seeds["alpha_esd"].nunique() == 3
+    seeds = primer.tail_seeds(30, 60, [2.0, 3.0], seeds=3)
+    assert seeds["seed"].tolist() == [0, 1, 2] * 2 and seeds["df"].tolist() == [2.0] * 3 + [3.0] * 3
+    assert seeds["alpha_esd"].nunique() == 6
+    assert seeds.iloc[0]["alpha_esd"] == primer.tail_seeds(30, 60, 2.0, seeds=1).iloc[0]["alpha_esd"]
     table = primer.compare({"wide": gaussian_matrix(30, 60), "square": gaussian_matrix(60, 60)})
     assert table["mp_low"].iloc[1] == 0.0 and table["mp_low"].iloc[0] > 0
     assert table.columns.tolist() == primer.COMPARE_COLUMNS
@@ -236,7 +241,7 @@ def test_primer_chapter_executes_with_its_exercise_solutions(tmp_path, tiny_mode
     glued = {o["metadata"]["scrapbook"]["name"] for c in notebook.cells if c.cell_type == "code"
              for o in c.get("outputs", []) if "scrapbook" in o.get("metadata", {})}
     # every solution ran and glued the numbers its prose cites
-    assert {"square_smallest", "draws_esd_low", "draws_shape_high"} <= glued
+    assert {"square_smallest", "square_shape", "draws_reading"} <= glued
     markdown = "\n".join(c.source for c in notebook.cells if c.cell_type == "markdown")
     cited = set(__import__("re").findall(r"\{glue:text\}`([a-z_0-9]+)`", markdown))
     assert cited <= glued, f"cited but never glued: {sorted(cited - glued)}"

@@ -156,15 +156,20 @@ def compare(matrices: Mapping[str, object], *, window=DEFAULT_WINDOW) -> pd.Data
 SEED_COLUMNS = ["seed", "df", "alpha_shape", "alpha_shape_r2", "alpha_esd", "alpha_esd_sigma", "n_tail", "xmin"]
 
 
-def tail_seeds(rows: int, cols: int, df: float, seeds: int = 5, *, window=DEFAULT_WINDOW) -> pd.DataFrame:
-    """The estimators of ``seeds`` Student-t matrices (seeds 0 … seeds − 1) of one shape and tail
-    index ν = ``df``: how much of an α is the draw. Columns ``SEED_COLUMNS``."""
+def tail_seeds(rows: int, cols: int, dfs, seeds: int = 5, *, window=DEFAULT_WINDOW) -> pd.DataFrame:
+    """The estimators of ``seeds`` Student-t matrices (seeds 0 … seeds − 1) of one shape for each
+    tail index ν of ``dfs`` (one number or a list): how much of an α is the draw. Columns
+    ``SEED_COLUMNS``, ν by ν."""
     seeds = check_int(seeds, "seeds (a count: seeds 0 … seeds − 1)", min=1)
-    df = check_float(df, "df (Student-t degrees of freedom)", min=0.0, min_inclusive=False, finite=False)
-    matrices = [student_t_matrix(rows, cols, df, seed=s) for s in range(seeds)]
+    dfs = [dfs] if isinstance(dfs, (int, float)) else list(dfs)
+    dfs = [check_float(d, "dfs (Student-t degrees of freedom)", min=0.0, min_inclusive=False, finite=False)
+           for d in dfs]
+    if not dfs:
+        raise ValueError("dfs must list at least one tail index ν; got []")
+    matrices = [student_t_matrix(rows, cols, df, seed=s) for df in dfs for s in range(seeds)]
     table = spectral_table(matrices, window=check_window(window))
-    table.insert(0, "df", df)
-    table.insert(0, "seed", range(seeds))
+    table.insert(0, "df", [df for df in dfs for _ in range(seeds)])
+    table.insert(0, "seed", [s for _ in dfs for s in range(seeds)])
     return table[SEED_COLUMNS]
 
 
@@ -235,19 +240,23 @@ def relative_spread(values) -> float:
 
 
 def seed_reading(draws: pd.DataFrame) -> str:
-    """Which exponent moves more between draws, relative to its size (:func:`relative_spread`
-    of ``alpha_esd`` against ``alpha_shape``), and the reason that goes with the answer."""
-    esd, shape = relative_spread(draws["alpha_esd"]), relative_spread(draws["alpha_shape"])
-    if not (math.isfinite(esd) and math.isfinite(shape)):
-        return "the draws give too few finite values to compare"
-    if esd > shape:
-        return (f"the power-law α moves more (its range is {fmt_num(100 * esd, 2)} % of its mean, α_shape's "
-                f"{fmt_num(100 * shape, 2)} %): it reads only the tail, a few dozen of the largest eigenvalues, "
-                f"and those are set by the few largest entries, which change completely from draw to draw; "
-                f"α_shape averages over half of all the singular values")
-    return (f"α_shape moves more here (its range is {fmt_num(100 * shape, 2)} % of its mean, the power-law α's "
-            f"{fmt_num(100 * esd, 2)} %): with these draws the largest eigenvalues happened to agree, and the "
-            f"fitted tails with them")
+    """For each ν of ``draws`` (``tail_seeds``' table): which exponent moves more between the
+    draws relative to its size (:func:`relative_spread` of ``alpha_esd`` against ``alpha_shape``),
+    with the tail sizes the power-law fit read, which say why."""
+    parts = []
+    for df, part in draws.groupby("df", sort=True):
+        esd, shape = relative_spread(part["alpha_esd"]), relative_spread(part["alpha_shape"])
+        tails = f"{int(part['n_tail'].min())} to {int(part['n_tail'].max())}"
+        where = f"at ν = {_nu(float(df))}"
+        if not (math.isfinite(esd) and math.isfinite(shape)):
+            parts.append(f"{where}, too few finite values to compare")
+        elif esd > shape:
+            parts.append(f"{where} the power-law α moves more (its range is {fmt_num(100 * esd, 2)} % of its mean, "
+                         f"α_shape's {fmt_num(100 * shape, 2)} %), its fitted tail holding {tails} eigenvalues")
+        else:
+            parts.append(f"{where} α_shape moves more ({fmt_num(100 * shape, 2)} % against "
+                         f"{fmt_num(100 * esd, 2)} %), the power-law fit reading a tail of {tails} eigenvalues")
+    return "; ".join(parts)
 
 
 def gaussian_tail_sentence(n_tail: int, n_beyond: int, where: str) -> str:
@@ -287,13 +296,13 @@ def _numbers(matrices: pd.DataFrame, grid: pd.DataFrame, facts: dict) -> dict:
     first = trained.iloc[0]
     series_trained = trained[trained["source"] == "depth series"].iloc[0]
     init = by_kind["initialised"].iloc[0]
-    lo, hi = marchenko_pastur_edges(g["q"], facts["gaussian_sigma"] ** 2)
+    lo, hi = marchenko_pastur_edges(g["q"], g["sigma2"])  # the law of its own mean squared entry, as every twin
     ordered = grid.sort_values("df")
     heavy = ordered[ordered["df"] <= HEAVY_TAIL_LIMIT]
     light = ordered[ordered["df"] >= WEAK_TAIL_LIMIT]
     numbers = dict(
         gauss_rows=int(g["rows"]), gauss_cols=int(g["cols"]), gauss_q=float(g["q"]),
-        gauss_sigma=facts["gaussian_sigma"], mp_low=lo, mp_high=hi,
+        gauss_sigma=facts["gaussian_sigma"], gauss_sigma2=float(g["sigma2"]), mp_low=lo, mp_high=hi,
         gauss_ks=float(g["mp_ks_distance"]), gauss_beyond=int(g["n_beyond_edge"]), gauss_top_ratio=float(g["top_over_edge"]),
         gauss_alpha_shape=float(g["alpha_shape"]), gauss_alpha_esd=float(g["alpha_esd"]),
         gauss_alpha_text=_alpha_text(g), gauss_n_tail=int(g["n_tail"]),
@@ -335,7 +344,7 @@ def _numbers(matrices: pd.DataFrame, grid: pd.DataFrame, facts: dict) -> dict:
 
 
 def run(models="smollm2-135m", role: str = "q", position: float = 0.5, rows: int = 500, cols: int = 1000,
-        tail_df: float = 2.0, tail_dfs: Sequence[float] = TAIL_DFS, profile: str = "cpu", depths=None,
+        tail_df: float = 1.5, tail_dfs: Sequence[float] = TAIL_DFS, profile: str = "cpu", depths=None,
         train_overrides: dict | None = None, seed: int = 0, bins: int = 40, window=DEFAULT_WINDOW,
         out_dir: str = "results/primer", *, device: str | None = None) -> ChapterResult:
     """The chapter (see the module's docstring for its tables); ``summary.json`` holds one
