@@ -136,6 +136,12 @@ def test_pictures_draw_what_the_estimators_fit():
     assert log_slope == pytest.approx(-fit.alpha, rel=1e-9)
     with pytest.raises(ValueError, match="eigenvalues"):
         density_picture([])
+    # leaving out the smallest 10 %: the bars start at the 10 % quantile and hold 90 % of the mass
+    clipped, _, same_fit = density_picture(lam, bins=30, scale=1 / m, drop_lowest=0.1)
+    assert same_fit == fit and int(clipped["count"].sum()) == 108
+    assert clipped["x_low"].iloc[0] == pytest.approx(np.sort(lam)[12] / m)
+    widths = clipped["x_high"] - clipped["x_low"]
+    assert float((clipped["density"] * widths).sum()) == pytest.approx(0.9, rel=1e-9)
 
 
 # --- the chapter ------------------------------------------------------------------------------------

@@ -17,10 +17,13 @@ REST_COLOR = "#9ecae9"   # what it leaves out
 LINE_COLOR = "#222222"   # the fitted line
 MP_COLOR = "#2ca02c"     # Marchenko–Pastur: the density and its bulk edge
 PANEL_HEIGHT = 170
-# A log axis spanning many decades: labels that would overlap are dropped, and very small or
-# large values are written as powers of ten ("1e-6"), never as "0.000001".
-LOG_LABELS = ("abs(datum.value) >= 1e4 || abs(datum.value) < 1e-2 ? format(datum.value, '.0e') "
-              ": format(datum.value, '~g')")
+# A log axis: labels only at 1, 2 and 5 times a power of ten (Vega labels every 1…9 multiple,
+# which crowd), those that would still overlap dropped, and very small or large values written
+# as powers of ten ("1e-6"), never as "0.000001".
+_MANTISSA = "datum.value / pow(10, floor(log(datum.value) / LN10 + 1e-9))"
+LOG_LABELS = (f"indexof([1, 2, 5], round({_MANTISSA})) < 0 || abs({_MANTISSA} - round({_MANTISSA})) > 1e-6 ? '' : "
+              "(abs(datum.value) >= 1e4 || abs(datum.value) < 1e-2 ? format(datum.value, '.0e') "
+              ": format(datum.value, '~g'))")
 
 
 def log_axis(title: str) -> alt.Axis:

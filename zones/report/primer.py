@@ -57,6 +57,7 @@ HEAVY_TAIL_LIMIT = 2.0  # up to ν = 2, heavy-tailed random-matrix theory predic
 WEAK_TAIL_LIMIT = 4.0   # above ν = 4 the entries' fourth moment is finite: the bulk is Marchenko–Pastur's
 MP_COLUMNS = ["mp_edge", "mp_ks_distance", "n_beyond_edge", "beyond_edge_fraction", "top_over_edge"]
 KINDS = ("gaussian", "heavy-tailed", "trained", "initialised")
+DROP_LOWEST = 0.01  # the density pictures leave out the smallest 1 % of eigenvalues (a square matrix's reach to 0)
 
 
 def _nu(df: float) -> str:
@@ -99,7 +100,7 @@ def describe(matrix, *, window=DEFAULT_WINDOW, bins: int = 40) -> dict:
     twin = marchenko_pastur_fit(spectrum)
     m = max(spectrum.rows, spectrum.cols)
     rank, _, _ = rank_picture(spectrum.eigenvalues, window)
-    density, line, _ = density_picture(spectrum.eigenvalues, bins=bins, scale=1.0 / m)
+    density, line, _ = density_picture(spectrum.eigenvalues, bins=bins, scale=1.0 / m, drop_lowest=DROP_LOWEST)
     row.update(q=spectrum.q, sigma2=spectrum.sigma2, xmin_scaled=row["xmin"] / m, mp_edge=twin.edge, mp_ks_distance=twin.ks_distance,
                n_beyond_edge=twin.n_beyond, beyond_edge_fraction=twin.beyond_fraction,
                top_over_edge=twin.top_over_edge)

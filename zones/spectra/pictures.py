@@ -58,16 +58,19 @@ def rank_picture(eigenvalues, window: tuple[float, float] = DEFAULT_WINDOW) -> t
 
 
 def density_picture(eigenvalues, *, bins: int = 40, scale: float = 1.0, threshold: float = EVALS_THRESHOLD,
-                    line_points: int = 50) -> tuple[pd.DataFrame, pd.DataFrame, EsdFit]:
+                    line_points: int = 50, drop_lowest: float = 0.0) -> tuple[pd.DataFrame, pd.DataFrame, EsdFit]:
     """``(histogram, line, fit)``: the eigenvalue density the power-law fit reads, on log axes.
 
     ``fit`` is ``fit_esd(eigenvalues, threshold)`` (WeightWatcher's: eigenvalues ≤ ``threshold``
     dropped, x_min chosen by the Kolmogorov–Smirnov distance). The chart shows x = ``scale`` · λ
     (e.g. 1 / max(rows, cols), the Marchenko–Pastur scale); α does not depend on the scale.
 
-    ``histogram`` (``DENSITY_COLUMNS``): ``bins`` log-spaced bins over the kept eigenvalues,
+    ``histogram`` (``DENSITY_COLUMNS``): ``bins`` log-spaced bins over the kept eigenvalues (all
+    of them, or all but the smallest ``drop_lowest`` fraction: a square matrix's smallest
+    eigenvalues reach down many decades and would squeeze the rest of the picture),
     ``x`` (the geometric centre), ``x_low, x_high``, ``density`` (count / (N · width), N the kept
-    eigenvalues, so the bars integrate to 1; empty bins are left out: a log axis has no 0),
+    eigenvalues, so the bars integrate to the fraction drawn; empty bins are left out: a log axis
+    has no 0),
     ``count``, ``in_tail`` (the bin holds eigenvalues at or above x_min). ``line`` (``LINE_COLUMNS``): the
     fitted density (n_tail / N) · (α − 1) / x_min · (x / x_min)^(−α) from x_min to the largest
     eigenvalue (empty when there is no fit).
@@ -75,13 +78,15 @@ def density_picture(eigenvalues, *, bins: int = 40, scale: float = 1.0, threshol
     bins = check_int(bins, "bins", min=2)
     scale = check_float(scale, "scale", min=0.0, min_inclusive=False)
     line_points = check_int(line_points, "line_points", min=2)
+    drop_lowest = check_float(drop_lowest, "drop_lowest", min=0.0, max=1.0, max_inclusive=False)
     lam = _ascending(eigenvalues)
     fit = fit_esd(lam, threshold)
     kept = lam[lam > threshold] * scale
-    if kept.size < 2 or kept[0] == kept[-1]:
+    drawn = kept[int(math.floor(drop_lowest * kept.size)):]
+    if drawn.size < 2 or drawn[0] == drawn[-1]:
         return pd.DataFrame(columns=DENSITY_COLUMNS), pd.DataFrame(columns=LINE_COLUMNS), fit
-    edges = np.geomspace(kept[0], kept[-1], bins + 1)
-    counts, _ = np.histogram(kept, edges)
+    edges = np.geomspace(drawn[0], drawn[-1], bins + 1)
+    counts, _ = np.histogram(drawn, edges)
     width = np.diff(edges)
     xmin = fit.xmin * scale if math.isfinite(fit.xmin) else math.inf
     histogram = pd.DataFrame(dict(x=np.sqrt(edges[:-1] * edges[1:]), x_low=edges[:-1], x_high=edges[1:],
