@@ -7,7 +7,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_class_times_come_from_the_last_class_build_record(capsys):
+def test_class_times_come_from_the_last_class_build_record(tmp_path, capsys):
     from zones.book import _store_timing, _timings_entry
     from zones.report import teaching
 
@@ -21,6 +21,10 @@ def test_class_times_come_from_the_last_class_build_record(capsys):
     assert teaching.budget_record("cpu")["timings"]["primer"] == 99.0
     assert teaching.budget_record("gpu") is None
 
+    result = teaching.run(budget="class", chapters=["primer", "alpha_profile", "pruning"],
+                          out_dir=str(tmp_path / "out"))
+    assert result.numbers["times_text"] == ("The 2 measured chapters took 0.700 minutes together; the longest was "
+                                            "alpha_profile. Chapters the record does not hold: pruning.")
     times = teaching.chapter_times(record["timings"], ["primer", "alpha_profile", "pruning"])
     assert times["chapter"].tolist() == ["primer", "alpha_profile", "pruning"]
     assert times["seconds"].iloc[:2].tolist() == [12.0, 30.0] and math.isnan(times["seconds"].iloc[2])
@@ -38,7 +42,7 @@ def test_teaching_page_says_when_a_budget_was_never_measured(tmp_path):
 
     result = teaching.run(budget="gpu", chapters=["primer", "pruning"], out_dir=str(tmp_path / "out"))
     assert result.numbers["measured"] is False and "not measured on this machine" in result.numbers["status"]
-    assert result.numbers["not_measured"] == "primer, pruning"
+    assert result.numbers["not_measured"] == "primer, pruning" and "Build the book once" in result.numbers["times_text"]
     assert result["times"]["seconds"].isna().all()
     assert (tmp_path / "out" / "times.csv").exists()
 

@@ -25,6 +25,7 @@ import pandas as pd
 from zones.core.cache import ENTRY, CacheError, cache_dir, read_entry, sidecar_path
 from zones.core.hardware import cpu_capability
 from zones.report.common import ChapterResult, save
+from zones.report.format import fmt_num
 
 TIMINGS_KIND = "book_timings"   # the parts' ``kind`` of zones.book's timing entries
 DEFAULT_BUDGET = "cpu"          # a build at this budget carries no ``budget`` in its parameters
@@ -91,13 +92,16 @@ def run(budget: str = "class", chapters: Sequence[str] = (), out_dir: str = "res
     if record:
         status = (f"measured in the last {budget} build on this machine (CPU kernels {cpu_capability()}), "
                   f"recorded {record['written']:%Y-%m-%d %H:%M} UTC")
+        total = float(measured["seconds"].sum() / 60)
+        longest = str(measured.loc[measured["seconds"].idxmax(), "chapter"]) if len(measured) else "none"
+        times_text = (f"The {len(measured)} measured chapters took {fmt_num(total)} minutes together; the longest "
+                      f"was {longest}. Chapters the record does not hold: {', '.join(missing) or 'none'}.")
     else:
-        status = (f"not measured on this machine: no {budget} build is recorded in its cache "
-                  f"(`zones book --budget {budget}` records one)")
-    numbers = dict(budget=budget, measured=bool(record), status=status, n_measured=len(measured),
-                   total_minutes=float(measured["seconds"].sum() / 60) if len(measured) else float("nan"),
-                   not_measured=", ".join(missing) if missing else "none",
-                   longest=(str(measured.loc[measured["seconds"].idxmax(), "chapter"]) if len(measured) else "none"))
+        status = f"not measured on this machine: its cache holds no record of a {budget} build"
+        times_text = (f"Build the book once at the {budget} budget (the first step of the plan below) and this "
+                      f"page shows each chapter's time.")
+    numbers = dict(budget=budget, measured=bool(record), status=status, times_text=times_text,
+                   n_measured=len(measured), not_measured=", ".join(missing) if missing else "none")
     summary = dict(budget=budget, record=record["path"] if record else None,
                    parameters=record["parameters"] if record else None, timings=timings)
     out = save(out_dir, dict(times=times), summary)
