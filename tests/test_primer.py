@@ -193,8 +193,8 @@ def test_primer_run_on_a_tiny_model_returns_the_tables_the_page_draws(tmp_path, 
 def test_rules_of_the_primer_sentences():
     from zones.report import primer
 
-    assert primer.tail_start(3.0, 2.9) == "beyond the bulk edge"
-    assert primer.tail_start(2.0, 2.9) == "inside the bulk"
+    assert primer.tail_start(3.0, 2.9) == "beyond the twin's edge"
+    assert primer.tail_start(2.0, 2.9) == "below the twin's edge"
     assert primer.tail_start(float("nan"), 2.9) == "no fit"
     grid = pd.DataFrame({"df": [3.0, 1.0, 2.0], "alpha_shape": [0.4, 0.9, 0.5]})  # sorted by ν first
     assert primer.grid_trend(grid) == "falls at every step"
@@ -212,7 +212,11 @@ def test_rules_of_the_primer_sentences():
         "eigenvalues; at ν = 3 the power-law α moves more (its range is 67 % of its mean, α_shape's 2.0 %), "
         "its fitted tail holding 20 to 80 eigenvalues")
     assert "steep fall" in primer.tail_reading(3, 4) and "handful" in primer.tail_reading(1, 4)
-    assert "inside" in primer.gaussian_tail_sentence(20, 0, "inside the bulk")
+    assert "inside" in primer.gaussian_tail_sentence(20, 0, "below the twin's edge")
+    reference = pd.DataFrame({"df": [2.0, 1.0, 4.0], "alpha_esd": [3.3, 1.58, 7.0], "alpha_esd_sigma": [0.3, 0.05, 1.0],
+                              "reference_alpha": [2.0, 1.5, float("nan")]})
+    assert primer.reference_agreement(reference) == "within 3 σ_α at ν = 1; not at ν = 2"
+    assert primer.reference_agreement(reference.assign(alpha_esd_sigma=[0.5, 0.05, 1.0])) == "within 3 σ_α at ν = 1, 2"
     assert primer.block_at(30, 0.5) == 15 and primer.block_at(6, 0.5) == 3 and primer.block_at(6, 1.0) == 5 and primer.block_at(6, 0.0) == 0
     with pytest.raises(ValueError, match="position"):
         primer.block_at(6, 1.5)

@@ -198,13 +198,30 @@ def _mp_curves(matrices: pd.DataFrame, points: int = 400) -> pd.DataFrame:
 
 
 def tail_start(xmin_scaled: float, edge: float) -> str:
-    """Where the power-law fit's tail starts against the Marchenko–Pastur bulk edge x₊ of the
-    matrix's random twin: ``beyond the bulk edge`` (x_min > x₊: the fit reads eigenvalues no
-    random matrix of that variance would have), ``inside the bulk`` (x_min ≤ x₊: it fits, at least
-    in part, the random bulk's own edge), or ``no fit`` (NaN)."""
+    """Where the power-law fit's tail starts against the Marchenko–Pastur edge x₊ of the matrix's
+    random twin: ``beyond the twin's edge`` (x_min > x₊: the fit reads only eigenvalues that a
+    random matrix of that variance would not have), ``below the twin's edge`` (x_min ≤ x₊: it
+    fits, at least in part, where a random matrix has eigenvalues too), or ``no fit`` (NaN)."""
     if not (math.isfinite(xmin_scaled) and math.isfinite(edge)):
         return "no fit"
-    return "beyond the bulk edge" if xmin_scaled > edge else "inside the bulk"
+    return "beyond the twin's edge" if xmin_scaled > edge else "below the twin's edge"
+
+
+REFERENCE_SIGMAS = 3  # the power-law α agrees with 1 + ν/2 when within this many standard errors σ_α
+
+
+def reference_agreement(grid: pd.DataFrame) -> str:
+    """For each ν of the grid with a heavy-tailed prediction (``reference_alpha``): whether the
+    power-law α lies within ``REFERENCE_SIGMAS`` standard errors σ_α of 1 + ν/2 (the fit's own
+    σ_α = (α − 1)/√n_tail), as ``within 3 σ_α at ν = 1, 1.5; not at ν = 2``."""
+    rows = grid.dropna(subset=["reference_alpha"]).sort_values("df")
+    if rows.empty:
+        return "no ν of the grid has a prediction"
+    close = (rows["alpha_esd"] - rows["reference_alpha"]).abs() <= REFERENCE_SIGMAS * rows["alpha_esd_sigma"]
+    yes = ", ".join(_nu(d) for d in rows.loc[close, "df"])
+    no = ", ".join(_nu(d) for d in rows.loc[~close, "df"])
+    parts = ([f"within {REFERENCE_SIGMAS} σ_α at ν = {yes}"] if yes else []) + ([f"not at ν = {no}"] if no else [])
+    return "; ".join(parts)
 
 
 def _start_text(r) -> str:
@@ -273,7 +290,7 @@ def gaussian_tail_sentence(n_tail: int, n_beyond: int, where: str) -> str:
 
 def tail_reading(inside: int, total: int) -> str:
     """What the power-law α of matrices with light tails (ν ≥ 4) measures, by where their fitted
-    tails start: when most (more than half) start inside the random bulk, the fit reads the
+    tails start: when most (more than half) start below the random twin's edge, the fit reads the
     steep fall of the Marchenko–Pastur edge and its α says "no heavy tail"; otherwise it reads
     the few eigenvalues pushed beyond the edge."""
     if total == 0:
@@ -336,10 +353,12 @@ def _numbers(matrices: pd.DataFrame, grid: pd.DataFrame, facts: dict) -> dict:
         window_low=facts["window"][0], window_high=facts["window"][1],
         start_text="; ".join(_start_text(r) for _, r in matrices.iterrows()),
         grid_shape_trend=grid_trend(grid, "alpha_shape"), grid_esd_trend=grid_trend(grid, "alpha_esd"),
-        grid_light_inside=int(sum(tail_start(r.xmin_scaled, r.mp_edge) == "inside the bulk" for r in light.itertuples())),
+        grid_light_inside=int(sum(tail_start(r.xmin_scaled, r.mp_edge) == "below the twin's edge"
+                                  for r in light.itertuples())),
         grid_light_n=len(light),
-        grid_light_reading=tail_reading(int(sum(tail_start(r.xmin_scaled, r.mp_edge) == "inside the bulk"
+        grid_light_reading=tail_reading(int(sum(tail_start(r.xmin_scaled, r.mp_edge) == "below the twin's edge"
                                                 for r in light.itertuples())), len(light)),
+        grid_reference_text=reference_agreement(ordered),
     )
     return numbers
 
