@@ -290,7 +290,7 @@ def test_primer_page_slider_works_offline_and_solutions_start_collapsed(tmp_path
             slider_chart = page.locator(".zones-chart", has=page.locator(".vega-bind"))
             texts = "c => [...c.querySelectorAll('svg text')].map(t => t.textContent).join('|')"
             before = slider_chart.evaluate(texts)
-            assert "ν = 2:" in before  # the chapter's tail_df
+            assert "ν = 1.5:" in before  # the chapter's tail_df
             control.evaluate("e => { e.value = e.max; e.dispatchEvent(new Event('input', {bubbles: true})); }")
             page.wait_for_timeout(500)
             after = slider_chart.evaluate(texts)
