@@ -212,9 +212,9 @@ def tail_slider(grid: pd.DataFrame, density: pd.DataFrame, line: pd.DataFrame, r
         .encode(y="fitted:Q"),
         title="the singular values and the α_shape fit").properties(width=width, height=PANEL_HEIGHT)
 
-    def against_nu(column: str, title: str, reference: bool, sigma: str | None = None):
+    def against_nu(column: str, axis: str, title: str, reference: bool, sigma: str | None = None):
         base = alt.Chart(grid).encode(x=alt.X("df:Q", title="tail index ν"))
-        layers = [base.mark_line(color="#777").encode(y=alt.Y(f"{column}:Q", title=title, scale=alt.Scale(zero=False)))]
+        layers = [base.mark_line(color="#777").encode(y=alt.Y(f"{column}:Q", title=axis, scale=alt.Scale(zero=False)))]
         if sigma:  # ± one standard error of the fit
             layers.append(base.transform_calculate(low=f"datum.{column} - datum.{sigma}",
                                                    high=f"datum.{column} + datum.{sigma}")
@@ -229,6 +229,7 @@ def tail_slider(grid: pd.DataFrame, density: pd.DataFrame, line: pd.DataFrame, r
                 color=MP_COLOR, strokeDash=[4, 3]).encode(y="reference_alpha:Q"))
         return alt.layer(*layers, title=title).properties(width=width, height=140)
 
-    panels = wrap([esd, shape, against_nu("alpha_esd", "power-law α against ν (± σ_α)", True, "alpha_esd_sigma"),
-                   against_nu("alpha_shape", "α_shape against ν", False)], columns)
+    panels = wrap([esd, shape,
+                   against_nu("alpha_esd", "power-law α", "power-law α against ν (± σ_α)", True, "alpha_esd_sigma"),
+                   against_nu("alpha_shape", "α_shape", "α_shape against ν", False)], columns)
     return alt.vconcat(label, panels).add_params(nu)
