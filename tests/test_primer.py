@@ -36,7 +36,8 @@ MICRO_TRAINING = dict(width=32, head_dim=16, vocab_size=300, seq_len=32, batch_s
 @pytest.mark.parametrize("sigma2", [0.5, 2.0])
 def test_marchenko_pastur_density_is_a_probability_density_with_the_known_moments(q, sigma2):
     lo, hi = marchenko_pastur_edges(q, sigma2)
-    assert lo == pytest.approx(sigma2 * (1 - math.sqrt(q)) ** 2) and hi == pytest.approx(sigma2 * (1 + math.sqrt(q)) ** 2)
+    assert lo == pytest.approx(sigma2 * (1 - math.sqrt(q)) ** 2)
+    assert hi == pytest.approx(sigma2 * (1 + math.sqrt(q)) ** 2)
     def density(x):
         return float(marchenko_pastur_density(x, q, sigma2))
 
@@ -183,8 +184,10 @@ def test_primer_run_on_a_tiny_model_returns_the_tables_the_page_draws(tmp_path, 
     names = result.extra["order"]
     charts = [mp_histogram(result["eigenvalues"], result["mp_curve"], names[0]),
               twin_comparison(result["density"], result["mp_curve"], matrices, names[:2]),
-              rank_fits(result["rank"], matrices, names), density_fits(result["density"], result["density_line"], matrices),
-              tail_slider(result["tail_grid"], result["tail_density"], result["tail_line"], result["tail_rank"], start=1.5)]
+              rank_fits(result["rank"], matrices, names),
+              density_fits(result["density"], result["density_line"], matrices),
+              tail_slider(result["tail_grid"], result["tail_density"], result["tail_line"], result["tail_rank"],
+                          start=1.5)]
     specs = [c.to_dict() for c in charts]
     slider = specs[-1]["params"][0]
     assert slider["name"] == "nu" and slider["value"] == 1.5 and slider["bind"]["input"] == "select"  # uneven grid
@@ -201,7 +204,8 @@ def test_rules_of_the_primer_sentences():
     assert primer.grid_trend(grid.assign(alpha_shape=[0.4, 0.9, 0.3])) == "falls overall, not at every step"
     assert primer.grid_trend(grid.assign(alpha_shape=[0.5, 0.3, 0.4])) == "rises at every step"
     assert primer.grid_trend(grid.assign(alpha_shape=[0.5, 0.3, 0.2])) == "rises overall, not at every step"
-    assert primer.grid_trend(grid.assign(alpha_shape=[0.3, 0.3, 0.5])) == "ends where it started"  # ν = 1, 2, 3: 0.3, 0.5, 0.3
+    # ν = 1, 2, 3 → 0.3, 0.5, 0.3
+    assert primer.grid_trend(grid.assign(alpha_shape=[0.3, 0.3, 0.5])) == "ends where it started"
     assert primer.grid_trend(grid.assign(alpha_shape=[0.3, float("nan"), 0.5])) == "undefined"
     assert primer.relative_spread([1.0, 2.0, 3.0]) == pytest.approx(1.0)
     assert math.isnan(primer.relative_spread([1.0]))
@@ -217,7 +221,8 @@ def test_rules_of_the_primer_sentences():
                               "reference_alpha": [2.0, 1.5, float("nan")]})
     assert primer.reference_agreement(reference) == "within 3 σ_α at ν = 1; not at ν = 2"
     assert primer.reference_agreement(reference.assign(alpha_esd_sigma=[0.5, 0.05, 1.0])) == "within 3 σ_α at ν = 1, 2"
-    assert primer.block_at(30, 0.5) == 15 and primer.block_at(6, 0.5) == 3 and primer.block_at(6, 1.0) == 5 and primer.block_at(6, 0.0) == 0
+    assert [primer.block_at(30, 0.5), primer.block_at(6, 0.5), primer.block_at(6, 1.0), primer.block_at(6, 0.0)] == [
+        15, 3, 5, 0]
     with pytest.raises(ValueError, match="position"):
         primer.block_at(6, 1.5)
     seeds = primer.tail_seeds(30, 60, [2.0, 3.0], seeds=3)
@@ -280,7 +285,8 @@ def test_primer_page_slider_works_offline_and_solutions_start_collapsed(tmp_path
             page = context.new_page()
             page.goto(page_path.as_uri(), wait_until="load")
             page.wait_for_function("() => [...document.querySelectorAll('.zones-chart')].every("
-                                   "c => c.querySelector('svg') || c.innerText.includes('chart error'))", timeout=30_000)
+                                   "c => c.querySelector('svg') || c.innerText.includes('chart error'))",
+                                   timeout=30_000)
             charts = page.locator(".zones-chart")
             assert charts.count() == 5
             assert "chart error" not in page.inner_text("body")

@@ -106,7 +106,8 @@ def twin_comparison(density: pd.DataFrame, mp_curve: pd.DataFrame, matrices: pd.
     (dashed): a matrix with no structure ends at the edge."""
     _check_columns(density, ["matrix", "x", "density", "in_tail"], "density")
     panels = [_log_density_panel(density[density["matrix"] == n], pd.DataFrame(), row["mp_edge"],
-                                 f"{n}: {int(row['n_beyond_edge'])} beyond the edge", panel_width(columns, legend=False),
+                                 f"{n}: {int(row['n_beyond_edge'])} beyond the edge",
+                                 panel_width(columns, legend=False),
                                  curve=mp_curve[mp_curve["matrix"] == n], tail=False)
               for n, row in _rows_of(matrices, names)]
     return wrap(panels, columns)
@@ -119,7 +120,8 @@ def density_fits(density: pd.DataFrame, line: pd.DataFrame, matrices: pd.DataFra
     (dashed) and the Marchenko–Pastur edge of the matrix's random twin (green, dotted)."""
     _check_columns(density, ["matrix", "x", "density", "in_tail"], "density")
     panels = [_log_density_panel(density[density["matrix"] == n], line[line["matrix"] == n] if len(line) else line,
-                                 row["mp_edge"], f"{n}: α = {_fmt(row['alpha_esd'])}", panel_width(columns, legend=False))
+                                 row["mp_edge"], f"{n}: α = {_fmt(row['alpha_esd'])}",
+                                 panel_width(columns, legend=False))
               for n, row in _rows_of(matrices, names)]
     return wrap(panels, columns)
 
@@ -172,7 +174,8 @@ def tail_slider(grid: pd.DataFrame, density: pd.DataFrame, line: pd.DataFrame, r
     precomputed grid, one matrix per ν). For the chosen ν: its eigenvalue density with the
     power-law fit, its singular values with the α_shape fit, and where ν sits on the curves of
     both α against ν (with 1 + ν/2, the heavy-tailed prediction up to ν = 2)."""
-    _check_columns(grid, ["df", "alpha_shape", "alpha_esd", "alpha_esd_sigma", "reference_alpha", "mp_edge"], "tail_grid")
+    _check_columns(grid, ["df", "alpha_shape", "alpha_esd", "alpha_esd_sigma", "reference_alpha", "mp_edge"],
+                   "tail_grid")
     values = sorted(float(v) for v in grid["df"])
     start = values[len(values) // 2] if start is None else float(start)
     if start not in values:

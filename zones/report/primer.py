@@ -57,7 +57,7 @@ HEAVY_TAIL_LIMIT = 2.0  # up to ν = 2, heavy-tailed random-matrix theory predic
 WEAK_TAIL_LIMIT = 4.0   # above ν = 4 the entries' fourth moment is finite: the bulk is Marchenko–Pastur's
 MP_COLUMNS = ["mp_edge", "mp_ks_distance", "n_beyond_edge", "beyond_edge_fraction", "top_over_edge"]
 KINDS = ("gaussian", "heavy-tailed", "trained", "initialised")
-DROP_LOWEST = 0.01  # the density pictures leave out the smallest 1 % of eigenvalues (a square matrix's reach to 0)
+DROP_LOWEST = 0.01  # the density pictures leave out the smallest 1 % (a square matrix's reach towards 0)
 
 
 def _nu(df: float) -> str:
@@ -101,9 +101,9 @@ def describe(matrix, *, window=DEFAULT_WINDOW, bins: int = 40) -> dict:
     m = max(spectrum.rows, spectrum.cols)
     rank, _, _ = rank_picture(spectrum.eigenvalues, window)
     density, line, _ = density_picture(spectrum.eigenvalues, bins=bins, scale=1.0 / m, drop_lowest=DROP_LOWEST)
-    row.update(q=spectrum.q, sigma2=spectrum.sigma2, xmin_scaled=row["xmin"] / m, mp_edge=twin.edge, mp_ks_distance=twin.ks_distance,
-               n_beyond_edge=twin.n_beyond, beyond_edge_fraction=twin.beyond_fraction,
-               top_over_edge=twin.top_over_edge)
+    row.update(q=spectrum.q, sigma2=spectrum.sigma2, xmin_scaled=row["xmin"] / m, mp_edge=twin.edge,
+               mp_ks_distance=twin.ks_distance, n_beyond_edge=twin.n_beyond,
+               beyond_edge_fraction=twin.beyond_fraction, top_over_edge=twin.top_over_edge)
     return dict(row=row, spectrum=spectrum, rank=rank, density=density, line=line)
 
 
@@ -193,7 +193,8 @@ def _mp_curves(matrices: pd.DataFrame, points: int = 400) -> pd.DataFrame:
     for r in matrices[matrices["kind"].isin(["gaussian", "heavy-tailed"])].itertuples():
         lo, hi = marchenko_pastur_edges(r.q, r.sigma2)
         x = np.linspace(lo, hi, points)[1:-1]
-        parts.append(({"matrix": r.matrix}, pd.DataFrame({"x": x, "density": marchenko_pastur_density(x, r.q, r.sigma2)})))
+        density = marchenko_pastur_density(x, r.q, r.sigma2)
+        parts.append(({"matrix": r.matrix}, pd.DataFrame({"x": x, "density": density})))
     return _stack(parts)
 
 
@@ -321,12 +322,14 @@ def _numbers(matrices: pd.DataFrame, grid: pd.DataFrame, facts: dict) -> dict:
     numbers = dict(
         gauss_rows=int(g["rows"]), gauss_cols=int(g["cols"]), gauss_q=float(g["q"]),
         gauss_sigma=facts["gaussian_sigma"], gauss_sigma2=float(g["sigma2"]), mp_low=lo, mp_high=hi,
-        gauss_ks=float(g["mp_ks_distance"]), gauss_beyond=int(g["n_beyond_edge"]), gauss_top_ratio=float(g["top_over_edge"]),
+        gauss_ks=float(g["mp_ks_distance"]), gauss_beyond=int(g["n_beyond_edge"]),
+        gauss_top_ratio=float(g["top_over_edge"]),
         gauss_alpha_shape=float(g["alpha_shape"]), gauss_alpha_esd=float(g["alpha_esd"]),
         gauss_alpha_text=_alpha_text(g), gauss_n_tail=int(g["n_tail"]),
         tail_df=_nu(facts["tail_df"]), tail_variance=("infinite" if math.isinf(facts["tail_variance"])
                                                  else fmt_num(facts["tail_variance"])),
-        tail_ks=float(t["mp_ks_distance"]), tail_beyond=int(t["n_beyond_edge"]), tail_top_ratio=float(t["top_over_edge"]),
+        tail_ks=float(t["mp_ks_distance"]), tail_beyond=int(t["n_beyond_edge"]),
+        tail_top_ratio=float(t["top_over_edge"]),
         tail_alpha_shape=float(t["alpha_shape"]), tail_alpha_esd=float(t["alpha_esd"]), tail_alpha_text=_alpha_text(t),
         tail_reference=1 + facts["tail_df"] / 2,
         trained_name=str(first["matrix"]), trained_alpha_text=_alpha_text(first),
@@ -337,7 +340,8 @@ def _numbers(matrices: pd.DataFrame, grid: pd.DataFrame, facts: dict) -> dict:
         series_depth=facts["series_depth"], series_width=facts["series_width"], series_steps=facts["series_steps"],
         series_layer=int(init["layer"]), series_role=str(init["role"]), series_init_sigma=facts["init_sigma"],
         series_rows=int(init["rows"]), series_cols=int(init["cols"]),
-        init_alpha_text=_alpha_text(init), init_ks=float(init["mp_ks_distance"]), init_beyond=int(init["n_beyond_edge"]),
+        init_alpha_text=_alpha_text(init), init_ks=float(init["mp_ks_distance"]),
+        init_beyond=int(init["n_beyond_edge"]),
         series_alpha_text=_alpha_text(series_trained), series_ks=float(series_trained["mp_ks_distance"]),
         series_beyond=int(series_trained["n_beyond_edge"]),
         series_shape_moved=("raised" if series_trained["alpha_shape"] > init["alpha_shape"] else "lowered"),
@@ -346,7 +350,8 @@ def _numbers(matrices: pd.DataFrame, grid: pd.DataFrame, facts: dict) -> dict:
                                                    tail_start(float(g["xmin_scaled"]), float(g["mp_edge"]))),
         grid_min_df=_nu(grid["df"].min()), grid_max_df=_nu(grid["df"].max()), grid_n=len(grid),
         grid_shape_first=float(ordered["alpha_shape"].iloc[0]), grid_shape_last=float(ordered["alpha_shape"].iloc[-1]),
-        grid_heavy_text="; ".join(f"ν = {_nu(r.df)}: α = {fmt_num(r.alpha_esd)} (1 + ν/2 = {fmt_num(r.reference_alpha)})"
+        grid_heavy_text="; ".join(f"ν = {_nu(r.df)}: α = {fmt_num(r.alpha_esd)} "
+                                  f"(1 + ν/2 = {fmt_num(r.reference_alpha)})"
                                   for r in heavy.itertuples()) or "none in the grid",
         grid_light_min=float(light["alpha_esd"].min()) if len(light) else math.nan,
         grid_light_max=float(light["alpha_esd"].max()) if len(light) else math.nan,

@@ -82,7 +82,7 @@ def density_picture(eigenvalues, *, bins: int = 40, scale: float = 1.0, threshol
     lam = _ascending(eigenvalues)
     fit = fit_esd(lam, threshold)
     kept = lam[lam > threshold] * scale
-    drawn = kept[int(math.floor(drop_lowest * kept.size)):]
+    drawn = kept[math.floor(drop_lowest * kept.size):]
     if drawn.size < 2 or drawn[0] == drawn[-1]:
         return pd.DataFrame(columns=DENSITY_COLUMNS), pd.DataFrame(columns=LINE_COLUMNS), fit
     edges = np.geomspace(drawn[0], drawn[-1], bins + 1)

@@ -5,7 +5,7 @@ n = min(rows, cols), m = max(rows, cols) and the aspect ratio q = n / m in (0, 1
 eigenvalues λ_1 … λ_n (the squared singular values) whose scaled values x = λ / m follow, as n
 and m grow at a fixed q, the Marchenko–Pastur law (Marchenko and Pastur, 1967)::
 
-    p(x) = √((x₊ − x)(x − x₋)) / (2π σ² q x)   on   x₋ = σ²(1 − √q)² ≤ x ≤ x₊ = σ²(1 + √q)².
+    p(x) = √((x₊ − x)(x − x₋)) / (2π σ² q x)  on  x₋ = σ²(1 − √q)² ≤ x ≤ x₊ = σ²(1 + √q)².
 
 For q ≤ 1 it has no atom at zero: it is a probability density on [x₋, x₊]. Its mean is σ², so
 the σ² of any matrix's own "random twin" is its mean squared entry (:func:`entry_variance`).
@@ -69,7 +69,7 @@ def _cdf_table(q: float, sigma2: float) -> tuple[np.ndarray, np.ndarray]:
     x = lo + half * (1 - np.cos(theta))
     with np.errstate(divide="ignore", invalid="ignore"):
         integrand = np.where(x > 0, (half * np.sin(theta)) ** 2 / (2 * math.pi * sigma2 * q * x), 0.0)
-    if q == 1.0:  # x₋ = 0: p(x) dx = half² sin²θ / (2π σ² half (1 − cos θ)) dθ = half (1 + cos θ)/(2π σ²) dθ
+    if q == 1.0:  # x₋ = 0: p dx = half² sin²θ / (2π σ² half (1 − cos θ)) dθ = half (1 + cos θ) / (2π σ²) dθ
         integrand = half * (1 + np.cos(theta)) / (2 * math.pi * sigma2)
     steps = (integrand[1:] + integrand[:-1]) / 2 * np.diff(theta)
     cdf = np.concatenate([[0.0], np.cumsum(steps)])
