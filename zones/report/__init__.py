@@ -10,8 +10,8 @@ rule in the docstring; the notebooks only call ``run``, glue, draw and tell.
 """
 import importlib
 
-CHAPTERS = ("alpha_profile", "layer_ablation", "importance_vs_alpha", "pruning", "healing", "sublayers", "predictors",
-            "depth_series", "spectral_lifecycle", "claims")
+CHAPTERS = ("primer", "alpha_profile", "layer_ablation", "importance_vs_alpha", "pruning", "healing", "sublayers",
+            "predictors", "depth_series", "spectral_lifecycle", "claims", "teaching")
 __all__ = [*CHAPTERS, "common", "format", "verdicts"]
 
 
