@@ -21,7 +21,7 @@ def test_class_times_come_from_the_last_class_build_record(tmp_path, capsys):
     assert teaching.budget_record("cpu")["timings"]["primer"] == 99.0
     assert teaching.budget_record("gpu") is None
 
-    result = teaching.run(budget="class", chapters=["primer", "alpha_profile", "pruning"],
+    result = teaching.run(timed_budget="class", chapters=["primer", "alpha_profile", "pruning"],
                           out_dir=str(tmp_path / "out"))
     assert result.numbers["times_text"] == ("The 2 measured chapters took 0.700 minutes together; the longest was "
                                             "alpha_profile. Chapters the record does not hold: pruning.")
@@ -40,7 +40,7 @@ def test_class_times_come_from_the_last_class_build_record(tmp_path, capsys):
 def test_teaching_page_says_when_a_budget_was_never_measured(tmp_path):
     from zones.report import teaching
 
-    result = teaching.run(budget="gpu", chapters=["primer", "pruning"], out_dir=str(tmp_path / "out"))
+    result = teaching.run(timed_budget="gpu", chapters=["primer", "pruning"], out_dir=str(tmp_path / "out"))
     assert result.numbers["measured"] is False and "not measured on this machine" in result.numbers["status"]
     assert result.numbers["not_measured"] == "primer, pruning" and "Build the book once" in result.numbers["times_text"]
     assert result["times"]["seconds"].isna().all()

@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+import numpy as np
 import yaml
 
 from zones.core.checks import check_float, check_int, check_models
@@ -204,6 +205,16 @@ TERMS: dict[str, Term] = _terms(
     Term("alpha_role", "str", "weighted (the parameter-weighted mean over a block) or one role (q, k, ...)",
          {"cpu": "weighted"}),
     Term("role", "str", "the matrix of each block drawn in detail: q, k, v, o, mlp_*", {"cpu": "q"}),
+    # --- the primer's random matrices and pictures ----------------------------------------------
+    Term("position", "float", "where in depth a matrix is taken, from 0 (the first block) to 1 (the last)",
+         {"cpu": 0.5}, minimum=0),
+    Term("rows", "int", "rows of the random matrices (their aspect ratio q is rows / cols)", {"cpu": 500}, minimum=1),
+    Term("cols", "int", "columns of the random matrices", {"cpu": 1000}, minimum=1),
+    Term("tail_df", "float", "tail index ν of the heavy-tailed example (Student-t entries: the smaller, the heavier)",
+         {"cpu": 1.5}, minimum=0),
+    Term("tail_dfs", "list[float]", "the grid of tail indices ν the primer's slider runs over",
+         {"cpu": [float(v) for v in np.arange(1.0, 8.01, 0.5).round(1)]}, minimum=0),
+    Term("bins", "int", "bins of a density histogram", {"cpu": 40}, minimum=1),
     Term("estimators", "list[str]", "the estimators zones alpha computes (the others' columns stay empty)",
          {"cpu": list(ESTIMATOR_FLAGS)}, choices=ESTIMATOR_FLAGS),
     Term("window", "list[float]", "rank window of the spectral-shape fit, as fractions of n", {"cpu": [0.0, 0.5]},
@@ -264,6 +275,9 @@ TERMS: dict[str, Term] = _terms(
     Term("budget", "str", "the presets every chapter runs with: class (minutes, wider intervals), cpu (two "
          "cores), gpu (a GPU)", {"cpu": DEFAULT_BUDGET}, choices=BUDGETS),
     Term("only", "list[str]", "execute only these chapters", {"cpu": []}),
+    Term("chapters", "list[str]", "the chapters a page lists (None: none)", {"cpu": None}, optional=True),
+    Term("timed_budget", "str", "whose measured chapter times the teachers' page shows", {"cpu": "class"},
+         choices=BUDGETS),
     Term("param", "list[str]", "NAME=VALUE: a chapter parameter (a YAML value), checked against the glossary "
          "(zones.core.glossary)",
          {"cpu": []}),

@@ -52,7 +52,7 @@ from zones.spectra.random import (
     student_t_variance,
 )
 
-TAIL_DFS = tuple(np.arange(1.0, 8.01, 0.5).round(1))  # the slider's grid: ν = 1, 1.5, …, 8
+TAIL_DFS = tuple(float(v) for v in np.arange(1.0, 8.01, 0.5).round(1))  # the slider's grid: ν = 1, 1.5, …, 8
 HEAVY_TAIL_LIMIT = 2.0  # up to ν = 2, heavy-tailed random-matrix theory predicts a density tail λ^(−(1 + ν/2))
 WEAK_TAIL_LIMIT = 4.0   # above ν = 4 the entries' fourth moment is finite: the bulk is Marchenko–Pastur's
 MP_COLUMNS = ["mp_edge", "mp_ks_distance", "n_beyond_edge", "beyond_edge_fraction", "top_over_edge"]
@@ -369,7 +369,7 @@ def _numbers(matrices: pd.DataFrame, grid: pd.DataFrame, facts: dict) -> dict:
 
 
 def run(models="smollm2-135m", role: str = "q", position: float = 0.5, rows: int = 500, cols: int = 1000,
-        tail_df: float = 1.5, tail_dfs: Sequence[float] = TAIL_DFS, profile: str = "cpu", depths=None,
+        tail_df: float = 1.5, tail_dfs: Sequence[float] = list(TAIL_DFS), profile: str = "cpu", depths=None,
         train_overrides: dict | None = None, seed: int = 0, bins: int = 40, window=DEFAULT_WINDOW,
         out_dir: str = "results/primer", *, device: str | None = None) -> ChapterResult:
     """The chapter (see the module's docstring for its tables); ``summary.json`` holds one

@@ -54,11 +54,16 @@ def timing_records(folder: Path | None = None) -> list[dict]:
             continue
         if found is None:
             continue
-        timings = json.loads(found[0])
-        if not isinstance(timings, dict):
+        record = json.loads(found[0])
+        if not isinstance(record, dict):
             continue
+        # zones.book's record: {"chapters": {name: {"seconds": s, ...}}, "reference_seconds": ..., "machine": ...};
+        # an older zones wrote {name: seconds}
+        chapters = record.get("chapters") if isinstance(record.get("chapters"), dict) else \
+            {k: dict(seconds=v) for k, v in record.items()}
         records.append(dict(path=str(path), parameters=parts.get("parameters") or {},
-                            timings={str(k): float(v) for k, v in timings.items()},
+                            timings={str(k): float(v["seconds"]) for k, v in chapters.items()},
+                            reference_seconds=record.get("reference_seconds"), machine=record.get("machine"),
                             written=dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc)))
     return sorted(records, key=lambda r: r["written"])
 
@@ -81,9 +86,12 @@ def chapter_times(timings: dict[str, float], chapters: Sequence[str]) -> pd.Data
                              share=seconds / total if total > 0 else float("nan")))[TIME_COLUMNS]
 
 
-def run(budget: str = "class", chapters: Sequence[str] = (), out_dir: str = "results/teaching") -> ChapterResult:
-    """The page's numbers: the chapters' times in the last ``budget`` build on this machine
+def run(timed_budget: str = "class", chapters: Sequence[str] | None = None,
+        out_dir: str = "results/teaching") -> ChapterResult:
+    """The page's numbers: the chapters' times in the last ``timed_budget`` build on this machine
     (``budget_record``), or the statement that no such build is recorded here."""
+    budget = timed_budget
+    chapters = list(chapters or [])
     record = budget_record(budget)
     timings = record["timings"] if record else {}
     times = chapter_times(timings, chapters)
