@@ -488,6 +488,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_lifecycle_and_sweep(sub)
     _add_export_and_heal(sub)  # H6: zones export, zones heal
 
+    # zones evaluate: task accuracy through lm-evaluation-harness (its own module)
+    from zones import evaluate as evaluate_command
+    p = sub.add_parser("evaluate", help="zero-shot task accuracy through lm-evaluation-harness",
+                       description=evaluate_command.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    evaluate_command.add_arguments(p)
+    p.set_defaults(func=evaluate_command.run)
+
     return parser
 
 

@@ -30,6 +30,7 @@ import pandas as pd
 from zones.core.cache import atomic_write_text
 from zones.pruning import COLLAPSE_RATIO
 from zones.report import healing
+from zones.report import task_accuracy
 from zones.report.common import ChapterResult, interval_side, read_summary, save
 from zones.report.format import fmt_interval, fmt_num, fmt_p, fmt_ratio
 from zones.report.layer_ablation import first_blocks_matter_most
@@ -367,6 +368,8 @@ REGISTRY: list[Claim] = [
           "never ahead, or Last-N is ahead at the largest k; inconclusive (budget) otherwise", "pruning",
           _crossover_rows),
     Claim("healed", healing.CLAIM, healing.PAPER, healing.HEALING_RULE, "healing", healing.healing_rows),
+    Claim("tasks", task_accuracy.CLAIM, task_accuracy.PAPER, task_accuracy.TASK_RULE, "task_accuracy",
+          task_accuracy.task_accuracy_rows),
     Claim("gap", "the choice of strategy matters: worst-vs-best gaps up to 23.7×", f"up to {PAPER_GAP}×",
           f"the largest worst/best ΔPPL ratio over k; holds if its 95% interval lies above 1 and reaches "
           f"{PAPER_GAP} or beyond (gaps at least as large as the paper's); does not hold if it lies wholly below "
