@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 from torch import nn
 
-from zones.core.cache import cached_table
+from zones.core.cache import entry_path, read_cached_table, write_cached_table
 from zones.core.checks import check_int
 from zones.core.data import Windows, tokenizer_fingerprint
 from zones.core.hub import hub_lookup
@@ -108,13 +108,14 @@ def _quiet():
         logger.setLevel(level)
 
 
-def task_manager(tasks: Sequence[str], include_path: Sequence[str] = ()):
-    """lm-eval's ``TaskManager`` with zones' offline tasks on its include path (and lm-eval's own
-    tasks too unless every task asked for is an offline one: indexing those takes seconds)."""
+def task_manager(tasks: Sequence[str], include_path: Sequence[str] = (), include_defaults: bool | None = None):
+    """lm-eval's ``TaskManager`` with zones' offline tasks on its include path, and lm-eval's own
+    tasks too (``include_defaults``; by default unless every task asked for is an offline one:
+    indexing lm-eval's thousands of task files takes seconds). An unknown name is one line."""
     require_lm_eval()
     from lm_eval.tasks import TaskManager
 
-    defaults = any(t not in OFFLINE_TASKS for t in tasks)
+    defaults = any(t not in OFFLINE_TASKS for t in tasks) if include_defaults is None else include_defaults
     with _quiet():
         manager = TaskManager(include_path=[str(OFFLINE_DIR), *map(str, include_path)], include_defaults=defaults)
     unknown = [t for t in tasks if t not in manager.all_tasks]
@@ -189,39 +190,43 @@ def evaluate_tasks(model: nn.Module, tokenizer, tasks: str | Sequence[str], *, l
     require_lm_eval()
     import lm_eval
 
-    tables, examples = [], []
-    cached = [t for t in tasks if t in OFFLINE_TASKS and cache]
-    if cached:
+    # Read what is cached; run every other task in ONE lm-eval call (each call pays for lm-eval's
+    # set-up); store each offline task's answers, with lm-eval's numbers, as its own entry.
+    keys: dict[str, dict] = {}
+    if cache and any(t in OFFLINE_TASKS for t in tasks):
         fingerprint = fingerprint or model_fingerprint(model)
         tok = tokenizer_fingerprint(tokenizer)
-    for task in tasks:
-        def compute(task=task) -> pd.DataFrame:
-            results, samples = _run(model, tokenizer, [task], limit=limit, batch_size=batch_size, dtype=dtype,
-                                    include_path=include_path)
-            both = _examples(samples[task], "", "", task)
-            # the tidy table's numbers ride along in the cached example table's first rows
+        keys = {t: dict(kind="lm-eval-task", version=VERSION, model=fingerprint, tokenizer=tok, task=t,
+                        data=data_digest(t), limit=limit, dtype=dtype, batch_size=batch_size,
+                        lm_eval=lm_eval.__version__) for t in tasks if t in OFFLINE_TASKS}
+    found: dict[str, pd.DataFrame] = {}
+    for task, key in keys.items():
+        hit = None if refresh else read_cached_table(entry_path("lm-eval-task", key), key)
+        if hit is not None:
+            found[task] = hit
+    missing = [t for t in tasks if t not in found]
+    if missing:
+        results, samples = _run(model, tokenizer, missing, limit=limit, batch_size=batch_size, dtype=dtype,
+                                include_path=include_path)
+        for task in missing:
+            answers = _examples(samples[task], "", "", task)
             summary = _table(results, "", "", task)
-            for metric in METRICS:
+            for metric in METRICS:   # lm-eval's own value and stderr ride along in every row
                 row = summary[summary["metric"] == metric].iloc[0]
-                both[f"{metric}_value"], both[f"{metric}_stderr"] = row["value"], row["stderr"]
-            return both
-
-        if task in cached:
-            key = dict(kind="lm-eval-task", version=VERSION, model=fingerprint, tokenizer=tok, task=task,
-                       data=data_digest(task), limit=limit, dtype=dtype, batch_size=batch_size,
-                       lm_eval=lm_eval.__version__)
-            found = cached_table("lm-eval-task", key, compute, refresh=refresh)
-        else:
-            found = compute()
-        found = found.assign(model=model_name, removed=removed)
-        n = len(found)
-        check_finite(np.array([[sum(float(v) for v in row.split(";")) for row in found["logliks"]]]),
+                answers[f"{metric}_value"], answers[f"{metric}_stderr"] = row["value"], row["stderr"]
+            found[task] = answers
+            if task in keys:
+                write_cached_table(answers, entry_path("lm-eval-task", keys[task]), keys[task])
+    tables, examples = [], []
+    for task in tasks:
+        answers = found[task].assign(model=model_name, removed=removed)
+        check_finite(np.array([[sum(float(v) for v in row.split(";")) for row in answers["logliks"]]]),
                      lambda _: f"of {model_name}", f"log-likelihood on {task}")
         tables.append(pd.DataFrame([dict(model=model_name, removed=removed, task=task, metric=metric,
-                                         value=float(found[f"{metric}_value"].iloc[0]),
-                                         stderr=float(found[f"{metric}_stderr"].iloc[0]), n=n)
+                                         value=float(answers[f"{metric}_value"].iloc[0]),
+                                         stderr=float(answers[f"{metric}_stderr"].iloc[0]), n=len(answers))
                                     for metric in METRICS], columns=TABLE_COLUMNS))
-        examples.append(found[EXAMPLE_COLUMNS])
+        examples.append(answers[EXAMPLE_COLUMNS])
     return TaskResult(pd.concat(tables, ignore_index=True), pd.concat(examples, ignore_index=True))
 
 
@@ -280,9 +285,11 @@ def paired_differences(examples: pd.DataFrame, metric: str = "acc", pairs: Seque
 def loglik_agreement(model: nn.Module, tokenizer, task: str = OFFLINE_TASKS[0], n_examples: int = 3,
                      batch_size: int = 8) -> pd.DataFrame:
     """lm-eval's log-likelihood of each choice of the first ``n_examples`` examples of ``task``
-    against zones' loss on the same tokens: ``example, choice, n_tokens, lm_eval, zones,
-    difference`` (nats; zones' = −[NLL(context + choice) − NLL(context)], each an
-    ``evaluate_loss`` window sum, which is the continuation's NLL since the model is causal)."""
+    (those whose every choice fits the model's positions: lm-eval would cut a longer context)
+    against zones' loss on the same tokens (lm-eval's own tokenization): ``example, choice,
+    n_tokens, lm_eval, zones, difference`` (nats; zones' = −[NLL(context + choice) −
+    NLL(context)], each an ``evaluate_loss`` window sum, which leaves the continuation's NLL
+    since the model is causal)."""
     import torch
     from lm_eval.api.instance import Instance
 
@@ -290,14 +297,23 @@ def loglik_agreement(model: nn.Module, tokenizer, task: str = OFFLINE_TASKS[0], 
     manager = task_manager([task])
     with _quiet():
         task_obj = manager.load([task])["tasks"][task]
-    docs = list(task_obj.test_docs())[:check_int(n_examples, "n_examples", min=1)]
-    requests, tokens = [], []
-    for i, doc in enumerate(docs):
+    n_examples = check_int(n_examples, "n_examples", min=1)
+    config = model.config
+    positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 10 ** 9
+    requests, tokens, taken = [], [], 0
+    for i, doc in enumerate(task_obj.test_docs()):
         context = task_obj.doc_to_text(doc)
-        for j, choice in enumerate(task_obj.doc_to_choice(doc)):
+        pairs = [(choice, lm._encode_pair(context, task_obj.config.target_delimiter + choice))
+                 for choice in task_obj.doc_to_choice(doc)]
+        if any(len(a) + len(b) > int(positions) for _, (a, b) in pairs):
+            continue  # lm-eval would cut the context to the model's positions; compare whole examples only
+        for j, (choice, (context_ids, continuation_ids)) in enumerate(pairs):
             continuation = task_obj.config.target_delimiter + choice
             requests.append(Instance("loglikelihood", doc, (context, continuation), idx=j))
-            tokens.append((i, j, *lm._encode_pair(context, continuation)))
+            tokens.append((i, j, context_ids, continuation_ids))
+        taken += 1
+        if taken == n_examples:
+            break
     with _quiet():
         logliks = [float(ll) for ll, _ in lm.loglikelihood(requests, disable_tqdm=True)]
     rows = []
