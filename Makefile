@@ -30,9 +30,9 @@ $(STAMP_TF4): pyproject.toml
 
 setup: $(STAMP)
 
-# Execute every chapter on the default model (or MODEL=...) and build book/_build/html.
+# Execute every chapter on the default model (or MODEL=m, MODELS=a,b) and build book/_build/html.
 book: $(STAMP)
-	$(BIN)/zones book $(if $(MODEL),--model $(MODEL))
+	$(BIN)/zones book $(if $(MODEL),--model $(MODEL)) $(if $(MODELS),--models $(MODELS))
 
 # The whole test suite, including the default model and the offline-chart browser test.
 test: $(STAMP) browser

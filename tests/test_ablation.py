@@ -194,7 +194,7 @@ def test_cli_writes_the_table(tmp_path, tiny_model_dir, capsys):
     text.write_text("Every block of the model is removed in turn, and the loss is measured. " * 60)
     out = tmp_path / "out"
     args = ["ablate", "--model", str(tiny_model_dir), "--corpus", str(text), "--seq-len", "16",
-            "--tokens", "60", "--out", str(out), "--device", "cpu"]
+            "--eval-tokens", "60", "--out", str(out), "--device", "cpu"]
     assert main(args) == 0
     table = pd.read_csv(out / "ablation.csv")
     assert list(table.columns) == COLUMNS
@@ -203,7 +203,7 @@ def test_cli_writes_the_table(tmp_path, tiny_model_dir, capsys):
     assert list(pd.read_csv(tmp_path / "parts" / "ablation.csv").columns) == COLUMNS + PART_COLUMNS
 
     capsys.readouterr()
-    assert main(args[:-4] + ["--tokens", "10000000", "--out", str(tmp_path / "x")]) == 1
+    assert main(args[:-4] + ["--eval-tokens", "10000000", "--out", str(tmp_path / "x")]) == 1
     assert "token budget" in capsys.readouterr().err
     assert not (tmp_path / "x" / "ablation.csv").exists()
 

@@ -43,7 +43,7 @@ def test_built_page_draws_its_chart_with_the_network_off(tmp_path, tiny_model_di
     from playwright.sync_api import sync_playwright
 
     root = _mini_project(tmp_path)
-    index = build_book({"model": str(tiny_model_dir)}, root=root)
+    index = build_book({"models": [str(tiny_model_dir)]}, root=root)
     assert index.exists()
     summary = json.loads((root / "book/chapters/results/alpha_profile/summary.json").read_text())
     assert summary["n_blocks"] == 6
@@ -83,11 +83,11 @@ def test_a_failing_chapter_fails_the_build_and_leaves_no_page(tmp_path):
 
     jupytext.write(nb, root / "notebooks" / "broken.md", fmt="md:myst")
     (root / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n  - file: book/chapters/broken\n")
-    with pytest.raises(ValueError, match="unknown chapter parameter model: the chapter broken declare x"):
-        build_book({"x": 7, "model": "unused"}, root=root)
+    with pytest.raises(ValueError, match="unknown chapter parameter models: the chapter broken declare x"):
+        build_book({"x": 7, "models": ["unused"]}, root=root)
     assert not (root / "book/chapters").exists()  # refused before any chapter ran
     with pytest.raises(ChapterFailed, match="boom 7"):
-        build_book({"x": 7}, root=root, model="given only to chapters that declare model")
+        build_book({"x": 7}, root=root, models=["given only to chapters that declare models"])
     assert not (root / "book/chapters/broken.ipynb").exists()
     assert (root / "book/chapters/broken.failed.ipynb").exists()
 
@@ -165,9 +165,9 @@ def _trivial_project(tmp_path: Path, names=("first", "second")) -> Path:
     for name in names:
         nb = nbformat.v4.new_notebook()
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-        params = nbformat.v4.new_code_cell("n_resamples = 1\nmodel = None")
+        params = nbformat.v4.new_code_cell("n_resamples = 1\nmodels = None")
         params.metadata["tags"] = ["parameters"]
-        nb.cells = [params, nbformat.v4.new_code_cell("print(n_resamples, model)")]
+        nb.cells = [params, nbformat.v4.new_code_cell("print(n_resamples, *models)")]
         jupytext.write(nb, root / "notebooks" / f"{name}.md", fmt="md:myst")
     toc = "".join(f"  - file: book/chapters/{n}\n" for n in names)
     (root / "_toc.yml").write_text(f"format: jb-book\nroot: book/intro\nchapters:\n{toc}")
@@ -197,17 +197,17 @@ def test_book_shows_chapter_progress_and_an_estimate_in_the_terminal_not_the_pag
     from zones.book import execute_chapters, last_timings
 
     root = _trivial_project(tmp_path)
-    execute_chapters(root, ["first", "second"], {"n_resamples": 3}, model="tiny")
+    execute_chapters(root, ["first", "second"], {"n_resamples": 3}, models="tiny")
     err = capsys.readouterr().err
     assert "2 chapters, about 2 min (the expected times)" in err  # 2 x DEFAULT_SECONDS
     assert "chapter 2/2 second" in err and "elapsed, about" in err and "left" in err
     assert "first done in" in err
-    timings = last_timings({"model": "tiny", "models": ["tiny"], "n_resamples": 3})
+    timings = last_timings({"models": ["tiny"], "n_resamples": 3})
     assert set(timings) == {"first", "second"}
     page = nbformat.read(root / "book/chapters/first.ipynb", as_version=4)
     printed = "".join(o.get("text", "") for c in page.cells for o in c.get("outputs", []))
     assert printed.strip() == "3 tiny" and "elapsed" not in printed and "chapter 1/2" not in printed
-    execute_chapters(root, ["first"], {"n_resamples": 3}, model="tiny")
+    execute_chapters(root, ["first"], {"n_resamples": 3}, models="tiny")
     assert "(the last build)" in capsys.readouterr().err
 
 

@@ -133,7 +133,7 @@ def test_cli_heal(tiny_model_dir, tmp_path, one_thread, capsys):
 
     out = tmp_path / "healed"
     assert main(["heal", "--model", str(tiny_model_dir), "--remove", "2,3", "--method", "bridge",
-                 "--tokens", "510", "--seq-len", "64", "--out", str(out), "--device", "cpu"]) == 0
+                 "--heal-tokens", "510", "--seq-len", "64", "--out", str(out), "--device", "cpu"]) == 0
     assert "calibration loss" in capsys.readouterr().out
     record = read_provenance(out)
     assert record["healing"]["method"] == "bridge" and record["removed"] == [2, 3]
@@ -152,7 +152,7 @@ def test_score_after_healing_rule():
 def test_healing_chapter_on_a_tiny_model(tiny_model_dir, tmp_path, one_thread):
     from zones.report import healing as chapter
 
-    result = chapter.run(model=str(tiny_model_dir), seq_len=32, eval_tokens=6 * 31, calibration_tokens=2 * 31,
+    result = chapter.run(models=str(tiny_model_dir), seq_len=32, eval_tokens=6 * 31, calibration_tokens=2 * 31,
                          heal_tokens=4 * 31, k_values=[1, 2], seeds=2, methods=["bridge"], batch_size=4,
                          out_dir=str(tmp_path / "healing"), progress=False)
     delta, comparison = result["delta"], result["comparison"]

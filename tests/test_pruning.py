@@ -583,7 +583,7 @@ def test_notebook_runs_on_a_tiny_model(tiny_model_dir, tmp_path):
 
     out = tmp_path / "results"
     run_notebook(ROOT / "notebooks" / "pruning.md", tmp_path / "pruning.ipynb",
-                 parameters=dict(model=str(tiny_model_dir), seq_len=32, eval_tokens=124,
+                 parameters=dict(models=[str(tiny_model_dir)], seq_len=32, eval_tokens=124,
                                  calibration_tokens=62, k_max=3, seeds=3, batch_size=2,
                                  out_dir=str(out)), cwd=tmp_path)
     table = pd.read_csv(out / "pruning.csv")

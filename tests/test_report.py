@@ -405,10 +405,10 @@ def test_scorecard_page_scores_the_tables_the_chapters_wrote(tiny_model_dir, tmp
     from zones.book import run_notebook
 
     results = tmp_path / "results"
-    alpha = report.alpha_profile.run(model=str(tiny_model_dir), out_dir=str(results / "alpha_profile"), n_resamples=200)
+    alpha = report.alpha_profile.run(models=[str(tiny_model_dir)], out_dir=str(results / "alpha_profile"), n_resamples=200)
     ablation = report.layer_ablation.run(models=[str(tiny_model_dir)], seq_len=32, eval_tokens=155, batch_size=4,
                                          out_dir=str(results / "layer_ablation"), progress=False)
-    pruning = report.pruning.run(model=str(tiny_model_dir), seq_len=32, eval_tokens=124, calibration_tokens=31,
+    pruning = report.pruning.run(models=[str(tiny_model_dir)], seq_len=32, eval_tokens=124, calibration_tokens=31,
                                  k_max=2, seeds=2, strategies=["zone_aware", "last_n", "last_n_keep_last", "random"],
                                  batch_size=2, out_dir=str(results / "pruning"), progress=False)
     # What each chapter glues is plain Python, and its tables carry their intervals.

@@ -284,7 +284,7 @@ def test_chapter_runs_on_a_tiny_model(tiny_model_dir, tmp_path):
 
     out = tmp_path / "results"
     run_notebook(Path("notebooks/alpha_profile.md"), tmp_path / "chapter.ipynb", cwd=tmp_path,
-                 parameters=dict(model=str(tiny_model_dir), out_dir=str(out)))
+                 parameters=dict(models=[str(tiny_model_dir)], out_dir=str(out)))
     summary = json.loads((out / "summary.json").read_text())
     table = pd.read_csv(out / "alpha.csv")
     assert summary["n_blocks"] == 6 and len(table) == 6 * 7

@@ -167,7 +167,7 @@ def test_cli_train_writes_the_series_tables(micro_runs, micro_corpus, tmp_path):
     from zones.cli import main
 
     out = tmp_path / "out"
-    code = main(["train", "--depths", "2,3", "--seeds", "0", "--width", "32", "--set", "head_dim=16", "--vocab-size", "300",
+    code = main(["train", "--depths", "2,3", "--seeds", "1", "--width", "32", "--set", "head_dim=16", "--vocab-size", "300",
                  "--seq-len", "32", "--batch-size", "8", "--steps", "40", "--lr", "0.003", "--snapshot-every", "10",
                  "--set", "eval_every=10", "--set", "checkpoint_every=15", "--set", "eval_windows=8",
                  "--corpus", micro_corpus, "--out", str(out)])
@@ -458,10 +458,14 @@ def test_series_summary_applies_the_flattening_rule(micro_runs):
 
 
 def test_cpu_profile_seeds_and_flops_per_token():
-    configs = train.series_configs("cpu", [8], seeds=[3])
+    configs = train.series_configs("cpu", [8], seed=3)  # one training seed
     assert [(c.depth, c.seed) for c in configs] == [(8, 3)]
     assert [(c.depth, c.seed) for c in train.series_configs("cpu", [8, 12], seed=3)] == [(8, 3), (12, 3)]
+    # seeds is a count, as in every chapter: seeds 0..n-1 at every depth
+    assert [(c.depth, c.seed) for c in train.series_configs("cpu", [8, 16], seeds=2)] == [(8, 0), (8, 1), (16, 0), (16, 1)]
     with pytest.raises(ValueError, match="not both"):
-        train.series_configs("cpu", [8], seeds=[1], seed=3)
+        train.series_configs("cpu", [8], seeds=1, seed=3)
+    with pytest.raises(ValueError, match="seeds .a count: seeds 0..n-1. must be an integer"):
+        train.series_configs("cpu", [8], seeds=[0, 1])
     config = configs[0]
     assert train.flops_per_token(config) == 6 * train.parameter_count(config) + 12 * 8 * 64 * config.seq_len

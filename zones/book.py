@@ -42,6 +42,7 @@ import yaml
 from tqdm.auto import tqdm
 
 from zones.core.cache import CacheError, atomic_write_bytes, atomic_write_text, entry_path, read_entry, write_entry
+from zones.core.checks import check_models
 from zones.figures import BOOK_MODE_ENV, write_vega_bundle
 
 RUN_LAST = ("claims",)  # chapters that read the tables the other chapters wrote
@@ -303,14 +304,14 @@ def chapter_weights(names: list[str], parameters: dict[str, Any]) -> dict[str, f
 
 
 def execute_chapters(root: Path, names: list[str], parameters: dict[str, Any] | None = None, *,
-                     model: str | None = None, progress: bool = True) -> list[Path]:
+                     models: list[str] | None = None, progress: bool = True) -> list[Path]:
     """Execute chapters ``names`` in order, under one progress bar with an estimate of the time
-    left (terminal only). ``model`` is given to the chapters that declare ``model`` or
-    ``models``; every key of ``parameters`` must be declared by one of the chapters."""
+    left (terminal only). ``models`` (a list; one string is one model) is given to the chapters
+    that declare ``models``; every key of ``parameters`` must be declared by one of the chapters."""
     parameters = dict(parameters or {})
     declared = {n: declared_parameters(chapter_source(root, n)) for n in names}
     check_parameters(parameters, declared)  # before any chapter runs
-    implicit = {"model": model, "models": [model]} if model else {}
+    implicit = {"models": check_models(models)} if models else {}
     key = {**implicit, **parameters}
     weights = chapter_weights(names, key)
 
@@ -364,12 +365,12 @@ def write_summary_placeholder(root: Path) -> bool:
 
 
 def build_book(parameters: dict[str, Any] | None = None, only: list[str] | None = None,
-               root: Path | None = None, execute: bool = True, model: str | None = None,
+               root: Path | None = None, execute: bool = True, models: list[str] | None = None,
                progress: bool = True) -> Path:
     """Execute the chapters (all, or ``only``) and build the HTML book; return its index.
 
     ``parameters`` go to the chapters that declare them (one that none of the executed
-    chapters declares is refused); ``model`` to those that declare ``model`` or ``models``.
+    chapters declares is refused); ``models`` to those that declare ``models``.
     """
     root = project_root(root)
     names = chapters(root)
@@ -378,7 +379,7 @@ def build_book(parameters: dict[str, Any] | None = None, only: list[str] | None 
         raise ValueError(f"unknown chapter(s) {unknown}; the book has {names}")
     if execute:
         order = [n for n in execution_order(names) if not only or n in only]
-        execute_chapters(root, order, parameters, model=model, progress=progress)
+        execute_chapters(root, order, parameters, models=models, progress=progress)
     missing = [n for n in names if not (root / "book" / "chapters" / f"{n}.ipynb").exists()]
     if missing:
         raise FileNotFoundError(f"chapters never executed: {missing}; run without --only first")

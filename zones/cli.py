@@ -140,7 +140,7 @@ def _write(df, out: str, name: str) -> None:
 def cmd_alpha(args) -> None:
 
     window, estimators = check_window(args.window), check_estimators(args.estimators)  # before loading
-    table = alpha_table(_load(args).model, window=window, estimators=estimators, cache=not args.no_cache,
+    table = alpha_table(_load(args).model, window=window, estimators=estimators, refresh=args.refresh,
                         progress=True)
     _write(table, args.out, "alpha.csv")
     noted = table[table["note"] != ""]
@@ -149,14 +149,14 @@ def cmd_alpha(args) -> None:
 
 
 def _split_budget(args) -> int | None:
-    """ablate's budget: the chosen split's flag (``--tokens``, hidden, is the old spelling)."""
+    """ablate's budget: the chosen split's flag."""
 
     other = "calibration" if args.split == "eval" else "eval"
     if getattr(args, f"{other}_tokens") is not None:
         raise ValueError(f"--{other}-tokens sets the {other} split's budget, but --split is {args.split}; "
                          f"pass --{args.split}-tokens")
     tokens = getattr(args, f"{args.split}_tokens")
-    return _budget(args.tokens if tokens is None else tokens, ABLATION_EVAL_TOKENS)
+    return _budget(tokens, ABLATION_EVAL_TOKENS)
 
 
 def cmd_ablate(args) -> None:
@@ -199,13 +199,9 @@ def cmd_train(args) -> None:
         depths = [int(d) for d in args.depths.split(",") if d.strip()] if args.depths else None
     except ValueError:
         raise ValueError(f"--depths needs comma-separated integers such as 4,6,8, not {args.depths!r}") from None
-    try:
-        seeds = [int(d) for d in args.seeds.split(",") if d.strip()] if args.seeds else None
-    except ValueError:
-        raise ValueError(f"--seeds needs comma-separated integers such as 0,1, not {args.seeds!r}") from None
     if args.seed is not None:
-        seeds = [args.seed]
-    configs = series_configs(args.profile, depths, seeds, **overrides)  # bad sizes fail before any work
+        overrides["seed"] = args.seed  # one training seed at every depth
+    configs = series_configs(args.profile, depths, args.seeds, **overrides)  # bad sizes fail before any work
     runs = [train_model(c, device=args.device, refresh=args.refresh, keep_checkpoints=args.keep_checkpoints)
             for c in configs]
     summary = series_summary(runs)
@@ -223,7 +219,9 @@ def cmd_train(args) -> None:
 def cmd_book(args) -> None:
 
     params = _name_values(args.param, "--param")  # refused when no chapter declares one
-    index = build_book(params, only=args.only or None, execute=not args.no_execute, model=args.model)
+    models = [args.model] if args.model else [m.strip() for m in args.models.split(",") if m.strip()] \
+        if args.models else None
+    index = build_book(params, only=args.only or None, execute=not args.no_execute, models=models)
     print(f"book: {index}")
 
 
@@ -277,7 +275,7 @@ def cmd_sweep(args) -> None:
 
 
 def _add_lifecycle_and_sweep(sub) -> None:
-    p = sub.add_parser("lifecycle", help="spectral snapshots of a series of checkpoints (weights only)",
+    p = sub.add_parser("lifecycle", allow_abbrev=False, help="spectral snapshots of a series of checkpoints (weights only)",
                        description="One snapshot (stable rank, alpha_shape, alpha_esd of every block matrix) "
                                    "per checkpoint, from hub revisions, local checkpoint directories or the "
                                    "checkpoints of a zones train --keep-checkpoints run -> OUT/snapshots.csv")
@@ -297,7 +295,7 @@ def _add_lifecycle_and_sweep(sub) -> None:
     _out_arg(p, "results/lifecycle")
     p.set_defaults(func=cmd_lifecycle)
 
-    p = sub.add_parser("sweep", help="zones alpha over a list of models, one job per model",
+    p = sub.add_parser("sweep", allow_abbrev=False, help="zones alpha over a list of models, one job per model",
                        description="The alpha table of every model -> OUT/alpha.csv with a model column")
     p.add_argument("--models", required=True, help="comma-separated models (aliases, directories or hub ids)")
     _executor_args(p)
@@ -353,8 +351,8 @@ def cmd_heal(args) -> None:
 
     loaded = _load(args)
     removed, strategy = _pruned_blocks(args, loaded, _calibration(args, loaded) if args.strategy else None)
-    calibration = _calibration(args, loaded, args.tokens)
-    healed = heal(loaded.model, removed, calibration, method=args.method, tokens=args.tokens, seed=args.seed,
+    calibration = _calibration(args, loaded, args.heal_tokens)
+    healed = heal(loaded.model, removed, calibration, method=args.method, tokens=args.heal_tokens, seed=args.seed,
                   lr=args.lr, rank=args.rank, batch_size=args.batch_size, refresh=args.refresh,
                   fingerprint=loaded.fingerprint)
     out = export_healed(healed, args.out, tokenizer=loaded.tokenizer, source=args.model, strategy=strategy)
@@ -366,11 +364,11 @@ def _add_export_and_heal(sub) -> None:
 
     for name in ("export", "heal"):
         if name == "export":
-            p = sub.add_parser("export", help="write a pruned model as a plain Hugging Face directory",
+            p = sub.add_parser("export", allow_abbrev=False, help="write a pruned model as a plain Hugging Face directory",
                                description="Remove blocks (--remove, or a strategy's k blocks) and write "
                                            "config, safetensors, tokenizer and zones-provenance.json to --out")
         else:
-            p = sub.add_parser("heal", help="heal a pruned model (LoRA or a linear bridge) and export it",
+            p = sub.add_parser("heal", allow_abbrev=False, help="heal a pruned model (LoRA or a linear bridge) and export it",
                                description="Remove blocks, heal on calibration tokens (disjoint from the "
                                            "eval split) and write the healed model like zones export")
         _model_args(p, tokenizer=True)
@@ -381,12 +379,12 @@ def _add_export_and_heal(sub) -> None:
         p.add_argument("--seed", type=int, default=0, help="seed of a seeded strategy and of the healing")
         p.add_argument("--calibration-tokens", type=int, default=None,
                        help="calibration tokens a strategy plans on; 0 = the whole split (default: the "
-                            "pruning chapter's); healing reads --tokens calibration tokens")
+                            "pruning chapter's); healing reads --heal-tokens calibration tokens")
         if name == "heal":
             p.add_argument("--method", default="lora", choices=METHODS,
                            help="lora: LoRA fine-tuning merged on save (peft); bridge: a least-squares "
                                 "linear map over each removed span, folded into the preceding block")
-            p.add_argument("--tokens", type=int, default=DEFAULT_TOKENS,
+            p.add_argument("--heal-tokens", type=int, default=DEFAULT_TOKENS,
                            help=f"healing budget in calibration tokens (default: {DEFAULT_TOKENS})")
             p.add_argument("--lr", type=float, default=DEFAULT_LR, help=f"LoRA learning rate (default: {DEFAULT_LR})")
             p.add_argument("--rank", type=int, default=DEFAULT_RANK, help=f"LoRA rank (default: {DEFAULT_RANK})")
@@ -396,29 +394,28 @@ def _add_export_and_heal(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="zones", description=__doc__,
+    parser = argparse.ArgumentParser(prog="zones", description=__doc__, allow_abbrev=False,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"zones {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("alpha", help="fit α for every weight matrix of every block")
+    p = sub.add_parser("alpha", allow_abbrev=False, help="fit α for every weight matrix of every block")
     _model_args(p)
-    p.add_argument("--estimators", "--estimator", nargs="+", default=["shape", "esd", "hill", "companions"],
+    p.add_argument("--estimators", nargs="+", default=["shape", "esd", "hill", "companions"],
                    choices=["shape", "esd", "hill", "companions"], metavar="NAME",
                    help="which to compute: shape, esd, hill, companions (default: all; the other "
                         "columns are left empty)")
     p.add_argument("--window", nargs=2, type=float, default=[0.0, 0.5], metavar=("LO", "HI"),
                    help="rank window of the spectral-shape fit, as fractions of n (default: 0 0.5)")
-    p.add_argument("--no-cache", action="store_true", help="recompute instead of reading the cache")
+    p.add_argument("--refresh", action="store_true", help="recompute instead of reading the cache")
     _out_arg(p)
     p.set_defaults(func=cmd_alpha)
 
-    p = sub.add_parser("ablate", help="ΔLoss of removing each decoder block in turn")
+    p = sub.add_parser("ablate", allow_abbrev=False, help="ΔLoss of removing each decoder block in turn")
     _model_args(p, tokenizer=True)
     _text_args(p)
     _budget_args(p, "scored calibration tokens with --split calibration; 0 = the whole split")
     _dtype_arg(p)
-    p.add_argument("--tokens", type=int, default=None, help=argparse.SUPPRESS)  # the old --eval-tokens
     p.add_argument("--split", default="eval", choices=["eval", "calibration"], help="windows to score")
     p.add_argument("--method", default="prefix", choices=["prefix", "naive"],
                    help="prefix: reuse the shared prefix (default); naive: one full forward per block")
@@ -426,7 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
     _out_arg(p)
     p.set_defaults(func=cmd_ablate)
 
-    p = sub.add_parser("prune", help="ΔPPL of removing k = 1..K blocks, chosen by each pruning strategy")
+    p = sub.add_parser("prune", allow_abbrev=False, help="ΔPPL of removing k = 1..K blocks, chosen by each pruning strategy")
     _model_args(p, tokenizer=True)
     _text_args(p)
     p.add_argument("--strategies", default=None,
@@ -441,10 +438,13 @@ def build_parser() -> argparse.ArgumentParser:
     _out_arg(p)
     p.set_defaults(func=cmd_prune)
 
-    p = sub.add_parser("train", help="train a depth series of GPT-NeoX models with spectral snapshots")
+    p = sub.add_parser("train", allow_abbrev=False, help="train a depth series of GPT-NeoX models with spectral snapshots")
     p.add_argument("--depths", default=None, help="comma-separated depths, e.g. 8,12,16 (default: the profile's)")
-    p.add_argument("--seeds", default=None, help="comma-separated training seeds of every depth, e.g. 0,1 "
-                   "(default: the profile's)")
+    seeds = p.add_mutually_exclusive_group()
+    seeds.add_argument("--seeds", type=int, default=None,
+                       help="training seeds of every depth, a count: seeds 0..N-1 (default: the profile's; "
+                            "cpu: 2 for D8 and D12, 1 for D16)")
+    seeds.add_argument("--seed", type=int, default=None, help="train this one seed at every depth")
     p.add_argument("--profile", default="cpu", choices=["cpu", "paper"],
                    help="cpu: D8/D12/D16 at width 8·depth, two seeds, minutes on two cores (default); "
                         "paper: D8/D12/D16 at width 64·depth, bf16, for a GPU")
@@ -456,8 +456,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=None, help="windows per step")
     p.add_argument("--steps", type=int, default=None, help="optimizer steps")
     p.add_argument("--lr", type=float, default=None, help="peak learning rate")
-    p.add_argument("--seed", type=int, default=None, help="one seed of the weights and the batch order "
-                   "(same as --seeds N)")
     p.add_argument("--corpus", default=None, help="training corpus (default: stdlib-code)")
     p.add_argument("--snapshot-every", type=int, default=None, help="steps between spectral snapshots (default: 25)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
@@ -470,15 +468,18 @@ def build_parser() -> argparse.ArgumentParser:
     _out_arg(p, "results/train")
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("book", help="execute the chapter notebooks and build the book")
-    p.add_argument("--model", default=None, help="model for every chapter (default: each notebook's own)")
+    p = sub.add_parser("book", allow_abbrev=False, help="execute the chapter notebooks and build the book")
+    chosen = p.add_mutually_exclusive_group()
+    chosen.add_argument("--models", default=None,
+                        help="comma-separated models for every chapter (default: each notebook's own)")
+    chosen.add_argument("--model", default=None, help="one model for every chapter")
     p.add_argument("--only", nargs="*", default=[], help="execute only these chapters")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="notebook parameter (YAML value), passed to the chapters that declare it")
     p.add_argument("--no-execute", action="store_true", help="rebuild HTML from executed chapters")
     p.set_defaults(func=cmd_book)
 
-    p = sub.add_parser("lab", help="open the notebooks in JupyterLab",
+    p = sub.add_parser("lab", allow_abbrev=False, help="open the notebooks in JupyterLab",
                        description="Open notebooks/ in JupyterLab. Every other option (--no-browser, "
                                    "--port 8899, ...; also after --) goes to jupyter-lab; --allow-root is "
                                    "added when running as root.")

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["check_int", "check_float", "check_choice", "check_probability"]
+__all__ = ["check_int", "check_float", "check_choice", "check_probability", "check_models"]
 
 
 def _shown(value: Any) -> str:
@@ -107,3 +107,13 @@ def check_choice(value: Any, name: str, choices: Iterable[Any]) -> Any:
         listed = ", ".join(_shown(option) for option in options)
         raise _fail(name, f"one of {listed}", value)
     return value
+
+
+def check_models(value: Any, name: str = "models") -> list[str]:
+    """Return ``value`` as a list of model names: one string is one model, a list or tuple of
+    non-empty strings is kept in order; an empty list or anything else is refused."""
+    items = [value] if isinstance(value, str) else value
+    if isinstance(items, (list, tuple)) and items and all(isinstance(m, str) and m.strip() for m in items):
+        return [str(m) for m in items]
+    raise _fail(name, "a model or a non-empty list of models (aliases, directories, .gguf files or hub ids)",
+                value)

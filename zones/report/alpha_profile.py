@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from zones.core.checks import check_models
 from zones.core.models import load_model
 from zones.measure.stats import N_RESAMPLES
 from zones.report.common import NAN, ChapterResult, interval_side, save, unit_bootstrap
@@ -213,11 +214,13 @@ def asymmetry_sentence(asym: dict) -> str:
             "undefined": "The asymmetry is undefined here (too few blocks, or a flat group)."}[asym["asymmetry"]]
 
 
-def run(model: str = "smollm2-135m", role: str = "q", estimator: str = "alpha_shape",
+def run(models=("smollm2-135m",), role: str = "q", alpha_estimator: str = "alpha_shape",
         out_dir: str = "results/alpha_profile", *, n_resamples: int = N_RESAMPLES, seed: int = 0) -> ChapterResult:
     """The chapter: α table of ``model`` → ``alpha.csv``, ``spread.csv`` (``zones.spectra.
     depth_spread``), ``trend.csv`` (:func:`depth_trend`), ``group_profile.csv``,
-    ``asymmetry_claim.csv`` (:func:`qk_vo_asymmetry`), ``shape_claim.csv`` (:func:`profile_shape`) and ``summary.json``; numbers for the page."""
+    ``asymmetry_claim.csv`` (:func:`qk_vo_asymmetry`), ``shape_claim.csv`` (:func:`profile_shape`) and ``summary.json``; numbers for the page.
+    ``models``: a list (or one model); this chapter shows the first in detail."""
+    model, estimator = check_models(models)[0], alpha_estimator
     loaded = load_model(model)
     table = alpha_table(loaded.model)
     if role not in set(table["role"]):

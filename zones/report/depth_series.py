@@ -157,7 +157,7 @@ def _shown_runs(series: pd.DataFrame) -> pd.DataFrame:
                       "final_heldout_loss": "held-out loss", "late_percent": "last 20 % gain (%)"}).round(3)
 
 
-def run(profile: str = "cpu", depths=None, seeds=None, train_overrides: dict | None = None,
+def run(profile: str = "cpu", depths=None, seeds: int | None = None, train_overrides: dict | None = None,
         eval_tokens: int | None = 8128, batch_size: int = 16, alpha_estimator: str = "alpha_shape",
         alpha_role: str = "weighted", out_dir: str = "results/depth_series", *, n_resamples: int = N_RESAMPLES,
         n_permutations: int = N_PERMUTATIONS, seed: int = 0) -> ChapterResult:

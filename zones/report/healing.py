@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from zones.core.adapters import get_adapter
+from zones.core.checks import check_models
 from zones.core.data import corpus_windows, load_corpus
 from zones.core.models import load_model
 from zones.figures import BOOK_MODE_ENV
@@ -236,7 +237,7 @@ def findings(delta: pd.DataFrame, gain: pd.DataFrame, comparison: pd.DataFrame, 
 # The chapter
 # --------------------------------------------------------------------------------------------
 
-def run(model: str = "smollm2-135m", corpus: str = "stdlib", seq_len: int = 256,
+def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
         eval_tokens: int = DEFAULT_EVAL_TOKENS, calibration_tokens: int = DEFAULT_CALIBRATION_TOKENS,
         heal_tokens: int = DEFAULT_HEAL_TOKENS, k_values: Sequence[int] = DEFAULT_K, seeds: int = DEFAULT_SEEDS,
         strategies: Sequence[str] = DEFAULT_STRATEGIES, methods: Sequence[str] = DEFAULT_METHODS,
@@ -245,8 +246,10 @@ def run(model: str = "smollm2-135m", corpus: str = "stdlib", seq_len: int = 256,
     """The chapter: plan, heal, score → ``arms.csv`` (strategy, seed, k, removed), ``window_losses.csv``
     (per stage, removal set and eval window), ``delta.csv``, ``gain.csv``, ``comparison.csv``
     (:func:`interval_tables`), ``verdict.csv`` (:func:`verdict_table`), ``healing.csv`` (the
-    calibration loss before and after each healing) and ``summary.json``."""
+    calibration loss before and after each healing) and ``summary.json``. ``models``: a list (or
+    one model); this chapter shows the first in detail."""
     started = time.time()
+    model = check_models(models)[0]
     strategies = check_strategy_names(strategies)
     missing = [s for s in (OURS, REFERENCE) if s not in strategies]
     if missing:

@@ -27,6 +27,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from zones.core.checks import check_models
 from zones.core.data import corpus_windows, load_corpus
 from zones.core.models import load_model
 from zones.figures import BOOK_MODE_ENV
@@ -335,15 +336,17 @@ def findings(table: pd.DataFrame, summary: pd.DataFrame, pairwise: pd.DataFrame,
     return out
 
 
-def run(model: str = "smollm2-135m", corpus: str = "stdlib", seq_len: int = 256, eval_tokens: int | None = None,
-        calibration_tokens: int | None = None, k_max: int = 8, seeds: int | None = None,
-        strategies: Sequence[str] | None = None, batch_size: int = 8, out_dir: str = "results/pruning", *,
-        dtype: str | None = None, progress: bool | None = None) -> ChapterResult:
+def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
+        eval_tokens: int | None = DEFAULT_EVAL_TOKENS, calibration_tokens: int | None = DEFAULT_CALIBRATION_TOKENS,
+        k_max: int = 8, seeds: int = DEFAULT_SEEDS, strategies: Sequence[str] = DEFAULT_STRATEGIES + RECIPE_ABLATIONS,
+        batch_size: int = 8, out_dir: str = "results/pruning", *, dtype: str = DEFAULT_DTYPE, progress: bool | None = None) -> ChapterResult:
     """The chapter: plans and scores every strategy (``zones.pruning.pruning_sweep``, cached)
     → ``pruning.csv`` (every strategy, seed and k), ``window_losses.csv`` (per eval window),
     ``by_strategy.csv`` (per strategy and k, with intervals), ``pairwise.csv``, ``best.csv``
-    (:func:`gaps`), ``crossover.csv`` (:func:`comparisons`) and ``summary.json``."""
+    (:func:`gaps`), ``crossover.csv`` (:func:`comparisons`) and ``summary.json``. ``models``: a list
+    (or one model); this chapter shows the first in detail. A token budget of None is the whole split."""
     started = time.time()
+    model = check_models(models)[0]
     strategies = list(DEFAULT_STRATEGIES + RECIPE_ABLATIONS if strategies is None else strategies)
     missing = [s for s in (OURS, "last_n") if s not in strategies]
     if missing:
@@ -351,14 +354,12 @@ def run(model: str = "smollm2-135m", corpus: str = "stdlib", seq_len: int = 256,
     progress = os.environ.get(BOOK_MODE_ENV) != "1" if progress is None else progress
     loaded = load_model(model)
     text = load_corpus(corpus)
-    eval_windows = corpus_windows(text, loaded.tokenizer, seq_len, "eval",
-                                  DEFAULT_EVAL_TOKENS if eval_tokens is None else eval_tokens)
-    calibration = corpus_windows(text, loaded.tokenizer, seq_len, "calibration",
-                                 DEFAULT_CALIBRATION_TOKENS if calibration_tokens is None else calibration_tokens)
+    eval_windows = corpus_windows(text, loaded.tokenizer, seq_len, "eval", eval_tokens)
+    calibration = corpus_windows(text, loaded.tokenizer, seq_len, "calibration", calibration_tokens)
     alpha = alpha_table(loaded.model)
     swept = pruning_sweep(loaded.model, eval_windows, calibration, strategies=strategies, k_max=k_max,
-                          seeds=DEFAULT_SEEDS if seeds is None else seeds, alpha=alpha, batch_size=batch_size,
-                          model_name=model, dtype=dtype or DEFAULT_DTYPE, progress=progress)
+                          seeds=seeds, alpha=alpha, batch_size=batch_size,
+                          model_name=model, dtype=dtype, progress=progress)
     table, windows = swept.table, swept.window_losses
     main = [s for s in strategies if s not in RECIPE_ABLATIONS]
     summary = summarize_pruning(table, windows)

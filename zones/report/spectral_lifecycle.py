@@ -253,7 +253,7 @@ def _series_snapshots(profile, depths, train_overrides, checkpoints) -> tuple[pd
     # one training run per depth (seed 0: the depth series' first seed, read from its cache);
     # mixing seeds within a depth would blur the snapshots' trajectory
     overrides = dict(train_overrides or {})
-    seeds = None if "seed" in overrides else [0]
+    seeds = None if "seed" in overrides else 1
     runs = train_series(depths, profile, seeds=seeds, progress=False, **overrides)
     series = series_summary(runs)
     return series_snapshots(runs), dict(
@@ -262,7 +262,7 @@ def _series_snapshots(profile, depths, train_overrides, checkpoints) -> tuple[pd
         final_heldout_loss={int(d): float(v) for d, v in zip(series["depth"], series["final_heldout_loss"])})
 
 
-def run(profile: str = "cpu", depths=None, train_overrides: dict | None = None, estimator: str = "alpha_shape",
+def run(profile: str = "cpu", depths=None, train_overrides: dict | None = None, alpha_estimator: str = "alpha_shape",
         delta_group: str = "all", out_dir: str = "results/spectral_lifecycle", *, checkpoints=None,
         n_resamples: int = N_RESAMPLES, seed: int = 0) -> ChapterResult:
     """The chapter, from the cached depth series: ``snapshots.csv``, ``compression.csv``,
@@ -271,6 +271,7 @@ def run(profile: str = "cpu", depths=None, train_overrides: dict | None = None, 
     ``wave_claim.csv`` (:func:`wave_reversal` per depth, Q/K), ``asymmetry_claim.csv``
     (``alpha_profile.qk_vo_asymmetry`` of each depth's final profile) and
     ``delta_alpha_claim.csv`` (:func:`delta_alpha_exponent`); ``summary.json``."""
+    estimator = alpha_estimator
     snapshots, facts = _series_snapshots(profile, depths, train_overrides, checkpoints)
     depth_list = facts["depths"]
     deepest = max(depth_list)

@@ -93,17 +93,17 @@ class TrainConfig:
 
 
 # Each profile fills the fields it names; the rest keep TrainConfig's defaults. ``depths`` are
-# the series' depths and ``seeds`` the training seeds of each depth (a tuple for every depth, or
-# a dict depth -> tuple).
+# the series' depths and ``seeds`` the number of training seeds of each depth (seeds 0..n-1: one
+# count for every depth, or a dict depth -> count).
 PROFILES: dict[str, dict[str, Any]] = {
     # The paper's depths D8/D12/D16 at a CPU width (width_per_layer chosen by measurement, see
     # book/methods/training.md), two seeds for D8 and D12, one for D16: trained with the
     # chapter's ablation in <= 300 s on two CPU cores.
-    "cpu": dict(depths=(8, 12, 16), seeds={8: (0, 1), 12: (0, 1), 16: (0,)}, width_per_layer=8, head_dim=16,
+    "cpu": dict(depths=(8, 12, 16), seeds={8: 2, 12: 2, 16: 1}, width_per_layer=8, head_dim=16,
                 vocab_size=1024, seq_len=128, batch_size=16, steps=240, lr=3e-3, eval_every=24, eval_windows=32,
                 snapshot_every=48, checkpoint_every=120),
     # The paper's series D8/D12/D16 at width 64·depth (512, 768, 1024), for a GPU.
-    "paper": dict(depths=(8, 12, 16), seeds=(0,), width_per_layer=64, head_dim=64, vocab_size=5120,
+    "paper": dict(depths=(8, 12, 16), seeds=1, width_per_layer=64, head_dim=64, vocab_size=5120,
                   seq_len=512, batch_size=32, steps=2000, lr=6e-4, eval_windows=64, checkpoint_every=250,
                   precision="bf16"),
 }
@@ -122,12 +122,13 @@ def profile_depths(profile: str = "cpu") -> tuple[int, ...]:
 
 
 def profile_seeds(profile: str = "cpu", depth: int | None = None) -> tuple[int, ...]:
-    """The training seeds a profile trains at ``depth`` (every depth when the profile gives one tuple)."""
+    """The training seeds a profile trains at ``depth``: 0..n-1, n its count for that depth
+    (for every depth when the profile gives one count)."""
     _check_profile(profile)
-    seeds = PROFILES[profile].get("seeds", (0,))
-    if isinstance(seeds, dict):
-        seeds = seeds.get(depth, (0,))
-    return tuple(int(s) for s in seeds)
+    count = PROFILES[profile].get("seeds", 1)
+    if isinstance(count, dict):
+        count = count.get(depth, 1)
+    return tuple(range(int(count)))
 
 
 def profile_config(profile: str = "cpu", depth: int | None = None, **overrides) -> TrainConfig:
@@ -145,23 +146,22 @@ def profile_config(profile: str = "cpu", depth: int | None = None, **overrides) 
 
 
 def series_configs(profile: str = "cpu", depths: Iterable[int] | None = None,
-                   seeds: Iterable[int] | None = None, **overrides) -> list[TrainConfig]:
-    """One config per (depth, seed): the profile's depths and seeds unless given; ``seeds``
-    given here (or one ``seed=S`` among the overrides) applies to every depth."""
+                   seeds: int | None = None, **overrides) -> list[TrainConfig]:
+    """One config per (depth, seed): the profile's depths and seeds unless given. ``seeds`` is a
+    count: seeds 0..seeds-1 at every depth (None: the profile's count per depth); one training
+    seed ``seed=S`` among the overrides trains that seed alone at every depth."""
     if "depth" in overrides:
         raise ValueError("give the depths as depths=[...], not as the training parameter 'depth'")
-    if overrides.get("seed") is not None:  # one seed for every depth, as seeds=[seed]
+    chosen = None if seeds is None else tuple(range(check_int(seeds, "seeds (a count: seeds 0..n-1)", min=1)))
+    if overrides.get("seed") is not None:  # one seed for every depth
         if seeds is not None:
-            raise ValueError(f"give either seeds=[...] or the training parameter seed, not both; got "
-                             f"seeds={list(seeds)} and seed={overrides['seed']!r}")
-        seeds = [overrides["seed"]]
+            raise ValueError(f"give either seeds (a count) or the training parameter seed, not both; got "
+                             f"seeds={seeds!r} and seed={overrides['seed']!r}")
+        chosen = (check_int(overrides["seed"], "seed", min=0),)
     overrides.pop("seed", None)
     depths = profile_depths(profile) if depths is None else tuple(check_int(d, "depths", min=1) for d in depths)
     if not depths:
         raise ValueError("depths must list at least one depth; got []")
-    chosen = None if seeds is None else tuple(check_int(s, "seeds", min=0) for s in seeds)
-    if chosen == ():
-        raise ValueError("seeds must list at least one seed; got []")
     return [profile_config(profile, depth, seed=seed, **overrides)
             for depth in depths for seed in (chosen or profile_seeds(profile, depth))]
 

@@ -24,11 +24,12 @@ def run_label(run: TrainedRun) -> str:
     return f"depth {run.config.depth}, seed {run.config.seed}"
 
 
-def train_series(depths: Iterable[int] | None = None, profile: str = "cpu", *, seeds: Iterable[int] | None = None,
+def train_series(depths: Iterable[int] | None = None, profile: str = "cpu", *, seeds: int | None = None,
                  device: str | None = None, refresh: bool = False, progress: bool = True,
                  **overrides) -> list[TrainedRun]:
     """Train (or load) one model per depth and seed of a profile (its depths and seeds unless
-    given); every ``TrainConfig`` field may be overridden (e.g. ``steps=200``, ``width=64``)."""
+    given; ``seeds`` is a count, seeds 0..n-1); every ``TrainConfig`` field may be overridden
+    (e.g. ``steps=200``, ``width=64``)."""
     configs = series_configs(profile, depths, seeds, **overrides)
     return [train_model(c, device=device, refresh=refresh, progress=progress) for c in configs]
 
