@@ -385,7 +385,7 @@ def test_the_scorecard_row_reads_the_chapters_verdict_table():
 def test_the_chapter_runs_on_a_tiny_model(tiny_model_dir, tmp_path, one_thread):
     from zones.report import task_accuracy as ta
 
-    result = ta.run(model=str(tiny_model_dir), seq_len=32, calibration_tokens=31 * 2, heal_tokens=31 * 4,
+    result = ta.run(models=[str(tiny_model_dir)], seq_len=32, calibration_tokens=31 * 2, heal_tokens=31 * 4,
                     k_values=[1, 2], seeds=1, strategies=["zone_aware", "last_n_keep_last"],
                     tasks=["zones_next_sentence"], limit=6, n_resamples=200, agreement_examples=1,
                     out_dir=str(tmp_path / "out"), progress=False)

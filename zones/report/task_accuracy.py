@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from zones.core.adapters import get_adapter
+from zones.core.checks import check_models
 from zones.core.data import corpus_windows, load_corpus
 from zones.core.models import load_model
 from zones.figures import BOOK_MODE_ENV
@@ -207,7 +208,7 @@ def findings(accuracy: pd.DataFrame, versus_full: pd.DataFrame, between: pd.Data
 # The chapter
 # --------------------------------------------------------------------------------------------
 
-def run(model: str = "smollm2-135m", corpus: str = "stdlib", seq_len: int = 256,
+def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
         calibration_tokens: int = DEFAULT_CALIBRATION_TOKENS, heal_tokens: int = healing.DEFAULT_HEAL_TOKENS,
         k_values: Sequence[int] = healing.DEFAULT_K, seeds: int = healing.DEFAULT_SEEDS,
         strategies: Sequence[str] = healing.DEFAULT_STRATEGIES, method: str = healing.DEFAULT_METHODS[0],
@@ -220,8 +221,10 @@ def run(model: str = "smollm2-135m", corpus: str = "stdlib", seq_len: int = 256,
     ``accuracy.csv``, ``versus_full.csv``, ``between.csv`` (:func:`interval_tables`),
     ``verdict.csv`` (:func:`verdict_table`), ``agreement.csv`` (lm-eval against zones) and
     ``summary.json``. The defaults are the healing chapter's; of its ``k_values`` this chapter
-    takes the largest (the k of the healing chapter's verdict)."""
+    takes the largest (the k of the healing chapter's verdict). ``models``: a list (or one model);
+    this chapter evaluates the first."""
     started = time.time()
+    model = check_models(models)[0]
     strategies = check_strategy_names(strategies)
     tasks = check_tasks(tasks)
     k = max(int(v) for v in k_values)
