@@ -608,7 +608,7 @@ def test_score_claims_reads_every_chapter_table(tmp_path):
     assert scores.loc[scores["claim"] == claims.CLAIMS["rho"], "interval"].item() == "[0.72, 0.90]"
     assert claims.verdict_counts(scores)[claims.HOLDS] == 5
     counts = claims.claim_counts(scores)   # claims, not rows
-    assert counts[claims.HOLDS] == 2 and counts["mixed"] == 3 and counts[claims.MISSING] == 3   # rise, first, healed
+    assert counts[claims.HOLDS] == 2 and counts["mixed"] == 3 and counts[claims.MISSING] == 4   # rise, first, healed, tasks
     front = claims.summary_markdown(scores)
     assert front.count("\n- ") == len(claims.REGISTRY) and f"Of the {len(claims.REGISTRY)} claims" in front
     assert "1 is inconclusive" in front   # counts agree with their verb
