@@ -239,13 +239,17 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
                          progress=progress)
     arms = healing.plan_arms(ctx, strategies, [int(k)], seeds)
     common = dict(limit=limit, batch_size=batch_size, dtype=dtype, model_name=model)
+    answering = time.time()
     results = [evaluate_tasks(loaded.model, loaded.tokenizer, tasks, fingerprint=loaded.fingerprint, **common)]
+    answering = time.time() - answering
     healing_log = []
     for s in sorted({healing._set(r) for r in arms["removed"]}):
         removed = [int(b) for b in s.split(",")]
         healed = heal(loaded.model, removed, heal_windows, method=method, tokens=heal_tokens, lr=lr, rank=rank,
                       progress=progress, fingerprint=loaded.fingerprint)
+        started_answer = time.time()
         results.append(evaluate_tasks(healed.model, loaded.tokenizer, tasks, removed=s, **common))
+        answering += time.time() - started_answer
         healing_log.append(dict(removed=s, method=method, from_cache=healed.from_cache,
                                 calibration_before=healed.calibration_before,
                                 calibration_after=healed.calibration_after))
@@ -263,7 +267,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
                    n_tasks=len(tasks), n_variants=len(results), n_healed_from_cache=sum(r["from_cache"] for r in healing_log),
                    agreement_n=int(len(agreement)), agreement_max=f"{largest:.1e}",
                    agreement_tokens=int(agreement["n_tokens"].sum()) if len(agreement) else 0,
-                   seconds=float(round(time.time() - started, 1)))
+                   seconds=float(round(time.time() - started, 1)), seconds_answering=float(round(answering, 1)))
     record = dict(numbers, corpus=corpus, seq_len=seq_len, strategies=list(strategies), dtype=dtype,
                   calibration_tokens=calibration.n_scored_tokens, lr=lr, rank=rank, agreement_max_nats=largest)
     tables = dict(arms=arms, tasks=table, examples=examples, healing=pd.DataFrame(healing_log), verdict=verdicts,
