@@ -578,7 +578,7 @@ def test_score_claims_reads_every_chapter_table(tmp_path):
     assert claims.verdict_counts(scores)[claims.HOLDS] == 5
     counts = claims.claim_counts(scores)   # claims, not rows
     assert counts[claims.HOLDS] == 2 and counts["mixed"] == 3 and counts[claims.MISSING] == 2   # rise, first
-    assert claims.claim_counts(scores, claims.BOOK_SOURCE)[claims.MISSING] == 1                  # healed: the book's
+    assert claims.claim_counts(scores, claims.BOOK_SOURCE)[claims.MISSING] == 2                  # healed, tasks: the book's
     assert set(scores.loc[scores["claim"] == verdicts.HEALING_CLAIM, "source"]) == {claims.BOOK_SOURCE}
     front = claims.summary_markdown(scores)
     n_paper = sum(c.source == claims.PAPER_SOURCE for c in claims.REGISTRY)

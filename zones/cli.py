@@ -13,6 +13,8 @@
     zones sweep     --models a,b [--executor ray] --out DIR   α of several models -> DIR/alpha.csv
     zones book      [--models a,b | --model M] [--budget class|cpu|gpu] [--only NAME ...] [--param NAME=VALUE]
                                                       execute the chapters, build the HTML book
+    zones evaluate  --model M [--remove 3,11 | --strategy S --k K] --tasks T --limit N --out DIR
+                                                      zero-shot task accuracy (lm-evaluation-harness)
     zones study     --models a,b [--executor ray] [--budget class|cpu|gpu] [--param NAME=VALUE]
                                                       every chapter's tables for every model, as jobs
     zones lab       [--budget class|cpu|gpu] [JUPYTERLAB OPTIONS]   the chapters in JupyterLab
@@ -40,7 +42,7 @@ from typing import Callable
 import yaml
 from tqdm import tqdm
 
-from zones import __version__, study
+from zones import __version__, evaluate, study
 from zones.book import build_book, lab_folder, name_values, project_root
 from zones.core.cache import write_table
 from zones.core.data import CorpusError, corpus_windows, load_corpus
@@ -434,6 +436,7 @@ COMMANDS: dict[str, Command] = {
                      "The alpha table of every model -> OUT/alpha.csv with a model column"),
     "book": Command("execute the chapter notebooks and build the book", book_arguments, book_run),
     "study": Command.of(study),
+    "evaluate": Command.of(evaluate),
     "lab": Command("open the notebooks in JupyterLab", lab_arguments, lab_run, LAB_DESCRIPTION),
 }
 

@@ -60,6 +60,7 @@ from zones.pruning.sweep import (
                       check_strategy_names,
                       format_removed,
                       parse_removed,
+                      plan_arms,
                       plan_strategies,
                       pruning_sweep,
                       pruning_table,
@@ -73,5 +74,5 @@ __all__ = [
     "register_strategy", "segment_profile", "segmentation_cost", "strategy_names", "zone_aware_order",
     "COLUMNS", "DEFAULT_CALIBRATION_TOKENS", "DEFAULT_DTYPE", "DEFAULT_EVAL_TOKENS", "DEFAULT_SEEDS",
     "DEFAULT_STRATEGIES", "RECIPE_ABLATIONS", "WINDOW_COLUMNS", "PruningResult", "canonical_removed",
-    "check_strategy_names", "format_removed", "parse_removed", "plan_strategies", "pruning_sweep", "pruning_table",
+    "check_strategy_names", "format_removed", "parse_removed", "plan_arms", "plan_strategies", "pruning_sweep", "pruning_table",
 ]

@@ -125,6 +125,18 @@ def plan_strategies(ctx: PruningContext, strategies: Sequence[str], k_max: int,
                          for name in names for (n, seed, k) in rows if n == name])
 
 
+def plan_arms(ctx: PruningContext, strategies: Sequence[str], k_values: Sequence[int], seeds: int) -> pd.DataFrame:
+    """The removal sets of ``strategies`` at each of ``k_values`` (every seed of a seeded one):
+    ``strategy, seed, k, removed`` (``removed``: blocks in the strategy's order)."""
+    rows = []
+    for name in strategies:
+        strategy = get_strategy(name)
+        for seed in range(seeds if strategy.seeded else 1):
+            plans = strategy.plan(ctx, max(k_values), seed)
+            rows += [dict(strategy=name, seed=seed, k=int(k), removed=format_removed(plans[k - 1])) for k in k_values]
+    return pd.DataFrame(rows, columns=["strategy", "seed", "k", "removed"])
+
+
 def canonical_removed(text: str) -> str:
     """A ``removed`` entry as a set: its blocks sorted (``"27,25,23"`` -> ``"23,25,27"``)."""
     return format_removed(sorted(parse_removed(text)))

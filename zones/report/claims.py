@@ -48,6 +48,7 @@ from zones.report.verdicts import (
     PAPER_RATIO,
     PAPER_RHO,
     PAPER_RHO_P,
+    TASK_CLAIM,
     UNDEFINED,
     VERDICTS,
     Verdict,
@@ -66,6 +67,7 @@ from zones.report.verdicts import (
     score_ratio_magnitude,
     score_rho,
     score_shape,
+    score_task_accuracy,
     score_wave,
     verdict_phrase,
 )
@@ -367,6 +369,19 @@ def _healing_rows(tables: Tables) -> list[dict]:
     return rows
 
 
+def _task_rows(tables: Tables) -> list[dict]:
+    """One row per model, read from ``task_accuracy/verdict.csv``."""
+    rows = []
+    for r in _records(tables, "task_accuracy", "verdict"):
+        ours = (f"accuracy({OURS}) − accuracy({LAST_N_KEEP_LAST}) after {r['method']} healing at k = {int(r['k'])}: "
+                f"{fmt_num(r['difference'], 2, signed=True)} on {int(r['n'])} examples")
+        rows.append(_row(ours, fmt_interval(None, r["difference_low"], r["difference_high"]), str(r["model"]),
+                         "zones' offline tasks", "task_accuracy",
+                         score_task_accuracy(float(r["difference_low"]), float(r["difference_high"]),
+                                             difference=float(r["difference"]), n_examples=int(r["n"]))))
+    return rows
+
+
 REGISTRY: list[Claim] = [
     Claim("rho", "α predicts importance", f"ρ = {PAPER_RHO[0]}–{PAPER_RHO[1]}, p < {PAPER_RHO_P}", score_rho,
           "importance_vs_alpha", _rho_rows),
@@ -392,6 +407,7 @@ REGISTRY: list[Claim] = [
           _exponent_rows),
     # the book's own claims, beyond the paper: one line each
     Claim.beyond("healed", HEALING_CLAIM, score_after_healing, "healing", _healing_rows),
+    Claim.beyond("tasks", TASK_CLAIM, score_task_accuracy, "task_accuracy", _task_rows),
 ]
 
 CLAIMS = {c.key: c.claim for c in REGISTRY}

@@ -35,8 +35,6 @@ from zones.pruning import (
     PruningContext,
     canonical_removed,
     check_strategy_names,
-    format_removed,
-    get_strategy,
 )
 from zones.pruning.compare import PRUNED, healing_intervals
 from zones.pruning.heal import DEFAULT_LR, DEFAULT_RANK, METHODS, heal
@@ -58,17 +56,6 @@ DEFAULT_DTYPE = "float32"   # the scoring precision (benchmarks/bench_dtype.py d
 # --------------------------------------------------------------------------------------------
 # Plans, scores and intervals
 # --------------------------------------------------------------------------------------------
-
-def plan_arms(ctx: PruningContext, strategies: Sequence[str], k_values: Sequence[int], seeds: int) -> pd.DataFrame:
-    """``strategy, seed, k, removed`` (``removed``: blocks in the strategy's order)."""
-    rows = []
-    for name in strategies:
-        strategy = get_strategy(name)
-        for seed in range(seeds if strategy.seeded else 1):
-            plans = strategy.plan(ctx, max(k_values), seed)
-            rows += [dict(strategy=name, seed=seed, k=int(k), removed=format_removed(plans[k - 1])) for k in k_values]
-    return pd.DataFrame(rows, columns=["strategy", "seed", "k", "removed"])
-
 
 def verdict_table(comparison: pd.DataFrame, methods: Sequence[str], model: str, corpus: str) -> pd.DataFrame:
     """One row per healing method at the largest k: ``model, corpus, method, k, difference,

@@ -35,14 +35,16 @@ VERDICTS = (HOLDS, FAILS, OPEN, MISSING)
 # Why a verdict is inconclusive: the limit that a larger run would lift (:func:`binding_limit`
 # decides which one binds from the data; its detail says how many units there are).
 BUDGET, BLOCKS, SEEDS, UNDEFINED = "budget", "blocks", "seeds", "undefined"
+EXAMPLES = "examples"
 REASONS = {
     BUDGET: "the eval tokens: the interval resamples eval windows, and more eval tokens narrow it",
     BLOCKS: "the blocks: the interval resamples blocks (or layers), and a model has only so many; more eval "
             "tokens would not narrow it",
     SEEDS: "the seeds: the interval covers the training runs it resamples, not the variation between runs",
     UNDEFINED: "the interval is undefined here (too few units, or a quantity that is not positive)",
+    EXAMPLES: "the task examples: the interval resamples examples, and more examples narrow it",
 }
-UNITS = {"windows": BUDGET, "blocks": BLOCKS, "layers": BLOCKS, "snapshots": SEEDS}
+UNITS = {"windows": BUDGET, "blocks": BLOCKS, "layers": BLOCKS, "snapshots": SEEDS, "examples": EXAMPLES}
 
 OURS = "zone_aware"               # the paper's spectral-guided pruning strategy
 LAST_N_KEEP_LAST = "last_n_keep_last"   # Last-N as practitioners (and Lu et al.) use it: the final block stays
@@ -113,17 +115,18 @@ def binding_limit(units: str, *, low: float = 0.0, high: float = 0.0, n_units: i
         covers = "one training run per depth" if (runs_resampled or 1) < 2 else f"{runs_resampled} runs"
         return SEEDS, f"it resamples the {units} of {covers}{trained}"
     reason = UNITS[units]
-    named = "eval windows" if units == "windows" else units
+    named = {"windows": "eval windows", "examples": "task examples"}.get(units, units)
     counted = f"{n_units} {named}" if n_units is not None else named
     if reason == BLOCKS:
         return BLOCKS, f"it resamples the model's {counted}"
     detail = f"it resamples {counted}" + (f" ({tokens:,} tokens)" if tokens else "")
     if finite(estimate, threshold) and estimate != threshold:
         factor = ((high - low) / 2 / abs(estimate - threshold)) ** 2
+        more = "tokens" if units == "windows" else "examples"
         if factor > 1:
-            detail += f"; about {fmt_num(factor, 2)}× the tokens would separate it from {fmt_num(threshold)}, if " \
+            detail += f"; about {fmt_num(factor, 2)}× the {more} would separate it from {fmt_num(threshold)}, if " \
                       f"the estimate held"
-    return BUDGET, detail
+    return reason, detail
 
 
 def inconclusive(units: str, **data) -> Verdict:
@@ -323,6 +326,21 @@ def score_after_healing(low: float, high: float, *, difference: float | None = N
     return side_verdict(interval_side(low, high, 0.0), "above", *limit)
 
 
+TASK_CLAIM = "zone-aware beats Last-N on task accuracy"
+
+
+@rule("d = accuracy (lm-eval's acc_norm) of zone-aware − of Last-N keeping the last block, both pruned at the "
+      "healing chapter's largest k and healed by its method and budget, over the same examples of zones' offline "
+      "tasks; holds if its 95% interval lies above 0; does not hold if it lies below 0; inconclusive (examples) "
+      "otherwise")
+def score_task_accuracy(low: float, high: float, *, difference: float | None = None,
+                        n_examples: int | None = None) -> Verdict:
+    """The task-accuracy chapter's claim, from the interval of d over examples (above 0:
+    zone-aware's pruned and healed model answers more of them)."""
+    limit = binding_limit("examples", low=low, high=high, n_units=n_examples, estimate=difference, threshold=0.0)
+    return side_verdict(interval_side(low, high, 0.0), "above", *limit)
+
+
 # --- the α profile, block importance, the lifecycle --------------------------------------------------
 
 @rule("over relative depth, blocks resampled, the first that applies: holds for an inverted U (the fitted "
@@ -448,6 +466,6 @@ __all__ = ["BLOCKS", "BUDGET", "FAILS", "FIRST_FRACTION", "HEALING_CLAIM", "HEAL
            "PAPER_Q_PROFILE", "PAPER_RATIO", "PAPER_RHO", "PAPER_RHO_P", "REASONS", "SEEDS", "UNDEFINED",
            "UNITS", "VERDICTS", "Verdict", "binding_limit", "finite", "first_blocks", "first_blocks_matter_most",
            "from_word", "inconclusive", "min_permutation_p", "ratio_interval_text", "rho_verdict", "rule", "score_after_healing",
-           "score_asymmetry", "score_crossover", "score_exponent", "score_exponent_interval", "score_gap",
+           "score_asymmetry", "score_crossover", "score_task_accuracy", "TASK_CLAIM", "EXAMPLES", "score_exponent", "score_exponent_interval", "score_gap",
            "score_ratio_direction", "score_ratio_magnitude", "score_rho", "score_shape", "score_wave",
            "side_verdict", "verdict_phrase"]

@@ -1,0 +1,283 @@
+"""The task_accuracy chapter: does a pruned and healed model still answer?
+
+Protocol. The healing chapter's arms, at its largest k: each strategy plans its removals on
+the calibration windows (``zones.pruning.plan_arms``; ``random_protected`` once per
+seed), and each removal set is healed by the healing chapter's first method with its budget
+(``zones.pruning.heal``, the same call: the healed weights come from the cache the healing
+chapter filled). The full model and every healed model then answer the same examples of
+zones' offline multiple-choice tasks (``zones.measure.tasks``: the first ``limit`` examples of
+each), scored by lm-evaluation-harness on lm-eval's own wrapper of the model; an example is
+right when the true continuation has the highest log-likelihood per byte (lm-eval's
+``acc_norm``, :data:`DEFAULT_METRIC`; ``metric="acc"`` takes the summed log-likelihood).
+
+Evidence. One paired bootstrap over examples (``zones.measure.stats.paired_bootstrap``; every
+variant answered the same examples) gives every interval of the chapter: the accuracy of each
+variant (the median over seeds for ``random_protected``), per task and over all the chapter's
+examples; the difference of each strategy from the full model; and the difference between
+every two strategies.
+
+Verdict (``zones.report.verdicts.score_task_accuracy``, its rule written there once): d =
+accuracy(zone-aware) − accuracy(Last-N keeping the last block), both healed, over all the
+chapter's examples; holds if its 95% interval lies above 0, does not hold if below 0,
+inconclusive (examples) otherwise. The scorecard reads the chapter's verdict table.
+
+The chapter also checks lm-eval against zones (:func:`zones.measure.tasks.loglik_agreement`):
+lm-eval's log-likelihood of every choice of the first few examples against zones' own loss
+routine on the same tokens, and reports the largest difference.
+"""
+from __future__ import annotations
+
+import os
+import time
+from itertools import combinations
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from zones.core.adapters import get_adapter
+from zones.core.checks import check_models
+from zones.core.data import corpus_windows, load_corpus
+from zones.core.models import load_model
+from zones.figures import BOOK_MODE_ENV
+from zones.measure.evaluate import DEFAULT_DTYPE
+from zones.measure.stats import N_RESAMPLES, paired_bootstrap
+from zones.measure.tasks import check_tasks, evaluate_tasks, loglik_agreement
+from zones.pruning import (
+    DEFAULT_CALIBRATION_TOKENS,
+    PruningContext,
+    canonical_removed,
+    check_strategy_names,
+    plan_arms,
+)
+from zones.pruning.heal import DEFAULT_LR, DEFAULT_RANK, METHODS, heal
+from zones.report.common import ChapterResult, save
+from zones.report.format import fmt_interval, fmt_num
+from zones.report.verdicts import LAST_N_KEEP_LAST, OURS, score_task_accuracy
+from zones.spectra import alpha_table
+
+REFERENCE = LAST_N_KEEP_LAST    # Last-N as practitioners use it: the final block stays
+# the healing chapter's arms, so that its healed models are read from the cache, not healed again
+DEFAULT_STRATEGIES = (OURS, REFERENCE, "greedy", "random_protected")
+DEFAULT_K = (4, 8)
+DEFAULT_SEEDS = 2
+DEFAULT_METHOD = "bridge"
+DEFAULT_HEAL_TOKENS = 4 * 255
+FULL = "full"                    # the unpruned model's row in every table
+ALL = "all"                      # every example of the chapter's tasks, pooled
+DEFAULT_TASKS = ("zones_next_sentence", "zones_next_line")
+DEFAULT_LIMIT = 25               # examples per task: what the cold build affords (40 reference forwards)
+# lm-eval's acc_norm: the choice with the highest log-likelihood per byte. The distractors' lengths
+# differ from the answer's by up to 25%, which plain acc (summed log-likelihood) rewards or punishes:
+# on SmolLM2-135M's first 50 next-sentence examples acc is 0.40, acc_norm 0.58.
+DEFAULT_METRIC = "acc_norm"
+AGREEMENT_EXAMPLES = 2           # examples whose every choice is scored by lm-eval and by zones
+ACCURACY_COLUMNS = ["strategy", "task", "accuracy", "accuracy_low", "accuracy_high", "n", "n_seeds"]
+DIFFERENCE_COLUMNS = ["strategy", "reference", "task", "difference", "difference_low", "difference_high", "n"]
+
+
+# --------------------------------------------------------------------------------------------
+# Intervals
+# --------------------------------------------------------------------------------------------
+
+def interval_tables(examples: pd.DataFrame, arms: pd.DataFrame, tasks: Sequence[str], *,
+                    metric: str = "acc", **bootstrap) -> dict[str, pd.DataFrame]:
+    """Every interval of the chapter from one paired bootstrap over examples.
+
+    ``examples``: ``removed, task, example, <metric>`` (``removed`` ``""`` for the full model, else
+    the removal set as in ``arms``); ``arms``: ``strategy, seed, k, removed``. Units are the
+    (task, example) pairs every variant answered. Returns
+
+    * ``accuracy``: :data:`ACCURACY_COLUMNS`, one row per strategy (and :data:`FULL`) and task (and
+      :data:`ALL`, every example pooled); a seeded strategy's accuracy is the median over seeds;
+    * ``versus_full``: :data:`DIFFERENCE_COLUMNS`, accuracy(strategy) − accuracy(full);
+    * ``between``: :data:`DIFFERENCE_COLUMNS`, accuracy(strategy) − accuracy(reference) for every
+      two strategies (in ``arms`` order: the earlier one is ``strategy``).
+    """
+    wide = examples.pivot_table(index="removed", columns=["task", "example"], values=metric, aggfunc="first")
+    wide = wide.dropna(axis=1)
+    sets = {s: i for i, s in enumerate(wide.index)}
+    task_of = np.array([t for t, _ in wide.columns])
+    scopes = [ALL, *[t for t in tasks if t in set(task_of)]]
+    masks = np.vstack([np.ones(len(task_of))] + [(task_of == t).astype(float) for t in scopes[1:]])
+    strategies = [FULL, *dict.fromkeys(arms["strategy"])]
+    groups = [[sets[""]]] + [[sets[canonical_removed(r)] for r in arms.loc[arms["strategy"] == s, "removed"]]
+                             for s in strategies[1:]]
+    versus = [(i, 0) for i in range(1, len(strategies))]
+    between = list(combinations(range(1, len(strategies)), 2))
+    n_variants = len(wide)
+
+    def statistic(data):
+        x, m = data[:n_variants], data[n_variants:]                 # (variants, [resamples,] units)
+        acc = np.stack([(x * mask).sum(-1) / mask.sum(-1) for mask in m], axis=1)  # (variants, scopes, ...)
+        per = np.stack([np.median(acc[g], axis=0) for g in groups])  # (strategies, scopes, ...)
+        diffs = [per[a] - per[b] for a, b in versus + between]
+        return np.concatenate([per.reshape(-1, *per.shape[2:]), np.stack(diffs).reshape(-1, *per.shape[2:])])
+
+    data = np.vstack([wide.to_numpy(dtype=np.float64), masks])
+    interval = paired_bootstrap(statistic, (data,), **bootstrap)
+    est, low, high = interval.estimate, interval.low, interval.high
+    n_scope = {scope: int(mask.sum()) for scope, mask in zip(scopes, masks)}
+    accuracy = [dict(strategy=s, task=scope, accuracy=est[i * len(scopes) + j], accuracy_low=low[i * len(scopes) + j],
+                     accuracy_high=high[i * len(scopes) + j], n=n_scope[scope], n_seeds=len(groups[i]))
+                for i, s in enumerate(strategies) for j, scope in enumerate(scopes)]
+    offset = len(strategies) * len(scopes)
+    rows = {"versus_full": [], "between": []}
+    for p, (a, b) in enumerate(versus + between):
+        for j, scope in enumerate(scopes):
+            i = offset + p * len(scopes) + j
+            rows["versus_full" if p < len(versus) else "between"].append(dict(
+                strategy=strategies[a], reference=strategies[b], task=scope, difference=est[i],
+                difference_low=low[i], difference_high=high[i], n=n_scope[scope]))
+    return dict(accuracy=pd.DataFrame(accuracy, columns=ACCURACY_COLUMNS),
+                versus_full=pd.DataFrame(rows["versus_full"], columns=DIFFERENCE_COLUMNS),
+                between=pd.DataFrame(rows["between"], columns=DIFFERENCE_COLUMNS))
+
+
+def verdict_table(between: pd.DataFrame, model: str, k: int, method: str) -> pd.DataFrame:
+    """One row: ``model, k, method, difference, difference_low, difference_high, n, verdict,
+    reason`` (:func:`score_task_accuracy` of zone-aware − Last-N over all examples), or none
+    when the chapter did not run both."""
+    columns = ["model", "k", "method", "difference", "difference_low", "difference_high", "n", "verdict", "reason"]
+    pair = between[(between["task"] == ALL) & between["strategy"].isin([OURS, REFERENCE])
+                   & between["reference"].isin([OURS, REFERENCE])]
+    if pair.empty:
+        return pd.DataFrame([], columns=columns)
+    r = pair.iloc[0]
+    sign = 1.0 if r["strategy"] == OURS else -1.0   # d is always zone-aware − Last-N
+    d, lo, hi = sign * r["difference"], *sorted((sign * r["difference_low"], sign * r["difference_high"]))
+    verdict = score_task_accuracy(lo, hi, difference=d, n_examples=int(r["n"]))
+    return pd.DataFrame([dict(model=model, k=int(k), method=method, difference=d, difference_low=lo,
+                              difference_high=hi, n=int(r["n"]), verdict=str(verdict), reason=verdict.reason)],
+                        columns=columns)
+
+
+# --------------------------------------------------------------------------------------------
+# Sentences
+# --------------------------------------------------------------------------------------------
+
+def _acc(est, low, high, signed: bool = False) -> str:
+    return fmt_interval(est, low, high, signed=signed)
+
+
+def findings(accuracy: pd.DataFrame, versus_full: pd.DataFrame, between: pd.DataFrame,
+             verdicts: pd.DataFrame) -> dict[str, Any]:
+    """The numbers and sentences the page glues."""
+    out: dict[str, Any] = {}
+    pooled = accuracy[accuracy["task"] == ALL]
+    for r in pooled.to_dict("records"):
+        out[f"acc_{r['strategy']}"] = _acc(r["accuracy"], r["accuracy_low"], r["accuracy_high"])
+    if len(pooled):
+        out["n_examples"] = int(pooled["n"].iloc[0])
+        out["half_width"] = fmt_num(float((pooled["accuracy_high"] - pooled["accuracy_low"]).median() / 2), 2)
+    worse = versus_full[(versus_full["task"] == ALL) & (versus_full["difference_high"] < 0)]
+    out["n_below_full"] = int(len(worse))
+    out["n_strategies"] = int(versus_full[versus_full["task"] == ALL]["strategy"].nunique())
+    separable = between[(between["task"] == ALL) & ((between["difference_low"] > 0) | (between["difference_high"] < 0))]
+    out["separable_pairs"] = ("; ".join(f"{r['strategy']} − {r['reference']} = "
+                                        f"{_acc(r['difference'], r['difference_low'], r['difference_high'], True)}"
+                                        for r in separable.to_dict("records")) or "none")
+    if len(verdicts):
+        v = verdicts.iloc[0]
+        out["verdict"] = str(v["verdict"])
+        phrase = {"holds": "holds", "does not hold": "does not hold"}.get(v["verdict"], "is inconclusive at this budget")
+        out["verdict_text"] = (f"at k = {int(v['k'])} after {v['method']} healing, d = "
+                               f"{_acc(v['difference'], v['difference_low'], v['difference_high'], True)} on "
+                               f"{int(v['n'])} examples: the claim {phrase}")
+    else:
+        out["verdict"], out["verdict_text"] = "not measured", f"not measured ({OURS} and {REFERENCE} not both run)"
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The chapter
+# --------------------------------------------------------------------------------------------
+
+def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
+        calibration_tokens: int = DEFAULT_CALIBRATION_TOKENS, heal_tokens: int = DEFAULT_HEAL_TOKENS,
+        k_values: Sequence[int] = DEFAULT_K, seeds: int = DEFAULT_SEEDS,
+        strategies: Sequence[str] = DEFAULT_STRATEGIES, method: str = DEFAULT_METHOD,
+        tasks: Sequence[str] = DEFAULT_TASKS, limit: int = DEFAULT_LIMIT, batch_size: int = 8,
+        dtype: str = DEFAULT_DTYPE, lr: float = DEFAULT_LR, rank: int = DEFAULT_RANK,
+        metric: str = DEFAULT_METRIC, agreement_examples: int = AGREEMENT_EXAMPLES, n_resamples: int = N_RESAMPLES,
+        out_dir: str = "results/task_accuracy", *, progress: bool | None = None) -> ChapterResult:
+    """The chapter: plan, heal (from the healing chapter's cache), answer → ``arms.csv``,
+    ``tasks.csv`` (lm-eval's table of every variant), ``examples.csv`` (every answer),
+    ``accuracy.csv``, ``versus_full.csv``, ``between.csv`` (:func:`interval_tables`),
+    ``verdict.csv`` (:func:`verdict_table`), ``agreement.csv`` (lm-eval against zones) and
+    ``summary.json``. The defaults are the healing chapter's; of its ``k_values`` this chapter
+    takes the largest (the k of the healing chapter's verdict). ``models``: a list (or one model);
+    this chapter evaluates the first."""
+    started = time.time()
+    model = check_models(models)[0]
+    strategies = check_strategy_names(strategies)
+    tasks = check_tasks(tasks)
+    k = max(int(v) for v in k_values)
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}; got {method!r}")
+    progress = os.environ.get(BOOK_MODE_ENV) != "1" if progress is None else progress
+    loaded = load_model(model)
+    text = load_corpus(corpus)
+    calibration = corpus_windows(text, loaded.tokenizer, seq_len, "calibration", calibration_tokens)
+    heal_windows = corpus_windows(text, loaded.tokenizer, seq_len, "calibration", heal_tokens)
+    ctx = PruningContext(loaded.model, calibration, alpha=alpha_table(loaded.model), batch_size=batch_size,
+                         progress=progress)
+    arms = plan_arms(ctx, strategies, [int(k)], seeds)
+    common = dict(limit=limit, batch_size=batch_size, dtype=dtype, model_name=model)
+    answering = time.time()
+    results = [evaluate_tasks(loaded.model, loaded.tokenizer, tasks, fingerprint=loaded.fingerprint, **common)]
+    answering = time.time() - answering
+    healing_log = []
+    for s in sorted({canonical_removed(r) for r in arms["removed"]}):
+        removed = [int(b) for b in s.split(",")]
+        healed = heal(loaded.model, removed, heal_windows, method=method, tokens=heal_tokens, lr=lr, rank=rank,
+                      progress=progress, fingerprint=loaded.fingerprint)
+        started_answer = time.time()
+        results.append(evaluate_tasks(healed.model, loaded.tokenizer, tasks, removed=s, **common))
+        answering += time.time() - started_answer
+        healing_log.append(dict(removed=s, method=method, from_cache=healed.from_cache,
+                                calibration_before=healed.calibration_before,
+                                calibration_after=healed.calibration_after))
+        del healed
+    table = pd.concat([r.table for r in results], ignore_index=True)
+    examples = pd.concat([r.examples for r in results], ignore_index=True)
+    found = interval_tables(examples, arms, tasks, metric=metric, n_resamples=n_resamples)
+    verdicts = verdict_table(found["between"], model, k, method)
+    agreement = (loglik_agreement(loaded.model, loaded.tokenizer, tasks[0], agreement_examples, batch_size)
+                 if agreement_examples else pd.DataFrame())
+    largest = float(agreement["difference"].abs().max()) if len(agreement) else float("nan")
+    numbers = dict(findings(found["accuracy"], found["versus_full"], found["between"], verdicts),
+                   model_name=model, n_blocks=get_adapter(loaded.model).n_blocks, k=int(k), method=method,
+                   heal_tokens=heal_windows.n_scored_tokens, seeds=seeds, limit=limit, tasks=", ".join(tasks),
+                   n_tasks=len(tasks), n_variants=len(results), n_healed_from_cache=sum(r["from_cache"] for r in healing_log),
+                   agreement_n=int(len(agreement)), agreement_max=f"{largest:.1e}",
+                   agreement_tokens=int(agreement["n_tokens"].sum()) if len(agreement) else 0,
+                   seconds=float(round(time.time() - started, 1)), seconds_answering=float(round(answering, 1)))
+    record = dict(numbers, corpus=corpus, seq_len=seq_len, strategies=list(strategies), dtype=dtype, metric=metric,
+                  calibration_tokens=calibration.n_scored_tokens, lr=lr, rank=rank, agreement_max_nats=largest)
+    tables = dict(arms=arms, tasks=table, examples=examples, healing=pd.DataFrame(healing_log), verdict=verdicts,
+                  agreement=agreement, **found)
+    out = save(out_dir, tables, record)
+    shown = dict(accuracy_shown=shown_accuracy(found["accuracy"], strategies, tasks),
+                 versus_shown=shown_differences(found["versus_full"], tasks),
+                 between_shown=shown_differences(found["between"], tasks))
+    return ChapterResult(dict(tables, **shown), numbers, record, out,
+                         extra=dict(strategies=[FULL, *strategies], tasks=[ALL, *tasks]))
+
+
+def shown_accuracy(accuracy: pd.DataFrame, strategies: Sequence[str], tasks: Sequence[str]) -> pd.DataFrame:
+    """Accuracy with its interval as text: one row per variant, one column per task (and all)."""
+    df = accuracy.assign(text=[_acc(a, b, c) for a, b, c in
+                               zip(accuracy["accuracy"], accuracy["accuracy_low"], accuracy["accuracy_high"])])
+    return df.pivot(index="strategy", columns="task", values="text").reindex(
+        index=[FULL, *strategies], columns=[ALL, *tasks])
+
+
+def shown_differences(differences: pd.DataFrame, tasks: Sequence[str]) -> pd.DataFrame:
+    """Differences with their intervals as text: one row per pair, one column per task (and all)."""
+    df = differences.assign(pair=differences["strategy"] + " − " + differences["reference"],
+                            text=[_acc(a, b, c, True) for a, b, c in zip(
+                                differences["difference"], differences["difference_low"],
+                                differences["difference_high"])])
+    return df.pivot(index="pair", columns="task", values="text").reindex(
+        index=list(dict.fromkeys(df["pair"])), columns=[ALL, *tasks])
