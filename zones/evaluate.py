@@ -3,18 +3,18 @@ same model with blocks removed on the fly, or of an exported (healed) model dire
 
     zones evaluate --model smollm2-135m --tasks zones_next_sentence --limit 50 --out results/eval
     zones evaluate --model smollm2-135m --remove 3,11,20,27 --tasks zones_offline --out results/eval
-    zones evaluate --model smollm2-135m --strategy zone_aware,last_n_keep_last --k 8 --out results/eval
-    zones evaluate --model smollm2-135m --model healed/k8 --tasks arc_easy --out results/eval
+    zones evaluate --model smollm2-135m --strategy zone_aware --k 8 --out results/eval
+    zones evaluate --models smollm2-135m,healed/k8 --tasks arc_easy --out results/eval
 
-Every ``--model`` is loaded by zones' rules (``zones.core.models``: no remote code unless
-``--trust-remote-code``, no pickles); ``--remove`` (repeatable) and ``--strategy`` with ``--k``
-add variants of the first model with those blocks removed (``zones.pruning.export.pruned_copy``;
+Every model is loaded by zones' rules (``zones.core.models``: no remote code unless
+``--trust-remote-code``, no pickles); ``--remove`` and ``--strategy`` with ``--k`` add
+variants of the first model with those blocks removed (``zones.pruning.export.pruned_copy``;
 a strategy chooses its blocks as ``zones export`` does). A directory written by ``zones export``
 or ``zones heal`` is labelled with the blocks its provenance says were removed.
 
 Writes ``tasks.csv`` (model, removed, task, metric, value, stderr, n: lm-eval's numbers),
 ``examples.csv`` (each variant's answer to each example) and, with two variants or more,
-``differences.csv``: each variant's accuracy minus the first variant's (the first ``--model``),
+``differences.csv``: each variant's accuracy minus the first variant's (the first model),
 with 95% paired intervals over the same examples.
 """
 from __future__ import annotations
@@ -26,67 +26,45 @@ import pandas as pd
 
 from zones.core.cache import write_table
 from zones.core.data import corpus_windows
+from zones.core.glossary import add_flag
 from zones.core.models import DEFAULT_MODEL, load_model
-from zones.measure.evaluate import DEFAULT_DTYPE, DTYPES
 from zones.measure.tasks import (
-    METRICS,
-    OFFLINE_GROUP,
     check_tasks,
     evaluate_tasks,
     paired_differences,
     variant_label,
 )
 from zones.measure.tasks.harness import check_limit, require_lm_eval
-from zones.pruning import DEFAULT_CALIBRATION_TOKENS, check_strategy_names, parse_removed
-from zones.pruning.export import ExportError, choose_removed, pruned_copy, read_provenance
+from zones.pruning import check_strategy_names
+from zones.pruning.export import ExportError, choose_removed, parse_remove_flag, pruned_copy, read_provenance
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The flags of ``zones evaluate`` (the shared ones mean what they mean in every command)."""
-    p.add_argument("--model", action="append", default=None,
-                   help=f"model to evaluate: alias, local directory (an export or a healed export too), .gguf "
-                        f"file or hub id; repeat to compare several (default: {DEFAULT_MODEL})")
-    p.add_argument("--tokenizer", default=None, metavar="PATH",
-                   help="tokenizer directory or hub id to use instead of the model's own")
-    p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
-    p.add_argument("--trust-remote-code", action="store_true",
-                   help="allow the model's own Python code to run (off by default)")
-    p.add_argument("--remove", action="append", default=[],
-                   help="also evaluate the first model with these blocks removed, e.g. 3,11,20,27 (repeatable)")
-    p.add_argument("--strategy", default=None,
-                   help="also evaluate the first model pruned by these strategies (comma-separated; with --k)")
-    p.add_argument("--k", type=int, default=None, help="blocks each --strategy removes")
-    p.add_argument("--seed", type=int, default=0, help="seed of a seeded strategy (default: 0)")
-    p.add_argument("--corpus", default="stdlib", help="corpus a --strategy plans on (calibration split; default: stdlib)")
-    p.add_argument("--seq-len", type=int, default=256, help="calibration window length in tokens (default: 256)")
-    p.add_argument("--calibration-tokens", type=int, default=None,
-                   help="calibration tokens a strategy plans on; 0 = the whole split (default: the pruning chapter's)")
-    p.add_argument("--tasks", default=OFFLINE_GROUP,
-                   help=f"comma-separated lm-eval task names (default: {OFFLINE_GROUP}, zones' two offline tasks; "
-                        f"the standard five: piqa,winogrande,hellaswag,arc_easy,arc_challenge)")
-    p.add_argument("--limit", type=int, default=None, help="examples per task, the first ones (default: all)")
-    p.add_argument("--metric", default="acc", choices=METRICS, help="metric of differences.csv (default: acc)")
-    p.add_argument("--include-path", action="append", default=[], metavar="DIR",
-                   help="another folder of lm-eval task YAML files (repeatable)")
-    p.add_argument("--batch-size", type=int, default=8, help="requests per forward (default: 8)")
-    p.add_argument("--dtype", default=DEFAULT_DTYPE, choices=DTYPES,
-                   help=f"scoring precision of the forward passes (default: {DEFAULT_DTYPE})")
-    p.add_argument("--refresh", action="store_true", help="evaluate again instead of reading the cache")
-    p.add_argument("--out", default="results", help="output folder (default: results)")
+    """The flags of ``zones evaluate``, each a glossary term (they mean what they mean in every command)."""
+    chosen = p.add_mutually_exclusive_group()
+    add_flag(chosen, "model", "evaluate", help=f"the model to evaluate: alias, local directory (an export or a healed "
+             f"export too), .gguf file or hub id (default: {DEFAULT_MODEL})")
+    add_flag(chosen, "models", "evaluate", help="comma-separated models to compare (the first is the reference)")
+    for name in ("tokenizer", "device", "trust_remote_code"):
+        add_flag(p, name, "evaluate")
+    add_flag(p, "remove", "evaluate", help="also evaluate the first model with these blocks removed, e.g. 3,11,20,27")
+    add_flag(p, "strategy", "evaluate", help="also evaluate the first model pruned by this strategy (with --k)")
+    for name in ("k", "seed", "corpus", "seq_len", "calibration_tokens", "tasks", "limit", "metric", "include_path",
+                 "batch_size", "dtype", "refresh", "out"):
+        add_flag(p, name, "evaluate")
 
 
 def _removal_sets(args, loaded) -> list[tuple[list[int], str | None]]:
     """(blocks, strategy) of every on-the-fly variant of the first model."""
-    sets = [(parse_removed(r), None) for r in args.remove]
+    sets = [(parse_remove_flag(args.remove), None)] if args.remove is not None else []
     if args.strategy is not None or args.k is not None:
         if args.strategy is None or args.k is None:
             raise ExportError("--strategy and --k go together: pass both, e.g. --strategy zone_aware --k 8")
-        names = check_strategy_names([s for s in args.strategy.split(",") if s.strip()])
-        budget = DEFAULT_CALIBRATION_TOKENS if args.calibration_tokens is None else args.calibration_tokens or None
-        calibration = corpus_windows(args.corpus, loaded.tokenizer, args.seq_len, "calibration", budget)
-        for name in names:
-            sets.append((choose_removed(loaded.model, name, args.k, calibration=calibration, seed=args.seed,
-                                        batch_size=args.batch_size), name))
+        (name,) = check_strategy_names([args.strategy])
+        calibration = corpus_windows(args.corpus, loaded.tokenizer, args.seq_len, "calibration",
+                                     args.calibration_tokens or None)
+        sets.append((choose_removed(loaded.model, name, args.k, calibration=calibration, seed=args.seed,
+                                    batch_size=args.batch_size), name))
     return sets
 
 
@@ -101,7 +79,7 @@ def run(args) -> None:
     require_lm_eval()  # before loading anything
     tasks = check_tasks(args.tasks)
     limit = check_limit(args.limit)
-    models = args.model or [DEFAULT_MODEL]
+    models = [args.model] if args.model else (args.models or [DEFAULT_MODEL])
     common = dict(limit=limit, batch_size=args.batch_size, dtype=args.dtype, include_path=args.include_path,
                   refresh=args.refresh)
     tables, examples = [], []

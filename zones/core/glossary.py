@@ -164,7 +164,8 @@ TERMS: dict[str, Term] = _terms(
     # --- pruning and healing ------------------------------------------------------------------
     Term("strategies", "list[str]", "pruning strategies compared (zones prune --list-strategies)",
          {"cpu": by(PRUNING_STRATEGIES, prune=PRUNING_STRATEGIES[:10],
-                    healing=["zone_aware", "last_n_keep_last", "greedy", "random_protected"])}),
+                    healing=["zone_aware", "last_n_keep_last", "greedy", "random_protected"],
+                    task_accuracy=["zone_aware", "last_n_keep_last", "greedy", "random_protected"])}),
     Term("block_strategies", "list[str]", "block pruning strategies set against the sublayer ones",
          {"cpu": ["zone_aware", "block_influence", "greedy"]}),
     Term("sublayer_strategies", "list[str]", "sublayer pruning strategies",
@@ -179,15 +180,27 @@ TERMS: dict[str, Term] = _terms(
          optional=True),
     Term("seeds", "int", "a count: seeds 0..n-1 of every seeded strategy, or of every depth of the series "
          "(None: the training profile's own counts)",
-         {"cpu": by(None, pruning=3, prune=3, healing=2),
-          "class": by(None, pruning=2, prune=8, healing=1),
-          "gpu": by(None, pruning=20, prune=8, healing=8)}, minimum=1, optional=True),
+         {"cpu": by(None, pruning=3, prune=3, healing=2, task_accuracy=2),
+          "class": by(None, pruning=2, prune=8, healing=1, task_accuracy=1),
+          "gpu": by(None, pruning=20, prune=8, healing=8, task_accuracy=8)}, minimum=1, optional=True),
     Term("seed", "int", "one random seed: of the resampling, of a seeded strategy and the healing, or the one "
          "training seed (zones train: None, the profile's seeds)", {"cpu": by(0, train=None)}, minimum=0,
          optional=True),
     Term("methods", "list[str]", "healing methods compared: bridge (closed form), lora (peft; a GPU's job)",
          {"cpu": ["bridge"], "gpu": ["bridge", "lora"]}, choices=HEALING_METHODS),
-    Term("method", "str", "the healing method", {"cpu": "lora"}, choices=HEALING_METHODS),
+    Term("method", "str", "the healing method", {"cpu": by("lora", task_accuracy="bridge")}, choices=HEALING_METHODS),
+    # --- zero-shot tasks (lm-evaluation-harness) ------------------------------------------------
+    Term("tasks", "list[str]", "lm-eval task names: zones' offline tasks (zones_next_sentence, zones_next_line; "
+         "the group zones_offline) or any task lm-eval finds with its data",
+         {"cpu": by(["zones_next_sentence", "zones_next_line"], evaluate=["zones_offline"])}),
+    Term("limit", "int", "examples per task, the first ones (None: all)",
+         {"cpu": by(25, evaluate=None), "class": by(10, evaluate=None), "gpu": by(200, evaluate=None)}, minimum=1,
+         optional=True),
+    Term("metric", "str", "the accuracy compared: acc (summed log-likelihood) or acc_norm (per byte)",
+         {"cpu": by("acc_norm", evaluate="acc")}, choices=("acc", "acc_norm")),
+    Term("agreement_examples", "int", "examples whose every choice both lm-eval and zones' own loss score",
+         {"cpu": 2}, minimum=0),
+    Term("include_path", "list[str]", "more folders of lm-eval task YAML files", {"cpu": []}),
     Term("lr", "float", "learning rate: of LoRA (healing), or the peak of training (zones train: None, the "
          "profile's)", {"cpu": by(2e-4, train=None)}, minimum=0, optional=True),
     Term("rank", "int", "LoRA rank", {"cpu": 8}, minimum=1),

@@ -35,6 +35,7 @@ from zones.pruning import (
     PruningContext,
     canonical_removed,
     check_strategy_names,
+    plan_arms,
 )
 from zones.pruning.compare import PRUNED, healing_intervals
 from zones.pruning.heal import DEFAULT_LR, DEFAULT_RANK, METHODS, heal
