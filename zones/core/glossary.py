@@ -118,6 +118,7 @@ def _terms(*terms: Term) -> dict[str, Term]:
 ESTIMATOR_FLAGS = ("shape", "esd", "hill", "companions")
 HEALING_METHODS = ("lora", "bridge")
 PROFILE_NAMES = ("class", "cpu", "paper")  # zones.series.config.PROFILES (tests/test_glossary.py checks)
+QUANT_TYPE_NAMES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")  # zones.core.quantize.QUANT_TYPES (tests check)
 PRUNING_STRATEGIES = ["zone_aware", "last_n", "last_n_keep_last", "random", "random_protected", "alpha_lowest",
                       "block_influence", "angular", "ablation_rank", "greedy", "zone_aware_no_protection",
                       "zone_aware_no_spreading", "zone_aware_one_zone"]
@@ -244,6 +245,9 @@ TERMS: dict[str, Term] = _terms(
          optional=True),
     Term("train_overrides", "dict", "any other training parameter of zones.series.TrainConfig, e.g. "
          "{steps: 800} (None: none)", {"cpu": None}, optional=True),
+    Term("quant_type", "str", "the GGUF quantisation (zones.core.quantize) the trained runs' block matrices are "
+         "round-tripped through, to measure what 4-bit weights change in α, ΔLoss and ρ (None: not measured)",
+         {"cpu": "Q4_1"}, choices=QUANT_TYPE_NAMES, optional=True),
     Term("width", "int", "hidden size of every depth (None: width_per_layer × depth)", {"cpu": None}, minimum=1,
          optional=True),
     Term("width_per_layer", "int", "hidden size per block of depth (None: the profile's)", {"cpu": None},

@@ -11,26 +11,33 @@ every run with paired intervals, and ρ(ΔLoss, α) per run and pooled per depth
   ``depth, seed, model``: what the claims page scores, one row per run);
 * ``rho_runs``: the tidy per-(depth, seed) ρ of the chosen α (``zones.analysis.pooled.rho_by_run``);
 * ``rho_pooled``: ρ pooled over the seeds of each depth and over every run (``zones.analysis.pooled.rho_pooled``);
-* ``seed_agreement``: per depth, how alike the seeds' ablation profiles are.
+* ``seed_agreement``: per depth, how alike the seeds' ablation profiles are;
+* ``quant_summary``, ``quant_blocks``, ``quant_matrices``: every run against its block matrices
+  round-tripped through ``quant_type`` (Q4_1, the default model's 4-bit format;
+  ``zones.series.series_quantization``): α per matrix, ΔLoss per block and ρ(α, ΔLoss) before
+  and after, with intervals (empty when ``quant_type`` is None).
 """
 from __future__ import annotations
 
 from typing import Mapping
 
+import numpy as np
 import pandas as pd
 
 from zones.analysis.bootstrap import interval_side
 from zones.analysis.importance import importance_frame, rho_table
 from zones.analysis.pooled import rho_by_run, rho_pooled, seed_agreement
+from zones.analysis.quantization import SUMMARY_COLUMNS as QUANT_SUMMARY_COLUMNS
 from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES
 from zones.report.common import ChapterResult, save
-from zones.report.format import fmt_rho
-from zones.report.verdicts import rho_verdict
+from zones.report.format import fmt_interval, fmt_num, fmt_rho
+from zones.report.verdicts import rho_verdict, rule
 from zones.series import (
     FLAT_IMPROVEMENT,
     LATE_FRACTION,
     series_history,
     series_importance,
+    series_quantization,
     series_summary,
     train_series,
 )
@@ -74,6 +81,69 @@ def depth_verdict(pooled: Mapping, runs: pd.DataFrame, alpha_name: str) -> str:
                 f"the interval excludes zero: blocks with a {direction} {alpha_name} tend to matter more.")
     return (f"On depth {depth}, pooled over its {n_runs} seeds, the interval excludes zero ({pooled_rho}), but not "
             f"every seed's does ({seeds}): the seeds disagree, so a tendency across training runs is not shown.")
+
+
+ALPHA_ORDER_KEPT = 0.9  # Q4_1 "keeps α's order" when every run's ρ(α before, α after) interval lies above this
+
+
+@rule(f"per run, ρ(α, ΔLoss) of the Q4_1 round trip minus that of the float32 weights, with its 95% interval "
+      f"over blocks (both models' blocks resampled together): Q4_1 moves ρ when some run's interval excludes 0, "
+      f"does not detectably move it when every run's includes 0 (the widest interval bounds the change), and the "
+      f"change is not measured when an interval is undefined; α's order over the matrices is kept when every "
+      f"run's ρ(α before, α after) interval lies above {ALPHA_ORDER_KEPT}")
+def quantization_text(summary: pd.DataFrame, quant_type: str = "Q4_1") -> str:
+    """What a ``quant_type`` round trip of the trained runs (``zones.series.series_quantization``'s
+    ``summary``: one row per run) implies for the default model's numbers, which are those of
+    Q4_1 weights (SmolLM2-135M)."""
+    if summary.empty:
+        return (f"The {quant_type} round trip was not measured (quant_type is None): what 4-bit weights change in "
+                f"SmolLM2's numbers is not shown on this page.")
+    n = len(summary)
+    runs = "run" if n == 1 else f"{n} runs"
+    alpha = (f"moved one matrix's α by at most {fmt_num(summary['alpha_max_change'].abs().max(), 2)} "
+             f"(median {fmt_num(summary['alpha_median_abs_change'].median(), 2)})")
+    kept = bool((summary["alpha_rho_low"] > ALPHA_ORDER_KEPT).all())
+    lowest = summary.loc[summary["alpha_rho"].idxmin(), ["alpha_rho", "alpha_rho_low", "alpha_rho_high"]]
+    order = (f"kept α's order over the matrices (ρ(α before, α after) above {ALPHA_ORDER_KEPT} in every run, "
+             f"interval included)" if kept else
+             f"changed α's order over the matrices in some run (ρ(α before, α after) as low as "
+             f"{fmt_interval(*lowest)})")
+    moved = int(summary["n_blocks_moved"].sum())
+    blocks = (f"and changed the ΔLoss of {moved} of {int(summary['n_blocks'].sum())} blocks beyond its interval "
+              f"(by at most {fmt_num(summary['delta_loss_max_change'].abs().max(), 2)} nats)")
+    head = f"Round-tripping every block matrix of the {runs} through {quant_type} {alpha}, {order}, {blocks}."
+    low, high = summary["rho_change_low"], summary["rho_change_high"]
+    if not (np.isfinite(low).all() and np.isfinite(high).all()):
+        return (f"{head} The change of ρ(α, ΔLoss) is undefined in some run (too few blocks, or a constant α or "
+                f"ΔLoss), so what {quant_type} does to SmolLM2's ρ is not measured here.")
+    changes = ", ".join(f"{r.model}: {fmt_interval(r.rho_change, r.rho_change_low, r.rho_change_high, signed=True)}"
+                        for r in summary.itertuples())
+    apart = summary[(low > 0) | (high < 0)]
+    if len(apart):
+        return (f"{head} It moved ρ(α, ΔLoss) beyond its interval in {len(apart)} of {n} runs ({changes}): a 4-bit "
+                f"round trip can change the ρ this book reads, so SmolLM2's ρ, measured on {quant_type} weights, is "
+                f"the ρ of the 4-bit model and may differ from its bfloat16 weights' by as much.")
+    widest = float(max(high.max(), -low.min()))
+    return (f"{head} Its change of ρ(α, ΔLoss) includes zero in every run ({changes}): on these runs 4-bit weights "
+            f"do not detectably move ρ, so SmolLM2's ρ is unlikely to be an artefact of its {quant_type} weights "
+            f"beyond about ±{fmt_num(widest, 2)} (the widest interval) — as far as models this small, trained "
+            f"briefly in float32, speak for a 135M model (an interval that includes zero bounds the change; it "
+            f"does not show there is none).")
+
+
+def _quant_shown(summary: pd.DataFrame, quant_type: str) -> pd.DataFrame:
+    """The per-run table of the 4-bit comparison, one row per run, as the page shows it."""
+    columns = ["run", "largest α change (matrix)", "ρ(α before, α after)", "loss change (nats)",
+               "blocks whose ΔLoss moved", "ρ(α, ΔLoss) float32", f"ρ(α, ΔLoss) {quant_type}", "ρ change"]
+    rows = [[r.model, f"{fmt_num(r.alpha_max_change, 2, signed=True)} (block {r.alpha_max_layer}, {r.alpha_max_role})",
+             fmt_interval(r.alpha_rho, r.alpha_rho_low, r.alpha_rho_high),
+             fmt_interval(r.base_loss_change, r.base_loss_change_low, r.base_loss_change_high, signed=True),
+             f"{r.n_blocks_moved} of {r.n_blocks}",
+             fmt_interval(r.rho_before, r.rho_before_low, r.rho_before_high),
+             fmt_interval(r.rho_after, r.rho_after_low, r.rho_after_high),
+             fmt_interval(r.rho_change, r.rho_change_low, r.rho_change_high, signed=True)]
+            for r in summary.itertuples()]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def _numbers(profile, series, frame, rho_runs, pooled, agreement, config, alpha_role, alpha_estimator) -> dict:
@@ -124,10 +194,11 @@ def _shown_runs(series: pd.DataFrame) -> pd.DataFrame:
 
 def run(profile: str = "cpu", depths=None, seeds: int | None = None, train_overrides: dict | None = None,
         eval_tokens: int | None = 8128, batch_size: int = 16, alpha_estimator: str = "alpha_shape",
-        alpha_role: str = "weighted", out_dir: str = "results/depth_series", *, n_resamples: int = N_RESAMPLES,
-        n_permutations: int = N_PERMUTATIONS, seed: int = 0) -> ChapterResult:
+        alpha_role: str = "weighted", quant_type: str | None = "Q4_1", out_dir: str = "results/depth_series", *,
+        n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, seed: int = 0) -> ChapterResult:
     """The chapter (see the module's docstring for its tables); ``summary.json`` holds one
-    record per run with its ρ and interval, and the pooled ρ per depth."""
+    record per run with its ρ and interval, the pooled ρ per depth, and the per-run summary of
+    the ``quant_type`` round trip (None: not measured)."""
     runs = train_series(depths, profile, seeds=seeds, progress=False, **(train_overrides or {}))  # no bars in pages
     series = series_summary(runs)
     history = series_history(runs)
@@ -140,8 +211,16 @@ def run(profile: str = "cpu", depths=None, seeds: int | None = None, train_overr
                                    n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
                          .assign(depth=run.config.depth, seed=run.config.seed, model=r.label)
                          for r, run in zip(results, runs)], ignore_index=True)
+    if quant_type is None:
+        quant = dict(summary=pd.DataFrame(columns=["model", "depth", "seed", *QUANT_SUMMARY_COLUMNS]),
+                     blocks=pd.DataFrame(), matrices=pd.DataFrame())
+    else:  # the unquantised ablation is the one above, read from the loss store
+        quant = series_quantization(runs, quant_type=quant_type, eval_tokens=eval_tokens, batch_size=batch_size,
+                                    estimator=alpha_estimator, role=alpha_role, n_resamples=n_resamples,
+                                    n_permutations=n_permutations, seed=seed)
     config = runs[0].config
     numbers = _numbers(profile, series, frame, rho_runs, pooled, agreement, config, alpha_role, alpha_estimator)
+    numbers.update(quant_type=str(quant_type), quant_text=quantization_text(quant["summary"], str(quant_type)))
     record = dict(profile=profile, corpus=str(config.corpus), depths=sorted({int(d) for d in series["depth"]}),
                   eval_tokens=eval_tokens, alpha_estimator=alpha_estimator, alpha_role=alpha_role,
                   runs=[dict(depth=int(row.depth), seed=int(row.seed), parameters=int(row.parameters),
@@ -150,12 +229,15 @@ def run(profile: str = "cpu", depths=None, seeds: int | None = None, train_overr
                              late_improvement=float(row.late_improvement),
                              **rho_runs.iloc[i][["rho", "ci_low", "ci_high", "p_value"]].astype(float).to_dict())
                         for i, row in enumerate(series.itertuples())],
-                  pooled=pooled.to_dict("records"))
+                  pooled=pooled.to_dict("records"), quant_type=quant_type,
+                  quantization=quant["summary"].to_dict("records"))
     tables = dict(series=series, history=history, importance=frame, rho=per_run, rho_runs=rho_runs,
-                  rho_pooled=pooled, seed_agreement=agreement)
+                  rho_pooled=pooled, seed_agreement=agreement, quant_summary=quant["summary"],
+                  quant_blocks=quant["blocks"], quant_matrices=quant["matrices"])
     out = save(out_dir, tables, record)
     wide = per_run.pivot_table(index=["estimator", "role"], columns=["depth", "seed"], values="rho").round(2)
     wide.columns = [f"ρ, D{d} s{s}" for d, s in wide.columns]
     titles = {r.model: f"{r.model}: {fmt_rho(r.rho, r.ci_low, r.ci_high)}" for r in rho_runs.itertuples()}
-    return ChapterResult(dict(tables, rho_wide=wide.reset_index(), runs_shown=_shown_runs(series)), numbers, record,
+    return ChapterResult(dict(tables, rho_wide=wide.reset_index(), runs_shown=_shown_runs(series),
+                              quant_shown=_quant_shown(quant["summary"], str(quant_type))), numbers, record,
                          out, extra=dict(titles=titles, alpha_title=f"{alpha_role} {alpha_estimator}"))

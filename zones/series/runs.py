@@ -1,6 +1,7 @@
 """A trained series (one run per depth and seed) as tables: the runs, their loss curves, their
-spectral snapshots, the single-block ablation with α of every run (``series_importance``), and
-the sublayer ρ of every run (``series_sublayer_rho``)."""
+spectral snapshots, the single-block ablation with α of every run (``series_importance``), the
+sublayer ρ of every run (``series_sublayer_rho``), and what a Q4_1 round trip of every run's
+block matrices changes (``series_quantization``)."""
 from __future__ import annotations
 
 from typing import Iterable
@@ -9,6 +10,8 @@ import numpy as np
 import pandas as pd
 
 from zones.analysis.importance import ModelImportance
+from zones.analysis.quantization import TABLES as QUANTIZATION_TABLES
+from zones.analysis.quantization import quantization_effect
 from zones.analysis.sublayers import sublayer_rho_table
 from zones.measure.ablation import ablation_table, ablation_window_losses
 from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES
@@ -112,3 +115,30 @@ def series_sublayer_rho(profile: str = "cpu", depths=None, train_overrides: dict
                              n_blocks=int(long["layer"].nunique()), rho=r["rho"], ci_low=r["ci_low"],
                              ci_high=r["ci_high"], p_value=r["p_value"]))
     return pd.DataFrame(rows, columns=SUBLAYER_RHO_COLUMNS)
+
+
+def series_quantization(runs: list[TrainedRun], *, quant_type: str = "Q4_1", eval_tokens: int | None = 8128,
+                        batch_size: int = 16, estimator: str = "alpha_shape", role: str = "weighted",
+                        n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, seed: int = 0,
+                        device: str | None = None, progress: bool = False) -> dict[str, pd.DataFrame]:
+    """Every run (float32 weights) against its ``quant_type`` round trip on its own held-out
+    windows (``zones.analysis.quantization.quantization_effect``, cached per run), as three
+    tables with ``model`` (``"depth D, seed S"``), ``depth``, ``seed`` first: ``matrices`` (α of
+    every block matrix before and after), ``blocks`` (ΔLoss of every block before and after, and
+    its change with a paired interval over windows) and ``summary`` (one row per run: the
+    largest α change, ρ(α before, α after), the loss change, ρ(α, ΔLoss) before and after and
+    their change, with intervals). With the chapter's ``eval_tokens`` and ``batch_size`` the
+    unquantised ablation is the one ``series_importance`` stored: only the round trip is new."""
+    tables: dict[str, list[pd.DataFrame]] = {name: [] for name in QUANTIZATION_TABLES}
+    for run in runs:
+        loaded = run.load(device=device)
+        effect = quantization_effect(loaded.model, heldout_windows(run, eval_tokens), quant_type=quant_type,
+                                     estimator=estimator, role=role, batch_size=batch_size, n_resamples=n_resamples,
+                                     n_permutations=n_permutations, seed=seed, progress=progress)
+        for name, table in effect.items():
+            table = table.copy()
+            for i, (column, value) in enumerate(dict(model=run_label(run), depth=run.config.depth,
+                                                     seed=run.config.seed).items()):
+                table.insert(i, column, value)
+            tables[name].append(table)
+    return {name: pd.concat(parts, ignore_index=True) for name, parts in tables.items()}
