@@ -193,7 +193,8 @@ def _summary(*changes, alpha_rho_low=0.95):
                          alpha_max_role="k", alpha_median_abs_change=0.004, alpha_rho=0.98,
                          alpha_rho_low=alpha_rho_low, alpha_rho_high=1.0, n_blocks_moved=1, n_blocks=8,
                          delta_loss_max_change=0.002, rho_change=(low + high) / 2, rho_change_low=low,
-                         rho_change_high=high))
+                         rho_change_high=high, rho_before_low=0.1, rho_before_high=0.9, rho_after_low=0.1,
+                         rho_after_high=0.9))
     return pd.DataFrame(rows)
 
 
@@ -211,4 +212,9 @@ def test_the_4_bit_sentence_follows_the_intervals_of_the_change_of_rho():
     reordered = quantization_text(_summary((-0.1, 0.08), alpha_rho_low=ALPHA_ORDER_KEPT))  # on the line: not above
     assert "changed α's order" in reordered and "kept α's order" not in reordered
     assert "not measured" in quantization_text(_summary().iloc[:0])
+    assert "verdict on ρ is a verdict on the 4-bit weights" not in inside
+    flipped = _summary((-0.05, 0.06), (0.0, 0.2))
+    flipped.loc[1, "rho_before_low"] = -0.01  # includes zero before the round trip, excludes it after
+    flipped = quantization_text(flipped)
+    assert "Yet on depth 8, seed 1 ρ's own interval" in flipped and "depth 8, seed 0 ρ's" not in flipped
     assert "of the 2 runs" in inside and "of the run through" in quantization_text(_summary((-0.1, 0.1)))

@@ -215,6 +215,11 @@ def test_depth_series_chapter_runs_on_the_cached_micro_series(micro_runs, micro_
     assert set(pd.read_csv(out / "rho_pooled.csv")["depth"].astype(str)) == {"2", "3", "all"}
     assert importance["n_tokens"].eq(31 * 8).all()
     assert "vegaEmbed" in text
+    # every run measured again with its block matrices round-tripped through Q4_1, on the same windows
+    quant = pd.read_csv(out / "quant_summary.csv")
+    assert quant[["depth", "seed"]].values.tolist() == [[2, 0], [3, 0]] and (quant["n_tokens"] == 31 * 8).all()
+    assert [r["model"] for r in summary["quantization"]] == ["depth 2, seed 0", "depth 3, seed 0"]
+    assert "Round-tripping every block matrix of the 2 runs through Q4_1" in text and "tbl-series-quant" in text
 
 
 def test_spectral_lifecycle_chapter_fits_delta_alpha_on_the_cached_micro_series(

@@ -90,7 +90,8 @@ ALPHA_ORDER_KEPT = 0.9  # Q4_1 "keeps α's order" when every run's ρ(α before,
       f"over blocks (both models' blocks resampled together): Q4_1 moves ρ when some run's interval excludes 0, "
       f"does not detectably move it when every run's includes 0 (the widest interval bounds the change), and the "
       f"change is not measured when an interval is undefined; α's order over the matrices is kept when every "
-      f"run's ρ(α before, α after) interval lies above {ALPHA_ORDER_KEPT}")
+      f"run's ρ(α before, α after) interval lies above {ALPHA_ORDER_KEPT}; a run whose ρ(α, ΔLoss) interval excludes "
+      f"0 on one side of the round trip and not on the other is named: its verdict on ρ is a 4-bit verdict")
 def quantization_text(summary: pd.DataFrame, quant_type: str = "Q4_1") -> str:
     """What a ``quant_type`` round trip of the trained runs (``zones.series.series_quantization``'s
     ``summary``: one row per run) implies for the default model's numbers, which are those of
@@ -122,13 +123,26 @@ def quantization_text(summary: pd.DataFrame, quant_type: str = "Q4_1") -> str:
     if len(apart):
         return (f"{head} It moved ρ(α, ΔLoss) beyond its interval in {len(apart)} of {n} runs ({changes}): a 4-bit "
                 f"round trip can change the ρ this book reads, so SmolLM2's ρ, measured on {quant_type} weights, is "
-                f"the ρ of the 4-bit model and may differ from its bfloat16 weights' by as much.")
+                f"the ρ of the 4-bit model and may differ from its bfloat16 weights' by as much.{_flipped(summary)}")
     widest = float(max(high.max(), -low.min()))
     return (f"{head} Its change of ρ(α, ΔLoss) includes zero in every run ({changes}): on these runs 4-bit weights "
             f"do not detectably move ρ, so SmolLM2's ρ is unlikely to be an artefact of its {quant_type} weights "
             f"beyond about ±{fmt_num(widest, 2)} (the widest interval) — as far as models this small, trained "
             f"briefly in float32, speak for a 135M model (an interval that includes zero bounds the change; it "
-            f"does not show there is none).")
+            f"does not show there is none).{_flipped(summary)}")
+
+
+def _flipped(summary: pd.DataFrame) -> str:
+    """The runs whose ρ(α, ΔLoss) interval excludes 0 before the round trip and not after, or
+    after and not before (``""`` when none): their verdict on ρ changes with 4-bit weights."""
+    runs = [r.model for r in summary.itertuples()
+            if (interval_side(r.rho_before_low, r.rho_before_high, 0.0) == "straddles")
+            != (interval_side(r.rho_after_low, r.rho_after_high, 0.0) == "straddles")]
+    if not runs:
+        return ""
+    return (f" Yet on {', '.join(runs)} ρ's own interval excludes zero on one side of the round trip and not on the "
+            f"other: where an interval ends this near zero, the verdict on ρ is a verdict on the 4-bit weights, as a "
+            f"SmolLM2 ρ whose interval ends near zero would be.")
 
 
 def _quant_shown(summary: pd.DataFrame, quant_type: str) -> pd.DataFrame:
