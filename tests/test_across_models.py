@@ -51,6 +51,27 @@ def test_one_row_per_model_with_intervals(chapter, tiny_model_dir):
     assert "3 models" in result.numbers["pooled_text"]
 
 
+def test_the_chapter_page_executes_on_the_cached_tables(chapter, tiny_model_dir, micro_corpus, tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from zones.book import declared_parameters, run_notebook
+
+    _, out = chapter
+    monkeypatch.setenv("ZONES_BOOK_BUILD", "1")
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    source = Path(__file__).resolve().parents[1] / "notebooks" / "across_models.md"
+    params = dict(models=[str(tiny_model_dir)], profile="cpu", depths=[3, 4], seeds=1,
+                  train_overrides=dict(TRAINING, corpus=micro_corpus), corpus="stdlib", seq_len=32,
+                  eval_tokens=31 * 8, pruning_eval_tokens=31 * 4, series_eval_tokens=31 * 8, batch_size=4,
+                  series_batch_size=8, n_resamples=200, n_permutations=200, out_dir=str(tmp_path / "results"))
+    assert set(params) <= set(declared_parameters(source))
+    executed = tmp_path / "across_models.ipynb"
+    run_notebook(source, executed, params, cwd=tmp_path)
+    text = executed.read_text()
+    assert "tbl-across-models" in text and "depth 4, seed 0" in text
+    assert pd.read_csv(tmp_path / "results" / "models.csv").equals(pd.read_csv(out / "models.csv"))
+
+
 def test_profiles_on_relative_depth(chapter):
     result, _ = chapter
     for name in ("alpha_profiles", "delta_profiles"):

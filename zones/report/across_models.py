@@ -117,7 +117,7 @@ def compare_at_quarter(subject, windows, alpha: pd.DataFrame, *, model_name: str
                 best=best_text(best.loc[best["k"] == k, "best_set"].iloc[0]))
 
 
-def model_row(result: ModelImportance, model, *, family_corpus: str, comparison: dict, alpha_estimator: str,
+def model_row(result: ModelImportance, model, *, corpus_name: str, comparison: dict, alpha_estimator: str,
               alpha_role: str, role: str, n_resamples: int, n_permutations: int, seed: int) -> dict:
     """One model's row (:data:`COLUMNS` and the words the pooled verdict reads)."""
     part = result.importance(alpha_estimator, alpha_role)
@@ -127,7 +127,7 @@ def model_row(result: ModelImportance, model, *, family_corpus: str, comparison:
     first = first_blocks_matter_most(result.ablation)
     return dict(model=result.label, family=str(getattr(model.config, "model_type", type(model).__name__)),
                 blocks=int(result.n_blocks), parameters=int(sum(p.numel() for p in model.parameters())),
-                corpus=family_corpus, tokens=int(result.ablation["n_tokens"].iloc[0]),
+                corpus=corpus_name, tokens=int(result.ablation["n_tokens"].iloc[0]),
                 rho=c.rho, rho_low=c.ci_low, rho_high=c.ci_high, rho_p=c.p_value,
                 rho_side=rho_word(c.ci_low, c.ci_high), rho_claim=str(claim), **comparison,
                 first_blocks=str(first["verdict"]), shape=shape["shape"], rise=shape["rise"],
@@ -190,7 +190,7 @@ def run(models=("smollm2-135m",), profile: str | None = "cpu", depths: Sequence[
         windows = corpus_windows(text, loaded.tokenizer, seq_len, "eval", pruning_eval_tokens)
         comparison = compare_at_quarter(subject, windows, result.alphas, model_name=result.name,
                                         batch_size=batch_size, progress=progress, **stats)
-        rows.append(model_row(result, loaded.model, family_corpus=str(corpus), comparison=comparison,
+        rows.append(model_row(result, loaded.model, corpus_name=str(corpus), comparison=comparison,
                               alpha_estimator=alpha_estimator, alpha_role=alpha_role, role=role,
                               n_permutations=n_permutations, **stats))
         for frames, frame in zip((alpha_parts, delta_parts), profiles(result, alpha_estimator, role)):
@@ -206,7 +206,7 @@ def run(models=("smollm2-135m",), profile: str | None = "cpu", depths: Sequence[
         comparison = compare_at_quarter(subject, heldout_windows(trained_run, series_eval_tokens), result.alphas,
                                         model_name=result.label, batch_size=series_batch_size, progress=False,
                                         **stats)
-        rows.append(model_row(result, loaded.model, family_corpus=f"{trained_run.config.corpus} (held out)",
+        rows.append(model_row(result, loaded.model, corpus_name=f"{trained_run.config.corpus} (held out)",
                               comparison=comparison, alpha_estimator=alpha_estimator, alpha_role=alpha_role,
                               role=role, n_permutations=n_permutations, **stats))
         for frames, frame in zip((alpha_parts, delta_parts), profiles(result, alpha_estimator, role)):
