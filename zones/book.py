@@ -12,7 +12,7 @@ silently), and every value is checked against its type in ``zones.core.glossary`
 (``zones.core.glossary.preset``), under the parameters given explicitly; a ``class`` build says so
 at the top of every page. ``run_notebook`` is the one way the project executes a chapter (the
 book, the tests); ``lab_folder`` writes the chapters with a budget's values for JupyterLab.
-Chapters that read the others' tables (``RUN_LAST``: the claims scorecard) execute after them,
+Chapters that read the others' tables or cache (``RUN_LAST``: across_models, then the claims scorecard) execute after them,
 wherever ``_toc.yml`` places them.
 
 The terminal shows one progress bar over the chapters, with the time elapsed and an
