@@ -85,7 +85,8 @@ RECORDS = "study"  # cache kind of the records of which entries each stage read 
 RECORD_VERSION = "1"
 MODEL_PARAMETERS = ("models", "model")  # a chapter declaring one of these runs once per model
 ABOUT_THE_BOOK = ("teaching",)  # pages about the build itself (its timing record): nothing to compute per model
-SERIES_PARAMETER = "profile"  # a chapter declaring it reads the trained depth series
+SERIES_PARAMETER = "profile"
+SERIES_IN_EVERY_JOB = ("primer",)  # chapters whose every model's job reads a trained run (cached: it only reads it)  # a chapter declaring it reads the trained depth series
 # Work a chapter shares with another of the same model (speed only: without it, it is computed again)
 SHARES = {"importance_vs_alpha": ("layer_ablation",), "predictors": ("layer_ablation", "pruning"),
           "healing": ("pruning",)}
@@ -314,7 +315,7 @@ def plan(models: Sequence[str], parameters: dict[str, Any] | None = None, root: 
             continue
         for index, model in enumerate(models):
             given = dict(params, **{per_model[0]: [model] if per_model[0] == "models" else model})
-            if index > 0 and configs:  # the depth series' part: once, in the first model's job
+            if index > 0 and configs and name not in SERIES_IN_EVERY_JOB:  # the series' part: once, in the first job
                 given[SERIES_PARAMETER] = None
             shared = tuple(f"{other} · {labels[model]}" for other in SHARES.get(name, ()) if other in names)
             stages.append(Stage(name, model, labels[model], chapter_kwargs(call, given),
