@@ -231,6 +231,9 @@ def test_chapters_run_on_a_tiny_model(tmp_path, tiny_model_dir):
     assert -1 <= first_rho["ci_low"] <= first_rho["rho"] <= first_rho["ci_high"] <= 1
     rho = pd.read_csv(tmp_path / "results" / "importance_vs_alpha" / "rho.csv")
     assert {"alpha_shape", "weighted"} <= set(rho["estimator"]) | set(rho["role"])
+    depth = pd.read_csv(tmp_path / "results" / "importance_vs_alpha" / "depth.csv")   # two models: a pooled row
+    assert depth["kind"].tolist() == ["raw", "partial_depth", "without_ends"] * 2 + ["partial_relative_depth"]
+    assert depth.loc[0, "rho"] == pytest.approx(first_rho["rho"]) and depth.loc[2, "n_blocks"] == 4
     # Same model and windows as the ablation chapter: the second chapter reads its cache.
     assert importance["models"][0]["most_important"] == first["top"][0]
     strongest = first_rho["strongest"]

@@ -403,6 +403,7 @@ def healing_intervals(arms: pd.DataFrame, window_losses: pd.DataFrame, stages: S
     return dict(delta=delta, gain=gain, comparison=comparison)
 
 
+NAN_SHARE = float("nan")
 SHARE_KS = (4, 8)   # the k at which the share of zone-aware's gain is read (those a sweep reached)
 SHARE_COLUMNS = ["k", "reference", "ours", "baseline", "gain", "gain_low", "gain_high", "baseline_gain",
                  "baseline_gain_low", "baseline_gain_high", "share", "share_low", "share_high", "status", "note"]
@@ -464,5 +465,3 @@ def gain_share(table: pd.DataFrame, window_losses: pd.DataFrame, *, reference: s
             rows.append(dict(row, share=share[0], share_low=share[1], share_high=share[2], status=status, note=note))
     return pd.DataFrame(rows, columns=SHARE_COLUMNS)
 
-
-NAN_SHARE = float("nan")

@@ -301,9 +301,9 @@ def share_text(shares: pd.DataFrame) -> str:
             meaning = (f"not separable from all of it: protection and spreading alone account for {r.ours}'s gain, "
                        f"and α adds nothing these windows can detect")
         elif above_zero == "above":
-            meaning = f"a part of it: protection and spreading give that much, α and the zones the rest"
+            meaning = "a part of it: protection and spreading give that much, α and the zones the rest"
         elif above_zero == "straddles":
-            meaning = f"not separable from none of it: protection and spreading alone do not detectably help"
+            meaning = "not separable from none of it: protection and spreading alone do not detectably help"
         else:
             meaning = f"{r.baseline} does separably worse than {r.reference}"
         parts.append(f"At k = {r.k}, {r.ours} is ahead of {r.reference} by {gain}; {r.baseline} achieves a share "
