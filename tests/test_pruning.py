@@ -648,6 +648,10 @@ def test_notebook_runs_on_a_tiny_model(tiny_model_dir, tmp_path):
     assert all(row.best in row.best_set.split(",") for row in best.itertuples())
     assert {"worst_best_ratio_low", "worst_best_ratio_high"} <= set(best.columns)
     assert "scorecard's rule" in summary["claim_text"] and "k = 1: {" in summary["best_text"]
+    share = pd.read_csv(out / "share.csv")   # k_max = 3 < 4: the share is read at the largest k
+    assert share["k"].tolist() == [3, 3] and share["baseline"].tolist() == ["protect_spread", "protect_spread_random"]
+    assert set(share["reference"]) == {"last_n_keep_last"} and summary["share_text"].startswith("At k = 3")
+    assert (share["status"] == "share").all() or share["note"].str.contains("k = 3").any()
     text = (tmp_path / "pruning.ipynb").read_text()
     assert "Traceback" not in text and text.count("vegaEmbed") >= 5  # bars, the crossovers (one stacked figure), 2 line charts, removed blocks
     import re
