@@ -9,13 +9,18 @@ from scipy.stats import spearmanr
 
 from zones.analysis.importance import (
     RHO_COLUMNS,
+    depth_controlled,
+    depth_table,
     holm,
     importance_table,
     model_labels,
+    partial_spearman,
+    relative_depth,
     rho_table,
     spearman,
     spearman_rho,
     strongest,
+    without_ends,
 )
 from zones.figures.layer_ablation import ablation_bars, importance_scatter, log_floor
 
@@ -226,6 +231,9 @@ def test_chapters_run_on_a_tiny_model(tmp_path, tiny_model_dir):
     assert -1 <= first_rho["ci_low"] <= first_rho["rho"] <= first_rho["ci_high"] <= 1
     rho = pd.read_csv(tmp_path / "results" / "importance_vs_alpha" / "rho.csv")
     assert {"alpha_shape", "weighted"} <= set(rho["estimator"]) | set(rho["role"])
+    depth = pd.read_csv(tmp_path / "results" / "importance_vs_alpha" / "depth.csv")   # two models: a pooled row
+    assert depth["kind"].tolist() == ["raw", "partial_depth", "without_ends"] * 2 + ["partial_relative_depth"]
+    assert depth.loc[0, "rho"] == pytest.approx(first_rho["rho"]) and depth.loc[2, "n_blocks"] == 4
     # Same model and windows as the ablation chapter: the second chapter reads its cache.
     assert importance["models"][0]["most_important"] == first["top"][0]
     strongest = first_rho["strongest"]
@@ -251,3 +259,73 @@ def test_holm_and_the_strongest_of_many_is_adjusted():
                              ci_high=np.linspace(-0.2, 0.8, 56), p_value=np.r_[np.full(55, 0.5), 0.004]))
     best = strongest(rhos)
     assert best["n_tested"] == 56 and best["p_holm"] == pytest.approx(56 * 0.004) and best["n_significant"] == 0
+
+
+# --- controlling for depth ---------------------------------------------------------------------------
+
+def depth_only(n=30, seed=0):
+    """α and ΔLoss that both follow depth, with independent noise: no information beyond depth."""
+    rng = np.random.default_rng(seed)
+    layer = np.arange(n)
+    return pd.DataFrame(dict(layer=layer, alpha=layer + rng.normal(0, 3, n),
+                             delta_loss=np.exp(-(layer + rng.normal(0, 3, n)) / 10)))
+
+
+def test_partial_rho_vanishes_when_alpha_follows_depth_only():
+    table = depth_only(n=60)   # 60 blocks: the partial ρ of pure noise has a spread of about 0.13
+    raw = spearman(table["alpha"], table["delta_loss"], n_resamples=500, n_permutations=500)
+    partial = partial_spearman(table["alpha"], table["delta_loss"], table["layer"], n_resamples=500,
+                               n_permutations=500)
+    assert raw.rho < -0.7 and raw.ci_high < 0                      # large, from position alone
+    assert abs(partial.rho) < 0.3 and partial.ci_low < 0 < partial.ci_high and partial.p_value > 0.05
+    assert partial.n == 60
+
+
+def test_partial_rho_stays_when_alpha_carries_more_than_depth():
+    rng = np.random.default_rng(1)
+    n = 30
+    layer = np.arange(n)
+    shared = rng.normal(size=n)   # what α knows about a block beyond its position
+    alpha = 0.05 * layer + shared
+    delta = -0.05 * layer + shared + rng.normal(0, 0.2, n)
+    partial = partial_spearman(alpha, delta, layer, n_resamples=500, n_permutations=500)
+    assert partial.rho > 0.6 and partial.ci_low > 0 and partial.p_value < 0.01
+
+
+def test_partial_rho_is_the_partial_correlation_of_the_ranks():
+    rng = np.random.default_rng(2)
+    x, y, z = rng.normal(size=(3, 20))
+    y = y + x + z
+    r = lambda a, b: spearmanr(a, b)[0]  # noqa: E731
+    expected = (r(x, y) - r(x, z) * r(y, z)) / np.sqrt((1 - r(x, z) ** 2) * (1 - r(y, z) ** 2))
+    result = partial_spearman(x, y, z, n_resamples=200, n_permutations=200)
+    assert result.rho == pytest.approx(expected, abs=1e-10)
+    assert result.ci_low <= result.rho <= result.ci_high
+    assert partial_spearman(x, y, z, n_resamples=200, n_permutations=200) == result   # seeded
+    assert np.isnan(partial_spearman(x[:3], y[:3], z[:3], n_resamples=10, n_permutations=10).rho)  # too few
+
+
+def test_without_ends_drops_the_first_and_last_blocks():
+    table = depth_only(n=10)
+    inner = without_ends(table)
+    assert inner["layer"].tolist() == list(range(1, 9))
+    assert without_ends(table.iloc[:6], n_blocks=10)["layer"].tolist() == [1, 2, 3, 4, 5]  # block 9 absent already
+    rows = depth_controlled(table, model="m", n_resamples=200, n_permutations=200).set_index("kind")
+    assert list(rows.index) == ["raw", "partial_depth", "without_ends"]
+    assert rows.loc["without_ends", "n_blocks"] == 8 and rows.loc["raw", "n_blocks"] == 10
+    assert rows.loc["without_ends", "rho"] == pytest.approx(spearmanr(inner["alpha"], inner["delta_loss"])[0])
+    assert rows.loc["raw", "rho"] == pytest.approx(spearmanr(table["alpha"], table["delta_loss"])[0])
+
+
+def test_pooled_models_are_partialled_on_relative_depth():
+    a, b = depth_only(12, seed=3).assign(model="a"), depth_only(24, seed=4).assign(model="b")
+    frame = pd.concat([a, b], ignore_index=True)
+    table = depth_table(frame, n_resamples=200, n_permutations=200)
+    assert table["model"].tolist() == ["a"] * 3 + ["b"] * 3 + ["pooled"]
+    pooled = table.iloc[-1]
+    assert pooled["kind"] == "partial_relative_depth" and pooled["n_blocks"] == 36
+    depth = np.concatenate([relative_depth(a["layer"]), relative_depth(b["layer"])])
+    assert depth.max() == 1 and relative_depth(a["layer"])[-1] == 1
+    expected = partial_spearman(frame["alpha"], frame["delta_loss"], depth, n_resamples=200, n_permutations=200)
+    assert pooled["rho"] == pytest.approx(expected.rho)
+    assert len(depth_table(a, n_resamples=50, n_permutations=50)) == 3   # one model: no pooled row

@@ -67,6 +67,13 @@ def test_predictor_table_from_a_model():
     with torch.no_grad():
         expected = float(torch.sqrt(sum((p.double() ** 2).sum() for p in block0)))
     assert table["frobenius"][0] == pytest.approx(expected)
+    # position is a predictor too: the index, and the depth relative to the model's last block
+    assert list(table["block_index"]) == [0, 1, 2, 3]
+    assert list(table["relative_depth"]) == pytest.approx([0, 1 / 3, 2 / 3, 1])
+    rhos = predictor_rho(table, n_resamples=50, n_permutations=50).set_index("predictor")
+    assert rhos.loc["block_index", "kind"] == rhos.loc["relative_depth", "kind"] == "simple"
+    assert rhos.loc["block_index", "rho"] == rhos.loc["relative_depth", "rho"] == pytest.approx(
+        spearmanr(range(4), [0.4, 0.1, 0.2, 0.3]).statistic)
 
 
 def test_chapter_sentence_follows_the_verdict():
@@ -85,9 +92,10 @@ def test_chapter_runs_on_a_model_directory(tiny_model_dir, tmp_path):
     result = chapter.run(models=[str(tiny_model_dir)], seq_len=32, eval_tokens=4 * 31, calibration_tokens=2 * 31,
                          batch_size=4, n_resamples=100, n_permutations=100, out_dir=str(tmp_path / "out"), progress=False)
     rho = result["rho"]
-    assert {"alpha_shape", "frobenius", "block_influence", "angular", "calibration_ablation"} <= set(rho["predictor"])
+    assert {"alpha_shape", "frobenius", "block_influence", "angular", "calibration_ablation", "block_index",
+            "relative_depth"} <= set(rho["predictor"])
     assert result["difference"]["second"].iloc[0] in {"frobenius", "block_influence", "angular",
-                                                      "calibration_ablation"}
+                                                      "calibration_ablation", "block_index", "relative_depth"}
     assert (tmp_path / "out" / "rho.csv").exists()
 
 

@@ -648,6 +648,10 @@ def test_notebook_runs_on_a_tiny_model(tiny_model_dir, tmp_path):
     assert all(row.best in row.best_set.split(",") for row in best.itertuples())
     assert {"worst_best_ratio_low", "worst_best_ratio_high"} <= set(best.columns)
     assert "scorecard's rule" in summary["claim_text"] and "k = 1: {" in summary["best_text"]
+    share = pd.read_csv(out / "share.csv")   # k_max = 3 < 4: the share is read at the largest k
+    assert share["k"].tolist() == [3, 3] and share["baseline"].tolist() == ["protect_spread", "protect_spread_random"]
+    assert set(share["reference"]) == {"last_n_keep_last"} and summary["share_text"].startswith("At k = 3")
+    assert (share["status"] == "share").all() or share["note"].str.contains("k = 3").any()
     text = (tmp_path / "pruning.ipynb").read_text()
     assert "Traceback" not in text and text.count("vegaEmbed") >= 5  # bars, the crossovers (one stacked figure), 2 line charts, removed blocks
     import re
@@ -703,3 +707,64 @@ def test_with_two_seeds_one_statistic_decides_and_the_words_follow_it():
     words = chapter.behind_text(comparison)
     assert "random at k = 1" in words and "×)" in words
     assert "median Δloss" in chapter.seeds_text(summarize_pruning(table, window_losses, n_resamples=300), 1)
+
+
+# --- protection and spreading without α ----------------------------------------------------------
+
+def test_protect_spread_keeps_the_ends_and_spreads_evenly():
+    """On a 12-block model: the first and last blocks are never removed, and the gaps between
+    consecutive removals differ by at most one block (even spreading over the 10 interior blocks)."""
+    ctx = PruningContext(tiny_model("llama", n_layers=12), progress=False)
+    k_max = STRATEGIES["protect_spread"].max_k(12)
+    assert k_max == 10
+    plans = STRATEGIES["protect_spread"].plan(ctx, k_max)
+    for k, plan in enumerate(plans, start=1):
+        assert len(plan) == k and 0 not in plan and 11 not in plan
+        gaps = np.diff(sorted(plan))
+        assert k == 1 or gaps.max() - gaps.min() <= 1, (k, plan)
+    assert plans[3] == [2, 4, 7, 9] and plans[0] == [6] and plans[-1] == list(range(1, 11))
+    assert STRATEGIES["protect_spread"].plan(ctx, 4, seed=5) == plans[:4]       # deterministic: no seed
+    random = STRATEGIES["protect_spread_random"]
+    assert random.seeded and random.plan(ctx, 6, seed=2) == random.plan(ctx, 6, seed=2)
+    assert random.plan(ctx, 6, seed=2) != random.plan(ctx, 6, seed=3)
+    for seed in range(5):
+        for k, plan in enumerate(random.plan(ctx, k_max, seed), start=1):
+            edges = [1 + (i * 10) // k for i in range(k + 1)]   # one block in each of k equal interior segments
+            assert [edges[i] <= b < edges[i + 1] for i, b in enumerate(plan)] == [True] * k
+    assert {"protect_spread", "protect_spread_random"} <= set(sweep_module.DEFAULT_STRATEGIES)
+
+
+def share_inputs(zone_gain: float, noise: float = 0.05, n_windows: int = 20, seed: int = 0):
+    """A pruning table and its per-window losses: Last-N keeping the last block costs 1 nat a token,
+    protect_spread 0.6, zone_aware 1 − ``zone_gain``, each window with its own noise."""
+    rng = np.random.default_rng(seed)
+    arms = {"last_n_keep_last": ("5,6", 1.0), "zone_aware": ("2,4", 1.0 - zone_gain), "protect_spread": ("3,5", 0.6)}
+    table = pd.DataFrame([dict(strategy=s, k=2, seed=0, removed=r) for s, (r, _) in arms.items()])
+    base = 2.0 + rng.normal(0, noise, n_windows)
+    rows = [dict(removed="", window=w, nll=100 * base[w], n_tokens=100) for w in range(n_windows)]
+    for removed, cost in arms.values():
+        rows += [dict(removed=removed, window=w, nll=100 * (base[w] + cost + rng.normal(0, noise)), n_tokens=100)
+                 for w in range(n_windows)]
+    return table, pd.DataFrame(rows)
+
+
+def test_gain_share_is_a_ratio_only_where_zone_aware_gains():
+    table, windows = share_inputs(zone_gain=0.8)
+    share = compare.gain_share(table, windows, ks=(2, 4), n_resamples=400).iloc[0]
+    assert share["status"] == "share" and share["note"] == ""
+    assert share["share"] == pytest.approx(0.4 / 0.8, abs=0.05)
+    assert share["share_low"] < share["share"] < share["share_high"] and 0 < share["share_low"] and share["share_high"] < 1
+    assert share["gain"] == pytest.approx(0.8, abs=0.05) and share["gain_low"] > 0
+    assert len(compare.gain_share(table, windows, ks=(2, 4), n_resamples=50)) == 1   # k = 4 absent: left out
+    # zone_aware no better than Last-N: the denominator's interval reaches 0, so no share is a number
+    table, windows = share_inputs(zone_gain=0.0)
+    borderline = compare.gain_share(table, windows, ks=(2,), n_resamples=400).iloc[0]
+    assert borderline["gain_low"] <= 0 <= borderline["gain_high"]
+    assert borderline["status"] == "no gain" and np.isnan(borderline["share"]) and np.isnan(borderline["share_low"])
+    assert "not separable from zero" in borderline["note"] and "k = 2" in borderline["note"]
+    # one window: no interval, so no share either
+    table, windows = share_inputs(zone_gain=0.8, n_windows=1)
+    single = compare.gain_share(table, windows, ks=(2,), n_resamples=50).iloc[0]
+    assert single["status"] == "undefined" and np.isnan(single["share"]) and "no interval" in single["note"]
+    with pytest.raises(ValueError, match="protect_spread_random"):
+        compare.gain_share(table, windows, baselines=("protect_spread_random",))

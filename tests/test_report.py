@@ -553,7 +553,10 @@ def test_score_claims_reads_every_chapter_table(tmp_path):
     asym = pd.DataFrame([dict(depth=4, ratio=0.5, ratio_low=0.3, ratio_high=0.8, asymmetry="V/O larger")])
     exponent = pd.DataFrame([dict(exponent=0.9, low=0.7, high=1.1, depths="4,6,8", n_late="5,5,5", group="all",
                                   verdict="does not hold", paper_exponent=0.26)])
-    for chapter, found in {"importance_vs_alpha": dict(rho=rho), "pruning": dict(crossover=crossover, best=best),
+    depth = pd.DataFrame([dict(model="m", kind=kind, rho=r, ci_low=lo, ci_high=hi, p_value=0.01, n_blocks=n)
+                          for kind, r, lo, hi, n in (("raw", 0.8, 0.72, 0.9, 30), ("partial_depth", 0.3, 0.1, 0.5, 30),
+                                                     ("without_ends", 0.7, 0.5, 0.85, 28))])
+    for chapter, found in {"importance_vs_alpha": dict(rho=rho, depth=depth), "pruning": dict(crossover=crossover, best=best),
                            "spectral_lifecycle": dict(wave_claim=wave, asymmetry_claim=asym,
                                                       delta_alpha_claim=exponent)}.items():
         common.save(tmp_path / chapter, found, dict(corpus="stdlib", model_name="m", alpha_estimator="alpha_shape",
@@ -575,7 +578,12 @@ def test_score_claims_reads_every_chapter_table(tmp_path):
     assert "one training run per depth" in exponent_row["reason"] and "does not hold" in exponent_row["ours"]
     assert by_claim[claims.CLAIMS["rise"]] == [claims.MISSING] and by_claim[claims.CLAIMS["first"]] == [claims.MISSING]
     assert scores.loc[scores["claim"] == claims.CLAIMS["rho"], "interval"].item() == "[0.72, 0.90]"
-    assert claims.verdict_counts(scores)[claims.HOLDS] == 5
+    depth_row = scores[scores["claim"] == claims.CLAIMS["rho_depth"]].iloc[0]   # the book's own, beside the raw ρ
+    assert depth_row["verdict"] == claims.HOLDS and depth_row["source"] == claims.BOOK_SOURCE
+    assert depth_row["interval"] == "[0.10, 0.50]" and "partialled on block index" in depth_row["ours"]
+    rho_note = scores.loc[scores["claim"] == claims.CLAIMS["rho"], "note"].item()
+    assert rho_note.startswith("the paper's figure is this raw ρ") and "0.30 [0.10, 0.50]" in rho_note
+    assert claims.verdict_counts(scores)[claims.HOLDS] == 6
     counts = claims.claim_counts(scores)   # claims, not rows
     assert counts[claims.HOLDS] == 2 and counts["mixed"] == 3 and counts[claims.MISSING] == 2   # rise, first
     assert claims.claim_counts(scores, claims.BOOK_SOURCE)[claims.MISSING] == 2                  # healed, tasks: the book's
@@ -697,3 +705,84 @@ def test_speed_ups_come_with_their_spread_or_say_they_have_none():
     assert "range over 3 repeats 0.91×–1.0×: not separable from 1×" in speed_text(speed(0.91, 1.02, 3))
     assert "faster in every repeat" in speed_text(speed(1.1, 1.3, 3))
     assert "one repeat each: no spread was measured" in speed_text(speed(0.95, 0.95, 1))
+
+
+# --- depth and the share of zone-aware's gain ----------------------------------------------------------
+
+@pytest.mark.parametrize("low, high, verdict", [(0.1, 0.5, claims.HOLDS), (-0.6, -0.05, claims.FAILS),
+                                                (0.0, 0.5, claims.OPEN), (-0.2, 0.3, claims.OPEN),
+                                                (NAN, 0.3, claims.OPEN)])
+def test_score_partial_rho(low, high, verdict):
+    result = verdicts.score_partial_rho(low, high, n_blocks=30)
+    assert result == verdict
+    if verdict == claims.OPEN:
+        assert result.reason == (verdicts.UNDEFINED if math.isnan(low) else verdicts.BLOCKS)
+        assert math.isnan(low) or "30 blocks" in result.why
+
+
+def _depth(model, raw, partial, inner):
+    return pd.DataFrame([dict(model=model, kind=kind, rho=(lo + hi) / 2, ci_low=lo, ci_high=hi, p_value=0.01,
+                              n_blocks=n) for kind, (lo, hi), n in (("raw", raw, 30), ("partial_depth", partial, 30),
+                                                                    ("without_ends", inner, 28))])
+
+
+@pytest.mark.parametrize("raw, partial, phrase", [
+    ((-0.9, -0.5), (-0.3, 0.2), "may be the block's position"),
+    ((0.3, 0.8), (0.1, 0.6), "beyond their position"),
+    ((0.3, 0.8), (-0.6, -0.1), "changes sign"),
+    ((-0.2, 0.3), (0.0001, 0.5), "only with depth controlled"),
+    ((-0.2, 0.3), (-0.1, 0.4), "neither the raw nor the depth-controlled"),
+    ((NAN, 0.3), (-0.1, 0.4), "cannot be compared"),
+])
+def test_depth_text_reads_raw_and_partial_rho_by_their_intervals(raw, partial, phrase):
+    text = importance_vs_alpha.depth_text(_depth("m", raw, partial, (0.0, 0.4)))
+    assert phrase in text and text.startswith("m: raw ρ") and "without the first and last blocks" in text
+    assert "interval includes 0" in text   # the without-ends interval (0.0, 0.4) touches 0: includes it
+
+
+def test_depth_table_for_the_page_and_the_pooled_sentence():
+    depth = pd.concat([_depth("a", (0.3, 0.8), (0.1, 0.6), (0.2, 0.7)), _depth("b", (0.3, 0.8), (-0.3, 0.2), (0.2, 0.7)),
+                       pd.DataFrame([dict(model="pooled", kind="partial_relative_depth", rho=0.1, ci_low=-0.1,
+                                          ci_high=0.3, p_value=0.3, n_blocks=60)])], ignore_index=True)
+    shown = importance_vs_alpha.depth_shown(depth)
+    assert list(shown.index) == ["a", "b", "pooled"] and shown.loc["a", "blocks"] == 30
+    assert list(shown.columns)[1] == "raw ρ (the paper's figure)"
+    assert shown.loc["pooled", "raw ρ (the paper's figure)"] == "–"
+    text = importance_vs_alpha.depth_text(depth)
+    assert "All models pooled, ρ partialled on relative depth: 0.10 [−0.10, 0.30] (interval includes 0)" in text
+
+
+def _share(status, share=(0.5, 0.3, 0.7), k=4):
+    s, lo, hi = share if status == "share" else (NAN, NAN, NAN)
+    note = "" if status == "share" else f"zone_aware's advantage over last_n_keep_last at k = {k} is not separable " \
+                                        f"from zero (its interval reaches -0.1 nats), so a share of it is no number"
+    return dict(k=k, reference="last_n_keep_last", ours="zone_aware", baseline="protect_spread", gain=0.8,
+                gain_low=0.6 if status == "share" else -0.1, gain_high=1.0, baseline_gain=0.4, baseline_gain_low=0.2,
+                baseline_gain_high=0.6, share=s, share_low=lo, share_high=hi, status=status, note=note)
+
+
+@pytest.mark.parametrize("share, phrase", [
+    ((0.5, 0.3, 0.7), "a part of it: protection and spreading give that much"),
+    ((0.9, 0.6, 1.2), "not separable from all of it"),
+    ((0.9, 0.6, 1.0), "not separable from all of it"),          # touching 1 counts as reaching it
+    ((1.4, 1.1, 1.8), "does separably better than zone_aware itself"),
+    ((0.1, -0.2, 0.4), "not separable from none of it"),
+    ((-0.5, -0.8, -0.2), "does separably worse than last_n_keep_last"),
+])
+def test_share_text_reads_the_share_against_0_and_1(share, phrase):
+    from zones.report import pruning
+
+    text = pruning.share_text(pd.DataFrame([_share("share", share)]))
+    assert phrase in text and text.startswith("At k = 4, zone_aware is ahead of last_n_keep_last by 0.80 [0.60, 1.00] nats")
+
+
+def test_a_share_of_a_gain_that_may_be_zero_is_no_number():
+    from zones.report import pruning
+
+    shares = pd.DataFrame([_share("share", k=4), _share("no gain", k=8)])
+    text = pruning.share_text(shares)
+    assert "At k = 8, zone_aware's advantage over last_n_keep_last at k = 8 is not separable from zero" in text
+    assert "nan" not in text.lower()
+    table = pruning.share_table(shares)
+    assert table["share"].tolist() == ["0.50 [0.30, 0.70]", "no number"]
+    assert pruning.share_text(shares.iloc[:0]).startswith("The share of zone-aware's advantage was not computed")

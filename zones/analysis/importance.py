@@ -11,6 +11,13 @@ the block's matrices). With only tens of blocks per model, ρ comes with
   ≥ |ρ|}) / (1 + n_permutations) (``scipy.stats.permutation_test``; all n! pairings when n! ≤ n_permutations).
 
 Every draw comes from a seeded generator, so the numbers are reproducible.
+
+Depth. α tends to rise with depth and importance to fall with it, so ρ(α, ΔLoss) can be large
+for reasons of position alone. :func:`depth_controlled` gives, beside the raw ρ, ρ *partialled*
+on block index (:func:`partial_spearman`: the Pearson correlation of the residuals of rank(α)
+and rank(ΔLoss) after a least-squares line on rank(block index); on relative depth when models
+are pooled, :func:`pooled_partial`) and ρ with the first and last blocks left out
+(:func:`without_ends`), each with a block-resampled interval (``zones.analysis.bootstrap.unit_bootstrap``).
 """
 from __future__ import annotations
 
@@ -24,6 +31,7 @@ import pandas as pd
 import scipy.stats
 from scipy.stats import rankdata
 
+from zones.analysis.bootstrap import unit_bootstrap
 from zones.core.checks import check_int
 from zones.core.data import corpus_windows, load_corpus
 from zones.core.models import load_model
@@ -106,6 +114,118 @@ def spearman(x, y, *, n_resamples: int = N_RESAMPLES, n_permutations: int = N_PE
                      lambda a, b, axis=-1: np.abs(_corr_rows(a, b)), permutation_type="pairings",
                      vectorized=True, n_resamples=n_permutations, alternative="greater", seed=seed).pvalue
     return Correlation(rho, float(interval.low), float(interval.high), float(p_value), n)
+
+
+# --- controlling for depth -----------------------------------------------------------------------
+
+DEPTH_COLUMNS = ["model", "kind", "rho", "ci_low", "ci_high", "p_value", "n_blocks"]
+DEPTH_KINDS = {"raw": "raw ρ (the paper's figure)", "partial_depth": "ρ partialled on block index",
+               "without_ends": "ρ without the first and last blocks",
+               "partial_relative_depth": "ρ partialled on relative depth (models pooled)"}
+
+
+def _residuals(a: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """``a`` minus its least-squares line on ``z``, along the last axis (NaN where z is constant)."""
+    zc = z - z.mean(axis=-1, keepdims=True)
+    ac = a - a.mean(axis=-1, keepdims=True)
+    szz = (zc * zc).sum(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        slope = np.where(szz > 0, (zc * ac).sum(axis=-1, keepdims=True) / szz, np.nan)
+    return ac - slope * zc
+
+
+def _partial_rows(x: np.ndarray, y: np.ndarray, z: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Partial Spearman ρ along the last axis: every variable ranked again (a resample's ties),
+    rank(x) and rank(y) each regressed on rank(z), the Pearson correlation of the residuals."""
+    rx, ry, rz = (rankdata(v, axis=-1) for v in (x, y, z))
+    return _corr_rows(_residuals(rx, rz), _residuals(ry, rz))
+
+
+def partial_spearman(x, y, z, *, n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS,
+                     level: float = 0.95, seed: int = 0) -> Correlation:
+    """Spearman ρ of (x, y) partialled on z (block index, or relative depth), with a
+    block-resampled percentile interval (``unit_bootstrap``: the triples kept together, ranks
+    recomputed in each resample) and a permutation p-value: the residuals of rank(y) shuffled
+    against those of rank(x) (Kennedy's test; two-sided). Triples with a NaN are dropped;
+    with fewer than 4, or a residual that is constant, every field but ``n`` is NaN."""
+    n_resamples = check_int(n_resamples, "n_resamples", min=1)
+    n_permutations = check_int(n_permutations, "n_permutations", min=1)
+    level = check_level(level)
+    columns = [np.asarray(v, dtype=float).ravel() for v in (x, y, z)]
+    if len({c.size for c in columns}) != 1:
+        raise ValueError(f"x, y and z differ in length: {[c.size for c in columns]}")
+    keep = np.logical_and.reduce([np.isfinite(c) for c in columns])
+    x, y, z = (c[keep] for c in columns)
+    n = int(x.size)
+    nan = float("nan")
+    rho = float(_partial_rows(x, y, z)) if n >= 4 else nan
+    if not np.isfinite(rho):
+        return Correlation(nan, nan, nan, nan, n)
+    _, low, high = unit_bootstrap([x, y, z], _partial_rows, n_resamples=n_resamples, level=level, seed=seed)
+    rz = rankdata(z)
+    ex, ey = _residuals(rankdata(x), rz), _residuals(rankdata(y), rz)
+    p_value = seeded(scipy.stats.permutation_test, (ex, ey),
+                     lambda a, b, axis=-1: np.abs(_corr_rows(a, b)), permutation_type="pairings",
+                     vectorized=True, n_resamples=n_permutations, alternative="greater", seed=seed).pvalue
+    return Correlation(rho, float(low), float(high), float(p_value), n)
+
+
+def without_ends(table: pd.DataFrame, n_blocks: int | None = None) -> pd.DataFrame:
+    """The rows of a per-block table (``layer`` column) without the model's first and last block
+    (block 0 and block ``n_blocks − 1``; by default the table's largest layer)."""
+    if "layer" not in table.columns:
+        raise ValueError("the table has no layer column")
+    last = int(table["layer"].max()) if n_blocks is None else int(n_blocks) - 1
+    return table[(table["layer"] != 0) & (table["layer"] != last)]
+
+
+def depth_controlled(table: pd.DataFrame, *, model: str = "", n_resamples: int = N_RESAMPLES,
+                     n_permutations: int = N_PERMUTATIONS, seed: int = 0) -> pd.DataFrame:
+    """One model's ρ(α, ΔLoss) three ways (rows ``kind``): ``raw`` (:func:`spearman`, the
+    paper's figure), ``partial_depth`` (:func:`partial_spearman` on block index) and
+    ``without_ends`` (:func:`spearman` without the first and last blocks), each with its
+    block-resampled interval and permutation p (the same seed). ``table``: ``layer, alpha,
+    delta_loss`` (:func:`importance_table`). Columns :data:`DEPTH_COLUMNS`."""
+    missing = {"layer", "alpha", "delta_loss"} - set(table.columns)
+    if missing:
+        raise ValueError(f"the importance table lacks column(s) {sorted(missing)}")
+    options = dict(n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
+    inner = without_ends(table)
+    results = {"raw": spearman(table["alpha"], table["delta_loss"], **options),
+               "partial_depth": partial_spearman(table["alpha"], table["delta_loss"], table["layer"], **options),
+               "without_ends": spearman(inner["alpha"], inner["delta_loss"], **options)}
+    return pd.DataFrame([dict(model=model, kind=kind, rho=c.rho, ci_low=c.ci_low, ci_high=c.ci_high,
+                              p_value=c.p_value, n_blocks=c.n) for kind, c in results.items()],
+                        columns=DEPTH_COLUMNS)
+
+
+def relative_depth(layers) -> np.ndarray:
+    """Block index / (number of blocks − 1): 0 for the first block, 1 for the last."""
+    layers = np.asarray(layers, dtype=float)
+    span = layers.max() if layers.size else 0.0
+    return layers / span if span > 0 else np.zeros_like(layers)
+
+
+def pooled_partial(frame: pd.DataFrame, *, n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS,
+                   seed: int = 0) -> pd.DataFrame:
+    """Every model's blocks pooled (``model, layer, alpha, delta_loss``): ρ(α, ΔLoss)
+    partialled on each block's relative depth in its own model (:func:`relative_depth`),
+    blocks resampled across models. One row (``model="pooled"``, ``kind=
+    "partial_relative_depth"``), columns :data:`DEPTH_COLUMNS`."""
+    depth = frame.groupby("model", sort=False)["layer"].transform(lambda s: pd.Series(relative_depth(s), index=s.index))
+    c = partial_spearman(frame["alpha"], frame["delta_loss"], depth, n_resamples=n_resamples,
+                         n_permutations=n_permutations, seed=seed)
+    return pd.DataFrame([dict(model="pooled", kind="partial_relative_depth", rho=c.rho, ci_low=c.ci_low,
+                              ci_high=c.ci_high, p_value=c.p_value, n_blocks=c.n)], columns=DEPTH_COLUMNS)
+
+
+def depth_table(frame: pd.DataFrame, **options) -> pd.DataFrame:
+    """:func:`depth_controlled` for each model of an :func:`importance_frame` (``model`` column),
+    and with several models one :func:`pooled_partial` row."""
+    parts = [depth_controlled(part, model=str(label), **options) for label, part in frame.groupby("model", sort=False)]
+    if frame["model"].nunique() > 1:
+        parts.append(pooled_partial(frame, **options))
+    return pd.concat(parts, ignore_index=True)
 
 
 # --- importance against α ------------------------------------------------------------------------

@@ -32,12 +32,12 @@ import torch
 from scipy.stats import rankdata
 from torch import nn
 
-from zones.analysis.importance import ESTIMATORS, _corr_rows, spearman
+from zones.analysis.importance import ESTIMATORS, _corr_rows, relative_depth, spearman
 from zones.core.adapters import get_adapter
 from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES, paired_bootstrap
 from zones.spectra import layer_alpha
 
-SIMPLE = ("frobenius", "block_influence", "angular", "calibration_ablation")
+SIMPLE = ("frobenius", "block_influence", "angular", "calibration_ablation", "block_index", "relative_depth")
 RHO_COLUMNS = ["predictor", "kind", "rho", "ci_low", "ci_high", "p_value", "abs_rho", "n_blocks"]
 
 
@@ -59,7 +59,8 @@ def predictor_table(ablation: pd.DataFrame, alphas: pd.DataFrame, *, frobenius: 
     column of ``ESTIMATORS`` present in ``alphas`` (weighted per block), and the simple
     predictors given: ``frobenius`` (:func:`block_frobenius`), ``block_influence`` and
     ``angular`` (from ``zones.pruning.PruningContext.hidden_stats``, span 1),
-    ``calibration_ablation`` (``delta_loss`` of an ablation table on calibration windows)."""
+    ``calibration_ablation`` (``delta_loss`` of an ablation table on calibration windows); always
+    ``block_index`` and ``relative_depth`` (``zones.analysis.importance.relative_depth``)."""
     table = ablation[["layer", "delta_loss"]].rename(columns={"delta_loss": "importance"}).astype({"layer": int})
     table = table.set_index("layer")
     for estimator in ESTIMATORS:
@@ -73,6 +74,8 @@ def predictor_table(ablation: pd.DataFrame, alphas: pd.DataFrame, *, frobenius: 
         table["angular"] = one["angular_last"].reindex(table.index)
     if calibration_ablation is not None:
         table["calibration_ablation"] = calibration_ablation.set_index("layer")["delta_loss"].reindex(table.index)
+    table["block_index"] = table.index.to_numpy(dtype=float)
+    table["relative_depth"] = relative_depth(table.index.to_numpy())
     return table.reset_index()
 
 

@@ -120,7 +120,8 @@ HEALING_METHODS = ("lora", "bridge")
 PROFILE_NAMES = ("class", "cpu", "paper")  # zones.series.config.PROFILES (tests/test_glossary.py checks)
 QUANT_TYPE_NAMES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")  # zones.core.quantize.QUANT_TYPES (tests check)
 PRUNING_STRATEGIES = ["zone_aware", "last_n", "last_n_keep_last", "random", "random_protected", "alpha_lowest",
-                      "block_influence", "angular", "ablation_rank", "greedy", "zone_aware_no_protection",
+                      "block_influence", "angular", "ablation_rank", "greedy", "protect_spread", "protect_spread_random",
+                      "zone_aware_no_protection",
                       "zone_aware_no_spreading", "zone_aware_one_zone"]
 MODEL = "smollm2-135m"
 
@@ -169,7 +170,7 @@ TERMS: dict[str, Term] = _terms(
     Term("split", "str", "the windows zones ablate scores", {"cpu": "eval"}, choices=("eval", "calibration")),
     # --- pruning and healing ------------------------------------------------------------------
     Term("strategies", "list[str]", "pruning strategies compared (zones prune --list-strategies)",
-         {"cpu": by(PRUNING_STRATEGIES, prune=PRUNING_STRATEGIES[:10],
+         {"cpu": by(PRUNING_STRATEGIES, prune=PRUNING_STRATEGIES[:12],
                     healing=["zone_aware", "last_n_keep_last", "greedy", "random_protected"],
                     task_accuracy=["zone_aware", "last_n_keep_last", "greedy", "random_protected"])}),
     Term("block_strategies", "list[str]", "block pruning strategies set against the sublayer ones",

@@ -19,7 +19,8 @@ from zones.figures import COLUMN_WIDTH, SI_AXIS, SI_LABELS, phone_layout  # char
 COLORS = {"zone_aware": "#1f77b4", "last_n": "#ff7f0e", "random": "#7f7f7f", "alpha_lowest": "#9467bd",
           "block_influence": "#2ca02c", "angular": "#17becf", "ablation_rank": "#8c564b", "greedy": "#d62728",
           "zone_aware_no_protection": "#e377c2", "zone_aware_no_spreading": "#bcbd22",
-          "zone_aware_one_zone": "#393b79", "last_n_keep_last": "#ffbb78", "random_protected": "#c7c7c7"}
+          "zone_aware_one_zone": "#393b79", "last_n_keep_last": "#ffbb78", "random_protected": "#c7c7c7",
+          "protect_spread": "#aec7e8", "protect_spread_random": "#9edae5"}
 FALLBACK = ["#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"]
 
 

@@ -5,7 +5,8 @@ of the eval windows.
 intervals (seeded strategies by their median over seeds, inside every resample too);
 ``pairwise_differences`` the difference of every pair of strategies; ``best_sets`` the
 strategies not separable from the best and from the worst; ``compare_strategies`` the ratio
-ΔPPL(a) / ΔPPL(b) with its interval and a winner; ``crossover_k`` and ``best_by_k`` read those.
+ΔPPL(a) / ΔPPL(b) with its interval and a winner; ``crossover_k`` and ``best_by_k`` read those; ``gain_share`` how much of zone-aware's advantage
+over a reference a baseline without α achieves.
 """
 from __future__ import annotations
 
@@ -400,3 +401,67 @@ def healing_intervals(arms: pd.DataFrame, window_losses: pd.DataFrame, stages: S
     comparison = pd.DataFrame(comparison, columns=["k", "stage", "reference", "ours", "difference",
                                                    "difference_low", "difference_high", "winner"])
     return dict(delta=delta, gain=gain, comparison=comparison)
+
+
+NAN_SHARE = float("nan")
+SHARE_KS = (4, 8)   # the k at which the share of zone-aware's gain is read (those a sweep reached)
+SHARE_COLUMNS = ["k", "reference", "ours", "baseline", "gain", "gain_low", "gain_high", "baseline_gain",
+                 "baseline_gain_low", "baseline_gain_high", "share", "share_low", "share_high", "status", "note"]
+
+
+def gain_share(table: pd.DataFrame, window_losses: pd.DataFrame, *, reference: str = "last_n_keep_last",
+               ours: str = "zone_aware", baselines: Sequence[str] = ("protect_spread",),
+               ks: Sequence[int] = SHARE_KS, n_resamples: int = N_RESAMPLES, level: float = LEVEL,
+               seed: int = SEED) -> pd.DataFrame:
+    """How much of ``ours``' advantage over ``reference`` a ``baseline`` achieves alone:
+
+        share = (Δloss(reference) − Δloss(baseline)) / (Δloss(reference) − Δloss(ours))
+
+    at each k of ``ks`` the table has, with paired intervals from one bootstrap of the eval
+    windows (the same windows for every arm; seeded strategies by their median over seeds).
+    Share 1: the baseline does as well as ``ours``; 0: no better than ``reference``.
+
+    Columns ``k, reference, ours, baseline``; ``gain`` (the denominator) and ``baseline_gain``
+    (the numerator), nats, each with ``_low``/``_high``; ``share, share_low, share_high``;
+    ``status``: ``"share"``, or ``"no gain"`` where the gain's interval reaches 0 or below (a
+    ratio to a gain that may be zero is no number: share and its interval are NaN and
+    ``note`` says why), or ``"undefined"`` (an interval could not be computed).
+    """
+    present = set(table["strategy"])
+    missing = [s for s in (reference, ours, *baselines) if s not in present]
+    if missing:
+        raise ValueError(f"strategies {missing} are not in the pruning table; it has {sorted(present)}")
+    data = _Windows(window_losses)
+    rows = []
+    for k in [int(k) for k in ks if (table["k"] == k).any()]:
+        names = [reference, ours, *baselines]
+
+        def statistic(x):
+            delta = _deltas(x)[0]
+            gain = delta[0] - delta[1]
+            made = delta[0] - delta[2:]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return np.concatenate([gain[None], made, made / gain])
+
+        interval = paired_bootstrap(statistic, (data.arrays(table, k, names),), n_resamples=n_resamples,
+                                    level=level, seed=seed)
+        est, low, high = interval.estimate, interval.low, interval.high
+        nb = len(baselines)
+        gain_side = interval_side(float(low[0]), float(high[0]), 0.0)
+        for j, baseline in enumerate(baselines):
+            row = dict(k=k, reference=reference, ours=ours, baseline=baseline, gain=float(est[0]),
+                       gain_low=float(low[0]), gain_high=float(high[0]), baseline_gain=float(est[1 + j]),
+                       baseline_gain_low=float(low[1 + j]), baseline_gain_high=float(high[1 + j]))
+            if gain_side == "above":
+                share = (float(est[1 + nb + j]), float(low[1 + nb + j]), float(high[1 + nb + j]))
+                status, note = "share", ""
+            else:
+                share = (NAN_SHARE, NAN_SHARE, NAN_SHARE)
+                status = "undefined" if gain_side == "undefined" else "no gain"
+                note = (f"{ours}'s advantage over {reference} at k = {k} has no interval, so no share of it can be "
+                        f"given" if status == "undefined" else
+                        f"{ours}'s advantage over {reference} at k = {k} is not separable from zero (its interval "
+                        f"reaches {float(low[0]):.3g} nats), so a share of it is no number")
+            rows.append(dict(row, share=share[0], share_low=share[1], share_high=share[2], status=status, note=note))
+    return pd.DataFrame(rows, columns=SHARE_COLUMNS)
+

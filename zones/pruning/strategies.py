@@ -26,6 +26,9 @@ Built in (definitions in the book's methods page):
 ``random``                   k blocks uniformly at random (one plan per seed)
 ``random_protected``         the same among blocks 1..L−2 (first and last kept), the
                              like-for-like comparator of zone-aware's protected ends
+``protect_spread``           first and last blocks kept, the k removals spread evenly over
+                             the interior: zone-aware's protection and spreading, no α
+``protect_spread_random``    the same with one random block per interior segment (seeded)
 ``alpha_lowest``             the k lowest-α blocks (no zones, no protection)
 ``block_influence``          ShortGPT: lowest BI = 1 − mean cos(block input, output)
 ``angular``                  Gromov et al.: the run of k blocks whose input and output
@@ -540,6 +543,42 @@ def random_blocks(ctx, k_max, seed, *, protect_first, protect_last):
 
 register_strategy("random_protected", seeded=True, protect_first=1, protect_last=1,
                   description="k blocks at random among all but the first and the last")(random_blocks)
+
+
+def spread_positions(n_blocks: int, k: int, *, protect_first: int = 1, protect_last: int = 1,
+                     rng: np.random.Generator | None = None) -> list[int]:
+    """k blocks spread evenly over the interior ``protect_first .. n_blocks − protect_last − 1``:
+    the interior (m blocks) is cut into k segments of equal length (up to one block), and each
+    gives one block: the one at its centre, ``protect_first + ⌊(i + ½)·m/k⌋`` for segment i, or
+    with ``rng`` a uniformly random block of the segment. The protected ends are never chosen;
+    without ``rng`` the gaps between consecutive removals are ⌊m/k⌋ or ⌈m/k⌉."""
+    interior = n_blocks - protect_first - protect_last
+    if not 1 <= k <= interior:
+        raise StrategyError(f"cannot spread {k} removals over the {max(interior, 0)} interior blocks")
+    edges = [protect_first + (i * interior) // k for i in range(k + 1)]  # segment i: edges[i] .. edges[i+1] − 1
+    if rng is None:
+        return [protect_first + ((2 * i + 1) * interior) // (2 * k) for i in range(k)]
+    return [int(rng.integers(edges[i], edges[i + 1])) for i in range(k)]
+
+
+@register_strategy("protect_spread", protect_first=1, protect_last=1,
+                   description="first and last blocks kept, k removals spread evenly over the rest (no α)")
+def protect_spread(ctx, k_max, seed, *, protect_first, protect_last):
+    """Zone-aware's two rules without α: the ends protected, the k removals spread evenly over
+    the interior (:func:`spread_positions`). Deterministic; the plans of successive k are not
+    nested (each k spreads its own k)."""
+    return [spread_positions(ctx.n_blocks, k, protect_first=protect_first, protect_last=protect_last)
+            for k in range(1, k_max + 1)]
+
+
+@register_strategy("protect_spread_random", seeded=True, protect_first=1, protect_last=1,
+                   description="first and last blocks kept, one random block in each of k equal interior segments")
+def protect_spread_random(ctx, k_max, seed, *, protect_first, protect_last):
+    """The seeded variant of :func:`protect_spread`: the interior cut into k equal segments, one
+    uniformly random block of each (numpy Generator, ``seed``; the k plans drawn in turn)."""
+    rng = np.random.default_rng(seed)
+    return [spread_positions(ctx.n_blocks, k, protect_first=protect_first, protect_last=protect_last, rng=rng)
+            for k in range(1, k_max + 1)]
 
 
 @register_strategy("alpha_lowest", estimator="alpha_shape", role="q",

@@ -16,7 +16,7 @@ Evidence. Every scored set keeps its NLL on every eval window (``PruningResult.w
 so each (strategy, k) gets paired bootstrap intervals over windows (``zones.measure.stats``): Δloss =
 ln(PPL_pruned / PPL_base) in nats and ΔPPL; every pair of strategies gets an interval on the
 difference of their Δloss, from the same resamples; "best at k" is the set of strategies not
-separable from the best. Seeded strategies (``random``, ``random_protected``) run
+separable from the best. Seeded strategies (``random``, ``random_protected``, ``protect_spread_random``) run
 ``DEFAULT_SEEDS`` = 3 seeds by default and are summarised by their median (inside every
 resample too) and interquartile range. Why 3: a random baseline is a reference point read
 through its median (3 is the fewest with a median that is one of them), and the chapter's
@@ -54,7 +54,7 @@ from zones.pruning.strategies import BLOCK, PruningContext, Strategy, StrategyEr
 COLUMNS = ["model", "strategy", "k", "seed", "removed", "ppl", "base_ppl", "delta_ppl", "delta_loss", "n_tokens"]
 WINDOW_COLUMNS = ["removed", "window", "nll", "n_tokens"]
 DEFAULT_STRATEGIES = ("zone_aware", "last_n", "last_n_keep_last", "random", "random_protected", "alpha_lowest",
-                      "block_influence", "angular", "ablation_rank", "greedy")
+                      "block_influence", "angular", "ablation_rank", "greedy", "protect_spread", "protect_spread_random")
 RECIPE_ABLATIONS = ("zone_aware_no_protection", "zone_aware_no_spreading", "zone_aware_one_zone")
 # The chapter's CPU budgets (seq_len 256): the first batch of 8 windows of the book's eval set
 # (the strategies' differences are many times their half-widths: tokens buy the least here), 2
@@ -62,7 +62,7 @@ RECIPE_ABLATIONS = ("zone_aware_no_protection", "zone_aware_no_spreading", "zone
 # (book/methods/pruning.md).
 DEFAULT_EVAL_TOKENS = 8 * 255
 DEFAULT_CALIBRATION_TOKENS = 2 * 255
-DEFAULT_SEEDS = 3  # seeds of a seeded strategy (random, random_protected); see the module note
+DEFAULT_SEEDS = 3  # seeds of a seeded strategy (random, random_protected, protect_spread_random); see the module note
 DEFAULT_DTYPE = "float32"  # the chapter's scoring precision (benchmarks/bench_dtype.py decides whether "auto" may be)
 
 

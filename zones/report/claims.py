@@ -48,6 +48,7 @@ from zones.report.verdicts import (
     PAPER_RATIO,
     PAPER_RHO,
     PAPER_RHO_P,
+    DEPTH_RHO_CLAIM,
     TASK_CLAIM,
     UNDEFINED,
     VERDICTS,
@@ -65,6 +66,7 @@ from zones.report.verdicts import (
     score_gap,
     score_ratio_direction,
     score_ratio_magnitude,
+    score_partial_rho,
     score_rho,
     score_shape,
     score_task_accuracy,
@@ -170,7 +172,37 @@ def _rho_rows(tables: Tables) -> list[dict]:
             ours = f"ρ = {fmt_num(r['rho'], 2)}, {fmt_p(r['p_value'])} ({role} {estimator}, chosen in advance{floor})"
             rows.append(_row(ours, fmt_interval(None, r["ci_low"], r["ci_high"]), str(r["model"]),
                              _corpus(tables, chapter), chapter,
-                             score_rho(r["rho"], r["ci_low"], r["ci_high"], r["p_value"], n)))
+                             score_rho(r["rho"], r["ci_low"], r["ci_high"], r["p_value"], n),
+                             _depth_note(found, str(r["model"]))))
+    return rows
+
+
+def _depth_note(found: Mapping[str, Any], model: str) -> str:
+    """Beside the paper's (raw) ρ of a model: its ρ partialled on block index, when the chapter wrote it."""
+    if "depth" not in found:
+        return ""
+    depth = found["depth"]
+    rows = depth[(depth["model"].astype(str) == model) & (depth["kind"] == "partial_depth")]
+    if rows.empty:
+        return ""
+    r = rows.iloc[0]
+    return (f"the paper's figure is this raw ρ; partialled on block index ρ = "
+            f"{fmt_interval(r['rho'], r['ci_low'], r['ci_high'])} (scored apart, beyond the paper)")
+
+
+def _partial_rho_rows(tables: Tables) -> list[dict]:
+    """One row per model: ρ partialled on block index, from ``importance_vs_alpha/depth.csv``."""
+    rows = []
+    summary = _summary(tables, "importance_vs_alpha")
+    name = f"{summary.get('alpha_role', 'weighted')} {summary.get('alpha_estimator', 'alpha_shape')}"
+    for r in _records(tables, "importance_vs_alpha", "depth"):
+        if r["kind"] != "partial_depth":
+            continue
+        n = int(r["n_blocks"]) if finite(r.get("n_blocks")) else None
+        ours = f"ρ partialled on block index = {fmt_num(r['rho'], 2)}, {fmt_p(r['p_value'])} ({name}, {n} blocks)"
+        rows.append(_row(ours, fmt_interval(None, r["ci_low"], r["ci_high"]), str(r["model"]),
+                         _corpus(tables, "importance_vs_alpha"), "importance_vs_alpha",
+                         score_partial_rho(float(r["ci_low"]), float(r["ci_high"]), n_blocks=n)))
     return rows
 
 
@@ -406,6 +438,7 @@ REGISTRY: list[Claim] = [
     Claim("exponent", "Δα ∝ L^0.26", f"b = {PAPER_EXPONENT} (R² = 0.99)", score_exponent, "spectral_lifecycle",
           _exponent_rows),
     # the book's own claims, beyond the paper: one line each
+    Claim.beyond("rho_depth", DEPTH_RHO_CLAIM, score_partial_rho, "importance_vs_alpha", _partial_rho_rows),
     Claim.beyond("healed", HEALING_CLAIM, score_after_healing, "healing", _healing_rows),
     Claim.beyond("tasks", TASK_CLAIM, score_task_accuracy, "task_accuracy", _task_rows),
 ]

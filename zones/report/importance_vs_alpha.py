@@ -1,6 +1,7 @@
 """The importance-vs-α chapter: Spearman ρ per model, which α orders blocks best, and the
 verdict on "α predicts importance" (the statistics: ``zones.analysis.importance``; the
-verdict sentence: ``zones.report.verdicts.rho_verdict``).
+verdict sentence: ``zones.report.verdicts.rho_verdict``), and the same ρ with depth controlled
+(partialled on block index, without the end blocks: :func:`depth_text` says what they show).
 """
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import os
 
 import pandas as pd
 
-from zones.analysis.importance import importance_frame, measure_models, rho_table, spearman, strongest
+from zones.analysis.bootstrap import interval_side
+from zones.analysis.importance import (DEPTH_KINDS, depth_table, importance_frame, measure_models, rho_table,
+                                       spearman, strongest)
 from zones.figures import BOOK_MODE_ENV
 from zones.measure.ablation import CHAPTER_DTYPE, DEFAULT_EVAL_TOKENS
 from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES
@@ -35,6 +38,59 @@ def strongest_text(per_model: list[dict]) -> str:
     return "; ".join(parts) or "none (no finite ρ)"
 
 
+def depth_shown(depth: pd.DataFrame) -> pd.DataFrame:
+    """The depth table for the page: one row per model, the raw, partial and without-ends ρ
+    (and the pooled partial row) each as ``"0.45 [0.10, 0.72]"``."""
+    shown = depth.assign(cell=[fmt_interval(r, lo, hi) for r, lo, hi in
+                               zip(depth["rho"], depth["ci_low"], depth["ci_high"])])
+    wide = shown.pivot(index="model", columns="kind", values="cell").reindex(list(dict.fromkeys(depth["model"])))
+    wide = wide[[k for k in DEPTH_KINDS if k in wide.columns]].fillna("–")
+    blocks = depth.groupby("model", sort=False)["n_blocks"].max()
+    wide.insert(0, "blocks", [int(blocks[m]) for m in wide.index])
+    return wide.rename(columns=DEPTH_KINDS)
+
+
+def depth_text(depth: pd.DataFrame) -> str:
+    """Per model, whether α's ρ survives depth: the raw ρ (the paper's figure), the ρ
+    partialled on block index and the ρ without the end blocks, each read by where its 95%
+    interval lies against 0 (excludes it: α detectably orders the blocks beyond what is said;
+    includes it: not detectably)."""
+    def read(row) -> str:
+        side = interval_side(row["ci_low"], row["ci_high"], 0.0)
+        value = fmt_interval(row["rho"], row["ci_low"], row["ci_high"])
+        word = {"above": "interval above 0", "below": "interval below 0", "straddles": "interval includes 0",
+                "undefined": "no interval"}[side]
+        return f"{value} ({word})"
+
+    parts = []
+    for model, part in depth.groupby("model", sort=False):
+        rows = {r["kind"]: r for r in part.to_dict("records")}
+        if model == "pooled" and "partial_relative_depth" in rows:
+            parts.append(f"All models pooled, ρ partialled on relative depth: {read(rows['partial_relative_depth'])}.")
+            continue
+        if not {"raw", "partial_depth", "without_ends"} <= set(rows):
+            continue
+        raw, partial, inner = rows["raw"], rows["partial_depth"], rows["without_ends"]
+        sides = [interval_side(r["ci_low"], r["ci_high"], 0.0) for r in (raw, partial, inner)]
+        definite = ("above", "below")
+        if sides[0] in definite and sides[1] == "straddles":
+            meaning = ("the raw ρ is detectable but the depth-controlled one is not: what α predicts here may be "
+                       "the block's position")
+        elif sides[0] in definite and sides[1] == sides[0]:
+            meaning = "α orders the blocks beyond their position (the partial ρ's interval excludes 0, same sign)"
+        elif sides[0] in definite and sides[1] in definite:
+            meaning = "with depth controlled, ρ changes sign"
+        elif sides[0] == "straddles" and sides[1] in definite:
+            meaning = "only with depth controlled does α detectably order the blocks"
+        elif sides[0] == "straddles" and sides[1] == "straddles":
+            meaning = "neither the raw nor the depth-controlled ρ is detectable"
+        else:
+            meaning = "the two cannot be compared (an interval is undefined)"
+        parts.append(f"{model}: raw ρ {read(raw)}, partialled on block index {read(partial)}, without the first and "
+                     f"last blocks {read(inner)}; {meaning}.")
+    return " ".join(parts) or "No depth-controlled ρ could be computed."
+
+
 def rho_matrix(rhos: pd.DataFrame) -> pd.DataFrame:
     """ρ with (model, estimator) rows and role columns, in the table's role order (full
     precision: the page shows it to two significant figures)."""
@@ -48,7 +104,9 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256, ev
         n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, seed: int = 0, out_dir: str = "results/importance_vs_alpha", *,
         dtype: str = CHAPTER_DTYPE, progress: bool | None = None) -> ChapterResult:
     """The chapter: ablation and α of every model (cached, as the layer-ablation chapter),
-    → ``importance.csv``, ``rho.csv`` (every estimator × role), ``summary.json``."""
+    → ``importance.csv``, ``rho.csv`` (every estimator × role), ``depth.csv`` (raw, partialled on
+    block index, without the end blocks; pooled on relative depth with several models),
+    ``summary.json``."""
     if progress is None:
         progress = os.environ.get(BOOK_MODE_ENV) != "1"
     results = measure_models(models, corpus=corpus, seq_len=seq_len, eval_tokens=eval_tokens,
@@ -56,6 +114,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256, ev
     frame = importance_frame(results, alpha_estimator, alpha_role)
     correlations = {label: spearman(part["alpha"], part["delta_loss"], n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
                     for label, part in frame.groupby("model", sort=False)}
+    depth = depth_table(frame, n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
     rhos = pd.concat([rho_table(r.ablation, r.alphas, n_resamples=n_resamples, n_permutations=n_permutations, seed=seed).assign(model=r.label)
                       for r in results], ignore_index=True)
     alpha_name = f"{alpha_role} {alpha_estimator}"
@@ -76,12 +135,12 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256, ev
                                       for label, c in correlations.items()),
                    most_important=first["most_important"], least_important=first["least_important"],
                    alpha_name=alpha_name, best_text=strongest_text(per_model), n_permutations=int(n_permutations),
-                   verdict=" ".join(m["verdict"] for m in per_model),
+                   verdict=" ".join(m["verdict"] for m in per_model), depth_text=depth_text(depth),
                    precision=precision_text(dtype, results[0].dtype))
     summary = dict(corpus=corpus, seq_len=seq_len, eval_tokens=eval_tokens, alpha_estimator=alpha_estimator,
                    alpha_role=alpha_role, n_resamples=n_resamples, n_permutations=n_permutations, seed=seed, models=per_model)
-    tables = dict(importance=frame, rho=rhos)
+    tables = dict(importance=frame, rho=rhos, depth=depth)
     out = save(out_dir, tables, summary)
     titles = {label: f"{label}: {fmt_rho(c.rho, c.ci_low, c.ci_high, c.p_value)}" for label, c in correlations.items()}
-    return ChapterResult(dict(tables, rho_matrix=rho_matrix(rhos)), numbers, summary, out,
+    return ChapterResult(dict(tables, rho_matrix=rho_matrix(rhos), depth_shown=depth_shown(depth)), numbers, summary, out,
                          extra=dict(titles=titles))

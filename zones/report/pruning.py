@@ -16,7 +16,11 @@ be said about them. The rules, each applied by the function named:
 * the paper's claim (zone-aware beats Last-N by 1.1×–3.6×) is scored by the scorecard's rules,
   its direction and its magnitude apart (``zones.report.verdicts.score_ratio_direction`` and
   ``score_ratio_magnitude``), so the chapter and the scorecard agree;
-* wherever a reference is separably ahead of zone-aware, the page says so (:func:`behind_text`).
+* wherever a reference is separably ahead of zone-aware, the page says so (:func:`behind_text`);
+* how much of zone-aware's advantage over Last-N (keeping the last block) protection and
+  spreading achieve without α is the share of ``zones.pruning.compare.gain_share``, quoted as a
+  number only where zone-aware's gain is separably above zero, and read against 0 and 1 by
+  where its interval lies (:func:`share_text`).
 """
 from __future__ import annotations
 
@@ -49,13 +53,16 @@ from zones.pruning import (
     pruning_sweep,
     summarize_pruning,
 )
-from zones.pruning.compare import reference_comparisons, worst_best_gaps
+from zones.analysis.bootstrap import interval_side
+from zones.pruning.compare import SHARE_COLUMNS, SHARE_KS, gain_share, reference_comparisons, worst_best_gaps
 from zones.report.common import NAN, ChapterResult, precision_text, save
 from zones.report.format import fmt_interval, fmt_num, fmt_ratio
 from zones.report.verdicts import OURS, PAPER_RATIO, score_ratio_direction, score_ratio_magnitude, verdict_phrase
 from zones.spectra import alpha_table
 
 REFERENCES = ("last_n", "last_n_keep_last", "random", "random_protected")   # compared with ours, in this order
+SHARE_REFERENCE = "last_n_keep_last"                       # the Last-N whose gap to ours is shared out
+SHARE_BASELINES = ("protect_spread", "protect_spread_random")   # protection and spreading, without α
 
 
 # --- tables ------------------------------------------------------------------------------------------
@@ -94,6 +101,19 @@ def pairwise_matrix(pairwise: pd.DataFrame, k: int, strategies: Sequence[str]) -
         cells.loc[r.strategy_a, r.strategy_b] = fmt_interval(r.diff, r.diff_low, r.diff_high, signed=True) + mark
         cells.loc[r.strategy_b, r.strategy_a] = fmt_interval(-r.diff, -r.diff_high, -r.diff_low, signed=True) + mark
     return cells
+
+
+def share_table(shares: pd.DataFrame) -> pd.DataFrame:
+    """The share table for the page: per k and baseline, ours' gain over the reference, the
+    baseline's, and the share, each with its interval (no number where the gain may be zero)."""
+    rows = []
+    for r in shares.itertuples():
+        rows.append({"k": int(r.k), "baseline": r.baseline,
+                     f"Δloss({r.reference}) − Δloss({r.ours}) (nats)": fmt_interval(r.gain, r.gain_low, r.gain_high),
+                     f"Δloss({r.reference}) − Δloss(baseline) (nats)": fmt_interval(
+                         r.baseline_gain, r.baseline_gain_low, r.baseline_gain_high),
+                     "share": fmt_interval(r.share, r.share_low, r.share_high) if r.status == "share" else "no number"})
+    return pd.DataFrame(rows)
 
 
 # --- the rules and the sentences ------------------------------------------------------------------------
@@ -257,6 +277,40 @@ def seeds_text(summary: pd.DataFrame, k: int, seeded: Sequence[str] = ("random",
     return "; ".join(parts)
 
 
+def share_text(shares: pd.DataFrame) -> str:
+    """What protection and spreading alone achieve of ours' advantage over the reference
+    (``zones.pruning.compare.gain_share``), per k and baseline, in words. The words follow
+    where the share's interval lies: above 1 (the baseline does better than ours), containing 1
+    (not separable from all of the gain: α adds nothing this budget can see), between 0 and 1
+    (a part; α or the zones add the rest), containing 0 (not separable from none of it), below
+    0. A share whose denominator (ours' gain) may be zero is not a number: its note is said."""
+    if shares.empty:
+        return "The share of zone-aware's advantage was not computed (protect_spread, zone_aware or the reference " \
+               "was not run at k = 4 or 8)."
+    parts = []
+    for r in shares.itertuples():
+        if r.status != "share":
+            parts.append(f"At k = {r.k}, {r.note} ({r.baseline}).")
+            continue
+        share = fmt_interval(r.share, r.share_low, r.share_high)
+        gain = fmt_interval(r.gain, r.gain_low, r.gain_high, unit="nats")
+        below_one, above_zero = interval_side(r.share_low, r.share_high, 1.0), interval_side(r.share_low, r.share_high, 0.0)
+        if below_one == "above":
+            meaning = f"{r.baseline} does separably better than {r.ours} itself"
+        elif below_one == "straddles":
+            meaning = (f"not separable from all of it: protection and spreading alone account for {r.ours}'s gain, "
+                       f"and α adds nothing these windows can detect")
+        elif above_zero == "above":
+            meaning = "a part of it: protection and spreading give that much, α and the zones the rest"
+        elif above_zero == "straddles":
+            meaning = "not separable from none of it: protection and spreading alone do not detectably help"
+        else:
+            meaning = f"{r.baseline} does separably worse than {r.reference}"
+        parts.append(f"At k = {r.k}, {r.ours} is ahead of {r.reference} by {gain}; {r.baseline} achieves a share "
+                     f"{share} of that: {meaning}.")
+    return " ".join(parts)
+
+
 def _at(summary: pd.DataFrame, name: str, k: int, value: str) -> str:
     row = summary[(summary["strategy"] == name) & (summary["k"] == k)]
     if row.empty:
@@ -330,6 +384,10 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
     pairwise = pairwise_differences(table, windows)
     best = worst_best_gaps(table, windows, best_sets(table, windows, strategies=main))
     comparison = reference_comparisons(table, windows, OURS, REFERENCES)
+    sharers = [s for s in SHARE_BASELINES if s in strategies]
+    ks = [k for k in SHARE_KS if k <= k_max] or [k_max]   # a small sweep reads its largest k
+    shares = (gain_share(table, windows, reference=SHARE_REFERENCE, ours=OURS, baselines=sharers, ks=ks)
+              if sharers and SHARE_REFERENCE in strategies else pd.DataFrame(columns=SHARE_COLUMNS))
 
     zone_params = STRATEGIES[OURS].params
     profile = PruningContext(loaded.model, alpha=alpha).layer_alpha(zone_params["estimator"], zone_params["role"])
@@ -344,14 +402,15 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
                    zone_text=", ".join(span(a, b) for a, b, _ in spans),
                    lowest_zone=next(span(a, b) for a, b, rank in spans if rank == 0),
                    precision=precision_text(dtype or DEFAULT_DTYPE, subject.dtype),
+                   share_text=share_text(shares), share_reference=SHARE_REFERENCE,
                    seconds=float(round(time.time() - started, 1)))
     record = dict(numbers, corpus=corpus, seq_len=seq_len, strategies=strategies, dtype=subject.dtype)
     tables = dict(pruning=table, window_losses=windows, by_strategy=summary, pairwise=pairwise, best=best,
-                  crossover=comparison)
+                  crossover=comparison, share=shares)
     out = save(out_dir, tables, record)
     shown = dict(delta_loss=interval_table(summary, strategies, "delta_loss"),
                  delta_ppl=interval_table(summary, strategies, "delta_ppl"),
-                 pairwise_kmax=pairwise_matrix(pairwise, k_max, main))
+                 pairwise_kmax=pairwise_matrix(pairwise, k_max, main), share_shown=share_table(shares))
     return ChapterResult(dict(tables, **shown), numbers, record, out,
                          extra=dict(zones=zones, main=main, strategies=strategies,
                                     headline=[s for s in (OURS, *REFERENCES) if s in strategies],

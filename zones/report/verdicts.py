@@ -216,6 +216,20 @@ def score_rho(rho: float, low: float, high: float, p_value: float, n_blocks: int
     return inconclusive("blocks", low=low, high=high, n_units=n_blocks)
 
 
+DEPTH_RHO_CLAIM = "α predicts importance beyond block depth"
+
+
+@rule("ρ(α, ΔLoss) partialled on block index (the ranks of α and of ΔLoss each regressed on the rank of the block's "
+      "index, ρ the correlation of the residuals), the α chosen in advance; holds if its 95% interval (blocks "
+      "resampled) lies above 0; does not hold if it lies below 0 (α orders the blocks the other way once depth is "
+      "taken out); inconclusive (blocks) if it contains 0")
+def score_partial_rho(low: float, high: float, *, n_blocks: int | None = None) -> Verdict:
+    """The book's own claim beside the paper's ρ: α carries information about a block's
+    importance that its position does not (the paper's figure is the raw ρ, without this control)."""
+    limit = binding_limit("blocks", low=low, high=high, n_units=n_blocks)
+    return side_verdict(interval_side(low, high, 0.0), "above", *limit)
+
+
 @rule("ρ's 95% interval excludes 0: α detectably predicts importance, in the sign of ρ; it includes 0: not "
       "detectably (the interval resamples blocks, so a model with more blocks, not more eval tokens, would narrow "
       "it); undefined: ρ cannot be computed")
