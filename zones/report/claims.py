@@ -34,6 +34,7 @@ from zones.pruning import COLLAPSE_RATIO, RECIPE_ABLATIONS
 from zones.report.common import ChapterResult, read_summary, save
 from zones.report.format import fmt_interval, fmt_num, fmt_p, fmt_ratio, list_table, md_escape
 from zones.report.verdicts import (
+    DEPTH_RHO_CLAIM,
     FAILS,
     HEALING_CLAIM,
     HOLDS,
@@ -48,7 +49,6 @@ from zones.report.verdicts import (
     PAPER_RATIO,
     PAPER_RHO,
     PAPER_RHO_P,
-    DEPTH_RHO_CLAIM,
     TASK_CLAIM,
     UNDEFINED,
     VERDICTS,
@@ -64,9 +64,9 @@ from zones.report.verdicts import (
     score_crossover,
     score_exponent,
     score_gap,
+    score_partial_rho,
     score_ratio_direction,
     score_ratio_magnitude,
-    score_partial_rho,
     score_rho,
     score_shape,
     score_task_accuracy,

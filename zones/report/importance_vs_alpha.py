@@ -10,8 +10,15 @@ import os
 import pandas as pd
 
 from zones.analysis.bootstrap import interval_side
-from zones.analysis.importance import (DEPTH_KINDS, depth_table, importance_frame, measure_models, rho_table,
-                                       spearman, strongest)
+from zones.analysis.importance import (
+    DEPTH_KINDS,
+    depth_table,
+    importance_frame,
+    measure_models,
+    rho_table,
+    spearman,
+    strongest,
+)
 from zones.figures import BOOK_MODE_ENV
 from zones.measure.ablation import CHAPTER_DTYPE, DEFAULT_EVAL_TOKENS
 from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES

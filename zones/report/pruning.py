@@ -31,6 +31,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from zones.analysis.bootstrap import interval_side
 from zones.core.checks import check_models
 from zones.core.data import corpus_windows, load_corpus
 from zones.core.models import load_model
@@ -53,7 +54,6 @@ from zones.pruning import (
     pruning_sweep,
     summarize_pruning,
 )
-from zones.analysis.bootstrap import interval_side
 from zones.pruning.compare import SHARE_COLUMNS, SHARE_KS, gain_share, reference_comparisons, worst_best_gaps
 from zones.report.common import NAN, ChapterResult, precision_text, save
 from zones.report.format import fmt_interval, fmt_num, fmt_ratio
