@@ -19,6 +19,7 @@ more than a tenth of its uncertainty). ``--speed`` also times one batch's ablati
 precision, interleaved, in process CPU time.
 
     .venv/bin/python benchmarks/bench_dtype.py [--parts ablation,pruning,healing] [--speed]
+    .venv/bin/python benchmarks/bench_dtype.py --model RUN_DIR --device cuda --seq-len 128 --parts ablation,pruning
 """
 from __future__ import annotations
 
@@ -81,7 +82,7 @@ def bench_ablation(loaded, windows, batch_size: int) -> dict:
                    frames["bfloat16"])
 
 
-def pruning_sets(loaded, text, dtype: str):
+def pruning_sets(loaded, text, dtype: str, seq_len: int = 256):
     from zones.pruning import (
         DEFAULT_CALIBRATION_TOKENS,
         DEFAULT_SEEDS,
@@ -93,7 +94,7 @@ def pruning_sets(loaded, text, dtype: str):
     from zones.pruning import DEFAULT_STRATEGIES as STRATEGIES
     from zones.spectra import alpha_table
 
-    calibration = corpus_windows(text, loaded.tokenizer, 256, "calibration", DEFAULT_CALIBRATION_TOKENS)
+    calibration = corpus_windows(text, loaded.tokenizer, seq_len, "calibration", DEFAULT_CALIBRATION_TOKENS)
     ctx = PruningContext(loaded.model, calibration, alpha=alpha_table(loaded.model), progress=False, dtype=dtype)
     k_max = min(8, min(s.max_k(ctx.n_blocks) for s in map(get_strategy, STRATEGIES + RECIPE_ABLATIONS)))
     plans = plan_strategies(ctx, list(STRATEGIES + RECIPE_ABLATIONS), k_max, DEFAULT_SEEDS)
@@ -101,7 +102,7 @@ def pruning_sets(loaded, text, dtype: str):
 
 
 def bench_pruning(loaded, text, windows, batch_size: int) -> dict:
-    plans = {d: pruning_sets(loaded, text, d) for d in ("float32", "bfloat16")}
+    plans = {d: pruning_sets(loaded, text, d, windows.seq_len) for d in ("float32", "bfloat16")}
     same = (plans["float32"]["set"].to_numpy() == plans["bfloat16"]["set"].to_numpy())
     print(f"pruning: bfloat16 planning picks the float32 sets for {int(same.sum())} of {len(same)} "
           f"(strategy, seed, k); differing: "
@@ -115,14 +116,14 @@ def bench_pruning(loaded, text, windows, batch_size: int) -> dict:
 
 
 def bench_healing(loaded, text, windows, batch_size: int) -> dict:
-    from zones.pruning import DEFAULT_CALIBRATION_TOKENS, PruningContext
+    from zones.pruning import DEFAULT_CALIBRATION_TOKENS, PruningContext, plan_arms
     from zones.pruning.heal import heal
-    from zones.report.healing import DEFAULT_HEAL_TOKENS, DEFAULT_K, DEFAULT_SEEDS, plan_arms
+    from zones.report.healing import DEFAULT_HEAL_TOKENS, DEFAULT_K, DEFAULT_SEEDS
     from zones.report.healing import DEFAULT_STRATEGIES as STRATEGIES
     from zones.spectra import alpha_table
 
-    calibration = corpus_windows(text, loaded.tokenizer, 256, "calibration", DEFAULT_CALIBRATION_TOKENS)
-    heal_windows = corpus_windows(text, loaded.tokenizer, 256, "calibration", DEFAULT_HEAL_TOKENS)
+    calibration = corpus_windows(text, loaded.tokenizer, windows.seq_len, "calibration", DEFAULT_CALIBRATION_TOKENS)
+    heal_windows = corpus_windows(text, loaded.tokenizer, windows.seq_len, "calibration", DEFAULT_HEAL_TOKENS)
     ctx = PruningContext(loaded.model, calibration, alpha=alpha_table(loaded.model), progress=False)
     arms = plan_arms(ctx, STRATEGIES, [k for k in DEFAULT_K if k <= ctx.n_blocks - 2], DEFAULT_SEEDS)
     sets = sorted({",".join(map(str, sorted(int(b) for b in r.split(",")))) for r in arms["removed"]})
@@ -169,12 +170,14 @@ def main() -> None:
     parser.add_argument("--parts", default="ablation,pruning,healing")
     parser.add_argument("--speed", action="store_true")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda: where both precisions run")
+    parser.add_argument("--seq-len", type=int, default=256, help="window length (a small trained model: its positions)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    if not native_bf16("cpu"):
-        raise SystemExit("bench_dtype: this CPU has no native bf16; there is nothing to compare")
-    loaded = load_model(args.model)
+    if not native_bf16(args.device):
+        raise SystemExit(f"bench_dtype: {args.device} has no native bf16; there is nothing to compare")
+    loaded = load_model(args.model, device=args.device)
     as_subject(loaded.model, "bfloat16")  # refuses early where bf16 is emulated
     text = load_corpus(args.corpus)
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
@@ -186,14 +189,16 @@ def main() -> None:
             from zones.pruning import DEFAULT_EVAL_TOKENS as budget
         if part == "healing":
             from zones.report.healing import DEFAULT_EVAL_TOKENS as budget
-        windows = corpus_windows(text, loaded.tokenizer, 256, "eval", budget)
-        print(f"{part}: {windows.n_windows} windows of 256 ({windows.n_scored_tokens} scored tokens)", flush=True)
+        windows = corpus_windows(text, loaded.tokenizer, args.seq_len, "eval", budget)
+        print(f"{part}: {windows.n_windows} windows of {args.seq_len} ({windows.n_scored_tokens} scored tokens) on "
+              f"{args.device}", flush=True)
         runner = dict(ablation=lambda: bench_ablation(loaded, windows, args.batch_size),
                       pruning=lambda: bench_pruning(loaded, text, windows, args.batch_size),
                       healing=lambda: bench_healing(loaded, text, windows, args.batch_size))[part]
         results.append(runner())
     if args.speed:
-        bench_speed(loaded, corpus_windows(text, loaded.tokenizer, 256, "eval", args.eval_tokens), args.batch_size)
+        bench_speed(loaded, corpus_windows(text, loaded.tokenizer, args.seq_len, "eval", args.eval_tokens),
+                    args.batch_size)
     print(pd.DataFrame(results).to_string(index=False))
 
 

@@ -1,5 +1,6 @@
 """The book pipeline: a chapter executes under papermill, and its chart renders offline."""
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -371,3 +372,13 @@ def test_lab_copies_carry_the_budgets_values_and_keep_a_students_edits(tmp_path,
     assert "2032" in (folder / "pruning.ipynb").read_text() and "kept" in capsys.readouterr().err
     with pytest.raises(ValueError, match="parameter budget must be a string from class, cpu, gpu; got 'laptop'"):
         lab_folder(root, "laptop")
+
+
+@pytest.mark.slow
+def test_only_on_a_fresh_project_builds_with_pages_for_the_chapters_not_run(tmp_path, tiny_model_dir):
+    root = copy_project(tmp_path / "project", ["alpha_profile", "layer_ablation"], root=ROOT)
+    index = build_book({"models": [str(tiny_model_dir)]}, only=["alpha_profile"], root=root)
+    assert index.exists()
+    page = re.sub(r"<[^>]+>", "", (root / "book/_build/html/book/chapters/layer_ablation.html").read_text())
+    assert "has not been executed in this build" in page and "zones book --only layer_ablation" in page
+    assert not (root / "book/chapters/results/layer_ablation").exists()  # nothing was computed for it

@@ -677,6 +677,24 @@ def _execute_chapters(root: Path, names: list[str], parameters: dict[str, Any] |
 SUMMARY_PAGE = Path("book") / "chapters" / "claims_summary.md"   # the scorecard writes it; the intro includes it
 
 
+def write_chapter_placeholder(root: Path, name: str) -> bool:
+    """A page for chapter ``name`` when it was never executed in this project (a build with
+    ``--only`` on a fresh clone): its title and a line saying how to build it. An executed
+    chapter is never touched. Returns whether a placeholder was written."""
+    target = root / "book" / "chapters" / f"{name}.ipynb"
+    if target.exists():
+        return False
+    title = next((line.lstrip("#").strip() for line in chapter_source(root, name).read_text().splitlines()
+                  if line.startswith("# ")), name)
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_markdown_cell(
+        f"# {title}\n\nThis chapter has not been executed in this build (it was built with `zones book --only`). "
+        f"`zones book --only {name}` executes it; `zones book` executes every chapter.")]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(target, nbformat.writes(notebook))
+    return True
+
+
 def write_summary_placeholder(root: Path) -> bool:
     """A book built without the scorecard chapter (a partial copy, say) still needs the verdict
     list the front page includes: write a line saying where it comes from, unless it exists."""
@@ -716,9 +734,8 @@ def _build_book(root: Path, names: list[str], parameters: dict[str, Any] | None,
             execute_chapters(root, order, parameters, models=models, budget=budget, from_text=from_text,
                              progress=progress)
         print(f"zones book: {tally.sentence()}", file=sys.stderr, flush=True)
-    missing = [n for n in names if not (root / "book" / "chapters" / f"{n}.ipynb").exists()]
-    if missing:
-        raise FileNotFoundError(f"chapters never executed: {missing}; run without --only first")
+    for name in names:  # chapters never executed here (``--only`` on a fresh clone) get a page saying so
+        write_chapter_placeholder(root, name)
     write_static_assets(root / "book" / "_static")
     write_summary_placeholder(root)
     jupyter_book = Path(sys.executable).with_name("jupyter-book")
