@@ -12,7 +12,7 @@ silently), and every value is checked against its type in ``zones.core.glossary`
 (``zones.core.glossary.preset``), under the parameters given explicitly; a ``class`` build says so
 at the top of every page. ``run_notebook`` is the one way the project executes a chapter (the
 book, the tests); ``lab_folder`` writes the chapters with a budget's values for JupyterLab.
-Chapters that read the others' tables (``RUN_LAST``: the claims scorecard) execute after them,
+Chapters that read the others' tables or cache (``RUN_LAST``: across_models, then the claims scorecard) execute after them,
 wherever ``_toc.yml`` places them.
 
 The terminal shows one progress bar over the chapters, with the time elapsed and an
@@ -74,7 +74,7 @@ from zones.core.glossary import DEFAULT_BUDGET, TERMS, check_value, parse_text, 
 from zones.core.progress import PROGRESS_ENV, read_progress
 from zones.figures import BOOK_MODE_ENV, write_vega_bundle
 
-RUN_LAST = ("claims",)  # chapters that read the tables the other chapters wrote
+RUN_LAST = ("across_models", "claims")  # chapters that read what the other chapters wrote (tables, cache)
 MATHJAX_PACKAGE = "django-static-mathjax"
 MATHJAX_FILE = "tex-svg-full.js"  # TeX input, SVG output, every extension: no fonts or extensions to fetch
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -84,7 +84,7 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 # Measured by benchmarks/bench_book.py (README: the budget table).
 EXPECTED_REFERENCE_FORWARDS = {"alpha_profile": 7, "layer_ablation": 40, "importance_vs_alpha": 4, "pruning": 45,
                                "healing": 15, "sublayers": 40, "predictors": 3, "depth_series": 70,
-                               "spectral_lifecycle": 3, "claims": 2}
+                               "spectral_lifecycle": 3, "across_models": 5, "claims": 2}
 DEFAULT_REFERENCE_FORWARDS = 10
 REFERENCE_SEQ_LEN = 256         # the reference forward: 8 windows of 256 tokens
 REFERENCE_SECONDS_GUESS = 5.0   # a reference forward's seconds when it could not be timed (2 cores, AVX-512)
@@ -130,8 +130,9 @@ def chapters(root: Path) -> list[str]:
 
 
 def execution_order(names: list[str]) -> list[str]:
-    """``names`` in table-of-contents order, but the ``RUN_LAST`` chapters after all others."""
-    return [n for n in names if n not in RUN_LAST] + [n for n in names if n in RUN_LAST]
+    """``names`` in table-of-contents order, but the ``RUN_LAST`` chapters after all others, in
+    ``RUN_LAST``'s order (the scorecard last)."""
+    return [n for n in names if n not in RUN_LAST] + [n for n in RUN_LAST if n in names]
 
 
 def mathjax_source() -> Path:

@@ -84,6 +84,7 @@ TRAIN = "train"  # the stage that trains one run of the depth series
 RECORDS = "study"  # cache kind of the records of which entries each stage read or wrote (bookkeeping)
 RECORD_VERSION = "1"
 MODEL_PARAMETERS = ("models", "model")  # a chapter declaring one of these runs once per model
+ABOUT_THE_BOOK = ("teaching",)  # pages about the build itself (its timing record): nothing to compute per model
 SERIES_PARAMETER = "profile"  # a chapter declaring it reads the trained depth series
 # Work a chapter shares with another of the same model (speed only: without it, it is computed again)
 SHARES = {"importance_vs_alpha": ("layer_ablation",), "predictors": ("layer_ablation", "pruning"),
@@ -262,7 +263,7 @@ def chapter_parameters(root: Path, names: Sequence[str], parameters: dict[str, A
 
 def _chapters(root: Path | None, only: Sequence[str] | None) -> tuple[Path, list[str]]:
     root = project_root(root)
-    return root, [n for n in chapters(root) if n not in RUN_LAST and (not only or n in only)]
+    return root, [n for n in chapters(root) if n not in RUN_LAST + ABOUT_THE_BOOK and (not only or n in only)]
 
 
 def book_calls(models: Sequence[str], parameters: dict[str, Any] | None = None, root: Path | None = None,

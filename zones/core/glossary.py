@@ -37,8 +37,8 @@ ANY = "*"                            # the context key of a default that holds w
 # The chapters, by name (notebooks/NAME.md, zones.report.NAME), and the subcommands: the contexts
 # a default may depend on.
 CHAPTERS = ("alpha_profile", "layer_ablation", "importance_vs_alpha", "pruning", "healing", "sublayers",
-            "predictors", "depth_series", "spectral_lifecycle", "claims")
-ABLATION_CHAPTERS = ("layer_ablation", "importance_vs_alpha", "predictors")  # they share one ablation cache
+            "predictors", "depth_series", "spectral_lifecycle", "across_models", "claims")
+ABLATION_CHAPTERS = ("layer_ablation", "importance_vs_alpha", "predictors", "across_models")  # they share one ablation cache
 
 TYPES = ("int", "float", "bool", "str", "dict", "list[int]", "list[float]", "list[str]", "models", "tokens",
          "str | list[str]")
@@ -128,6 +128,11 @@ TERMS: dict[str, Term] = _terms(
     Term("models", "models", "the models a chapter measures (aliases, directories, .gguf files or hub ids); one "
          "string is one model; chapters that show one model in detail show the first",
          {"cpu": by([MODEL], book=None, sweep=None)}),
+    Term("pruning_eval_tokens", "tokens", "eval tokens per model of a pruning comparison read beside other "
+         "measurements (the pruning chapter's eval_tokens, so its scored removals are reused); None (or 0): the "
+         "whole split", {"cpu": 2040, "class": 504, "gpu": 16320}),
+    Term("series_batch_size", "int", "windows per forward for the trained models of the depth series (the "
+         "depth-series chapter's batch_size)", {"cpu": 16, "gpu": 32}, minimum=1),
     Term("model", "str", "one model: a built-in alias, local directory, .gguf file or hub id (zones lifecycle: "
          "the hub repository of --revisions)", {"cpu": by(MODEL, lifecycle=None, book=None)}),
     Term("tokenizer", "str", "a tokenizer directory or hub id to use instead of the model's own",
@@ -159,7 +164,7 @@ TERMS: dict[str, Term] = _terms(
     Term("heal_tokens", "tokens", "healing budget: calibration tokens each pruned model is healed on",
          {"cpu": by(1020, heal=8192), "class": by(252, heal=8192), "gpu": by(51000, heal=8192)}),
     Term("series_eval_tokens", "tokens", "held-out tokens scored per trained model of the depth series",
-         {"cpu": 2032, "class": 508, "gpu": None}),
+         {"cpu": by(2032, across_models=8128), "class": by(508, across_models=1016), "gpu": None}),
     Term("split", "str", "the windows zones ablate scores", {"cpu": "eval"}, choices=("eval", "calibration")),
     # --- pruning and healing ------------------------------------------------------------------
     Term("strategies", "list[str]", "pruning strategies compared (zones prune --list-strategies)",

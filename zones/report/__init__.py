@@ -11,7 +11,7 @@ rule in the docstring; the notebooks only call ``run``, glue, draw and tell.
 import importlib
 
 CHAPTERS = ("primer", "alpha_profile", "layer_ablation", "importance_vs_alpha", "pruning", "healing", "sublayers",
-            "predictors", "depth_series", "spectral_lifecycle", "claims", "teaching")
+            "predictors", "depth_series", "spectral_lifecycle", "across_models", "claims", "teaching")
 __all__ = [*CHAPTERS, "common", "format", "verdicts"]
 
 

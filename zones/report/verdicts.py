@@ -461,11 +461,59 @@ def score_exponent(word: str, *, runs_resampled: int = 1, seeds_trained: Mapping
     return inconclusive("snapshots", runs_resampled=runs_resampled, seeds_trained=seeds_trained)
 
 
+# --- several models side by side ---------------------------------------------------------------------
+
+@rule("for each reading (ρ's interval against 0, the paper's ρ claim, zone-aware against Last-N keeping the last "
+      "block at k = ⌈L/4⌉, the first blocks matter most, the α profile's shape), the models agree when every "
+      "model gives it the same word and part otherwise; an inconclusive (or undefined) word is a word of its "
+      "own, so one model's 'holds' beside another's 'inconclusive' is a parting, never an agreement; a reading "
+      "with no word for a model (not measured) is left out of both; one model pools nothing")
+def models_agreement(readings: Mapping[str, Mapping[str, str]]) -> dict:
+    """What several models agree on and where they part: ``readings`` maps a reading (its name,
+    as the page writes it) to ``{model label: word}`` (the same models in every reading).
+
+    Returns ``agree`` (reading → the shared word), ``part`` (reading → {word: [models]}, in the
+    models' order), ``n_models`` and ``text``: the pooled sentence."""
+    if not readings:
+        raise ValueError("no readings to pool: give at least one reading with one model's word")
+    models = list(next(iter(readings.values())))
+    if not models:
+        raise ValueError("no models to pool: every reading needs one word per model")
+    for name, words in readings.items():
+        if list(words) != models:
+            raise ValueError(f"reading {name!r} names models {list(words)}, not {models}: every reading needs the "
+                             f"same models")
+    agree, part = {}, {}
+    for name, words in readings.items():
+        given = {m: str(w) for m, w in words.items() if w is not None and str(w) != MISSING}
+        if not given:
+            continue
+        groups: dict[str, list[str]] = {}
+        for model, word in given.items():
+            groups.setdefault(word, []).append(model)
+        if len(groups) == 1:
+            agree[name] = next(iter(groups))
+        else:
+            part[name] = groups
+    if len(models) == 1:
+        listed = "; ".join(f"{name}: {word}" for name, word in agree.items())
+        text = f"One model only ({models[0]}), so nothing is pooled; its readings: {listed}."
+        return dict(agree=agree, part=part, n_models=1, text=text)
+    n = len(models)
+    agreed = (f"The {n} models agree on {len(agree)} of the {len(agree) + len(part)} readings: "
+              + "; ".join(f"{name}: {word} in all" for name, word in agree.items()) + "."
+              if agree else f"The {n} models agree on none of the readings.")
+    parted = ("They part on " + "; ".join(
+        f"{name} ({', '.join(f'{word}: {_listed(group)}' for word, group in groups.items())})"
+        for name, groups in part.items()) + "." if part else "They part on none.")
+    return dict(agree=agree, part=part, n_models=n, text=f"{agreed} {parted}")
+
+
 __all__ = ["BLOCKS", "BUDGET", "FAILS", "FIRST_FRACTION", "HEALING_CLAIM", "HEALING_PAPER", "HOLDS",
            "LAST_N_KEEP_LAST", "MISSING", "OPEN", "OURS", "PAPER_CROSSOVER_K", "PAPER_EXPONENT", "PAPER_GAP",
            "PAPER_Q_PROFILE", "PAPER_RATIO", "PAPER_RHO", "PAPER_RHO_P", "REASONS", "SEEDS", "UNDEFINED",
            "UNITS", "VERDICTS", "Verdict", "binding_limit", "finite", "first_blocks", "first_blocks_matter_most",
-           "from_word", "inconclusive", "min_permutation_p", "ratio_interval_text", "rho_verdict", "rule", "score_after_healing",
+           "from_word", "inconclusive", "models_agreement", "min_permutation_p", "ratio_interval_text", "rho_verdict", "rule", "score_after_healing",
            "score_asymmetry", "score_crossover", "score_task_accuracy", "TASK_CLAIM", "EXAMPLES", "score_exponent", "score_exponent_interval", "score_gap",
            "score_ratio_direction", "score_ratio_magnitude", "score_rho", "score_shape", "score_wave",
            "side_verdict", "verdict_phrase"]
