@@ -12,6 +12,7 @@ from zones.analysis.predictors import (
     alpha_vs_best,
     best_simple,
     block_frobenius,
+    position_predictors,
     predictor_rho,
     predictor_table,
     rho_difference,
@@ -50,6 +51,23 @@ def test_difference_is_paired_and_signed():
     rhos = predictor_rho(table, n_resamples=200, n_permutations=200)
     verdict = alpha_vs_best(table, rhos, "alpha_shape", n_resamples=500)
     assert verdict["second"] == "block_influence" and verdict["verdict"] == "α orders blocks better"
+
+
+def test_position_predictors_know_only_where_a_block_sits():
+    # blocks 2..8 of a stack (a table may start past block 0): distance to the nearer end
+    table = toy(7).assign(layer=range(2, 9)).sample(frac=1.0, random_state=0)  # any row order
+    placed = position_predictors(table).sort_values("layer")
+    assert placed["edge_distance"].tolist() == [0, 1, 2, 3, 2, 1, 0]
+    assert list(position_predictors(table).columns[:len(table.columns)]) == list(table.columns)  # nothing dropped
+    # importance that falls away from both ends: edge_distance orders it perfectly
+    ends = pd.DataFrame(dict(layer=range(7), importance=[9.0, 4.0, 2.0, 1.0, 2.5, 5.0, 8.0]))
+    rhos = predictor_rho(position_predictors(ends), n_resamples=200, n_permutations=200).set_index("predictor")
+    expected = spearmanr([0, 1, 2, 3, 2, 1, 0], ends["importance"]).statistic
+    assert rhos.loc["edge_distance", "rho"] == pytest.approx(expected)
+    assert rhos.loc["edge_distance", "rho"] < -0.9
+    assert set(rhos["kind"]) == {"simple"}
+    with pytest.raises(ValueError, match="layer column"):
+        position_predictors(ends.drop(columns="layer"))
 
 
 def test_predictor_table_from_a_model():

@@ -12,7 +12,8 @@ Each predictor gives one number per block:
   only), ``block_influence`` (ShortGPT's 1 − mean cos(input, output) on the calibration
   windows), ``angular`` (Gromov et al.'s arccos(cos)/π between a block's input and output at
   the last token, calibration), ``calibration_ablation`` (the single-block ΔLoss on the
-  calibration windows, which never overlap the eval windows).
+  calibration windows, which never overlap the eval windows); and, added on demand by
+  ``position_predictors``, ``depth`` and ``edge_distance`` (where the block sits: no weights, no data).
 
 ``predictor_rho`` gives Spearman ρ(importance, predictor) with a bootstrap 95% interval over
 blocks and a permutation p-value (``zones.analysis.importance.spearman``). Every interval uses the same
@@ -37,7 +38,8 @@ from zones.core.adapters import get_adapter
 from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES, paired_bootstrap
 from zones.spectra import layer_alpha
 
-SIMPLE = ("frobenius", "block_influence", "angular", "calibration_ablation", "block_index", "relative_depth")
+SIMPLE = ("frobenius", "block_influence", "angular", "calibration_ablation", "block_index", "relative_depth",
+          "edge_distance")
 RHO_COLUMNS = ["predictor", "kind", "rho", "ci_low", "ci_high", "p_value", "abs_rho", "n_blocks"]
 
 
@@ -77,6 +79,22 @@ def predictor_table(ablation: pd.DataFrame, alphas: pd.DataFrame, *, frobenius: 
     table["block_index"] = table.index.to_numpy(dtype=float)
     table["relative_depth"] = relative_depth(table.index.to_numpy())
     return table.reset_index()
+
+
+def position_predictors(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` (one row per block, as :func:`predictor_table` returns it) with one more simple
+    predictor that knows only where a block sits: ``edge_distance`` (blocks between it and the
+    nearer end of the stack: 0 for the first and the last block; the table already holds
+    ``block_index`` and ``relative_depth``).
+
+    The bar a spectral predictor must clear if it is to say more than "the ends matter": an α
+    profile that is merely U-shaped over depth orders the blocks through their position alone.
+    """
+    if "layer" not in table.columns:
+        raise ValueError("the predictor table lacks its layer column (one row per block)")
+    layer = table["layer"].astype(int)
+    first, last = int(layer.min()), int(layer.max())
+    return table.assign(edge_distance=np.minimum(layer - first, last - layer))
 
 
 def predictor_columns(table: pd.DataFrame) -> list[str]:
