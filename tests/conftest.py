@@ -186,3 +186,23 @@ def autogroup_nice(pid: int | str, nice: int) -> int | None:
     except (OSError, ValueError):
         return None
     return previous
+
+
+NOT_ON_THE_MICRO_MODEL = ("task_accuracy",)  # its answers (up to ~270 characters) exceed the micro model's 32 positions
+
+
+@pytest.fixture(scope="session")
+def micro_book_root(micro_corpus, tmp_path_factory) -> Path:
+    """The project folder of the whole book built once per session on the micro model, every
+    chapter but those in NOT_ON_THE_MICRO_MODEL (their pages: the placeholder of a chapter not
+    executed; tests/test_tasks.py runs task_accuracy on a tiny model of enough positions)."""
+    from test_browser import micro_model, tiny_book_parameters
+
+    from zones.book import build_book, chapters, copy_project
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # the kernels inherit it
+    model = micro_model(micro_corpus)
+    root = copy_project(tmp_path_factory.mktemp("book") / "project", root=Path(__file__).resolve().parents[1])
+    names = [n for n in chapters(root) if n not in NOT_ON_THE_MICRO_MODEL]
+    build_book(tiny_book_parameters(model, micro_corpus), only=names, root=root)
+    return root

@@ -27,8 +27,6 @@ from pathlib import Path
 
 import pytest
 
-from zones.book import build_book, copy_project
-
 ROOT = Path(__file__).resolve().parents[1]
 SHOTS = Path("/tmp/zones-shots")
 WIDTHS = (1280, 390)
@@ -65,12 +63,7 @@ def built_book(request, tmp_path_factory) -> Path:
     an existing build instead (e.g. ``book/_build/html`` after ``make book``)."""
     if os.environ.get("ZONES_BOOK_HTML"):
         return Path(os.environ["ZONES_BOOK_HTML"]).resolve()
-    micro_corpus = request.getfixturevalue("micro_corpus")
-    os.environ.setdefault("OMP_NUM_THREADS", "1")  # the kernels inherit it
-    model = micro_model(micro_corpus)
-    root = copy_project(tmp_path_factory.mktemp("book") / "project", root=ROOT)
-    index = build_book(tiny_book_parameters(model, micro_corpus), root=root)
-    return index.parent
+    return request.getfixturevalue("micro_book_root") / "book" / "_build" / "html"
 
 
 @pytest.fixture(scope="module")
