@@ -52,7 +52,7 @@ def tiny_book_parameters(model_dir: Path, corpus: str) -> dict:
     """Every chapter's budget cut to seconds: 8 windows of 32 tokens, k ≤ 3, a 40-step series."""
     train = dict(MICRO_TRAINING, steps=40, corpus=corpus)
     # ``seeds`` is left out: the pruning and healing chapters take a count, the depth series a list.
-    return dict(models=[str(model_dir)], seq_len=32, eval_tokens=31 * 8,
+    return dict(models=[str(model_dir)], seq_len=32, eval_tokens=31 * 8, series_eval_tokens=31 * 8, pruning_eval_tokens=31 * 8,
                 calibration_tokens=31 * 2, heal_tokens=31 * 4, k_values=[1, 2], batch_size=8, k_max=3, n_resamples=200,
                 n_permutations=500, speed_repeats=1, depths=[2, 3], train_overrides=train)
 
