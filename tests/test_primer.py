@@ -219,8 +219,8 @@ def test_rules_of_the_primer_sentences():
     assert "inside" in primer.gaussian_tail_sentence(20, 0, "below the twin's edge")
     reference = pd.DataFrame({"df": [2.0, 1.0, 4.0], "alpha_esd": [3.3, 1.58, 7.0], "alpha_esd_sigma": [0.3, 0.05, 1.0],
                               "reference_alpha": [2.0, 1.5, float("nan")]})
-    assert primer.reference_agreement(reference) == "within 3 σ_α at ν = 1; not at ν = 2"
-    assert primer.reference_agreement(reference.assign(alpha_esd_sigma=[0.5, 0.05, 1.0])) == "within 3 σ_α at ν = 1, 2"
+    assert primer.reference_agreement(reference) == "within 3 σ(α) at ν = 1; not at ν = 2"
+    assert primer.reference_agreement(reference.assign(alpha_esd_sigma=[0.5, 0.05, 1.0])) == "within 3 σ(α) at ν = 1, 2"
     assert [primer.block_at(30, 0.5), primer.block_at(6, 0.5), primer.block_at(6, 1.0), primer.block_at(6, 0.0)] == [
         15, 3, 5, 0]
     with pytest.raises(ValueError, match="position"):

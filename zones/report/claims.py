@@ -435,7 +435,7 @@ REGISTRY: list[Claim] = [
           score_asymmetry, "alpha_profile", _asymmetry_rows),
     Claim("wave", "a compression wave runs from early to late layers, then reverses",
           "early layers compress first; the gradient later reverses", score_wave, "spectral_lifecycle", _wave_rows),
-    Claim("exponent", "Δα ∝ L^0.26", f"b = {PAPER_EXPONENT} (R² = 0.99)", score_exponent, "spectral_lifecycle",
+    Claim("exponent", "Δα ∝ Lᵇ with b = 0.26", f"b = {PAPER_EXPONENT} (R² = 0.99)", score_exponent, "spectral_lifecycle",
           _exponent_rows),
     # the book's own claims, beyond the paper: one line each
     Claim.beyond("rho_depth", DEPTH_RHO_CLAIM, score_partial_rho, "importance_vs_alpha", _partial_rho_rows),

@@ -208,20 +208,20 @@ def tail_start(xmin_scaled: float, edge: float) -> str:
     return "beyond the twin's edge" if xmin_scaled > edge else "below the twin's edge"
 
 
-REFERENCE_SIGMAS = 3  # the power-law α agrees with 1 + ν/2 when within this many standard errors σ_α
+REFERENCE_SIGMAS = 3  # the power-law α agrees with 1 + ν/2 when within this many standard errors σ(α)
 
 
 def reference_agreement(grid: pd.DataFrame) -> str:
     """For each ν of the grid with a heavy-tailed prediction (``reference_alpha``): whether the
-    power-law α lies within ``REFERENCE_SIGMAS`` standard errors σ_α of 1 + ν/2 (the fit's own
-    σ_α = (α − 1)/√n_tail), as ``within 3 σ_α at ν = 1, 1.5; not at ν = 2``."""
+    power-law α lies within ``REFERENCE_SIGMAS`` standard errors σ(α) of 1 + ν/2 (the fit's own
+    σ(α) = (α − 1)/√n_tail), as ``within 3 σ(α) at ν = 1, 1.5; not at ν = 2``."""
     rows = grid.dropna(subset=["reference_alpha"]).sort_values("df")
     if rows.empty:
         return "no ν of the grid has a prediction"
     close = (rows["alpha_esd"] - rows["reference_alpha"]).abs() <= REFERENCE_SIGMAS * rows["alpha_esd_sigma"]
     yes = ", ".join(_nu(d) for d in rows.loc[close, "df"])
     no = ", ".join(_nu(d) for d in rows.loc[~close, "df"])
-    parts = ([f"within {REFERENCE_SIGMAS} σ_α at ν = {yes}"] if yes else []) + ([f"not at ν = {no}"] if no else [])
+    parts = ([f"within {REFERENCE_SIGMAS} σ(α) at ν = {yes}"] if yes else []) + ([f"not at ν = {no}"] if no else [])
     return "; ".join(parts)
 
 
@@ -427,7 +427,7 @@ def run(models="smollm2-135m", role: str = "q", position: float = 0.5, rows: int
     shown = matrices[["matrix", "rows", "cols", "alpha_shape", "alpha_shape_r2", "alpha_esd", "alpha_esd_sigma",
                       "n_tail", "alpha_hill", "n_beyond_edge", "mp_ks_distance"]].rename(columns={
                           "alpha_shape": "α_shape", "alpha_shape_r2": "R²", "alpha_esd": "power-law α",
-                          "alpha_esd_sigma": "σ_α", "n_tail": "tail size", "alpha_hill": "Hill α",
+                          "alpha_esd_sigma": "σ(α)", "n_tail": "tail size", "alpha_hill": "Hill α",
                           "n_beyond_edge": "beyond MP edge", "mp_ks_distance": "KS to MP"})
     return ChapterResult(dict(tables, matrices_shown=shown), numbers, record, out,
                          extra=dict(order=list(matrices["matrix"])))
