@@ -10,6 +10,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from zones import figures
 from zones.report.format import display_table, list_table, md_escape
@@ -311,8 +312,8 @@ def test_every_page_loads_each_script_once_and_no_thebe():
     document += nodes.raw(text="<script>kernelName = 'python3'</script>", format="html")
     drop_thebe_config(None, document, "page")
     assert [n.astext() for n in document.children] == ["text"]
-    config = (ROOT / "_config.yml").read_text()
-    assert 'extra_extensions: ["zones.pages"]' in config and '"zones.js"' in config
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())["sphinx"]
+    assert "zones.pages" in config["extra_extensions"] and "zones.js" in config["config"]["html_js_files"]
 
 
 def test_log_lines_leave_the_page_for_the_terminal(tmp_path):

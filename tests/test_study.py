@@ -14,6 +14,7 @@ import threading
 import types
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -84,6 +85,28 @@ def test_a_journal_carried_in_is_merged_row_by_row(tmp_path, monkeypatch):
     here.append(dict(k=9))
     assert store_captured(captured.entries) == (1, 0)
     assert [row["k"] for row in here.rows()] == [2, 9, 1, 3]  # every row once: the same key, the same row
+
+
+def test_a_loss_store_journal_with_its_sidecar_is_merged_row_by_row(tmp_path, monkeypatch):
+    """The loss store keeps its key beside its journal (``x.json``); a job's new rows for a store
+    the driver already holds are merged, not dropped as "already here"."""
+    from zones.measure.store import open_store
+
+    key = dict(model="m", dtype="float32")
+    nll = lambda v: dict(nll=np.array([v, v + 1.0]))  # noqa: E731
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "driver"))
+    open_store(key).append("c", "1", nll(1.0))
+    open_store(key).append("c", "3", nll(3.0))  # the driver's own row, from another job
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "worker"))
+    with capture() as captured:
+        store = open_store(key)
+        store.append("c", "1", nll(1.0))
+        store.append("c", "2:attn", nll(2.0))
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "driver"))
+    assert store_captured(captured.entries) == (1, 0)
+    here = open_store(key)
+    assert all(here.get("c", removed, ("nll",)) is not None for removed in ("1", "2:attn", "3"))
+    assert store_captured(captured.entries) == (0, 1)
 
 
 def test_a_damaged_or_escaping_carried_entry_is_refused_by_name(tmp_path, monkeypatch):

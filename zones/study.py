@@ -90,7 +90,8 @@ SERIES_IN_EVERY_JOB = ("primer",)  # chapters whose every model's job reads a tr
 # Work a chapter shares with another of the same model (speed only: without it, it is computed again)
 SHARES = {"importance_vs_alpha": ("layer_ablation",), "predictors": ("layer_ablation", "pruning"),
           "healing": ("pruning",)}
-VOLATILE_COLUMNS = ("seconds", "snapshot_fraction", "tokens_per_s", "speedup", "path", "device")  # timings, places
+VOLATILE_COLUMNS = ("seconds", "snapshot_fraction", "tokens_per_s", "speedup", "path", "device",
+                    "from_cache")  # timings, places, whether this run or an earlier one computed it
 
 
 class StudyError(ValueError):

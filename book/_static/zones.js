@@ -49,25 +49,47 @@
   // then another (zones-compact, zones-tiny); else, or always at a phone's width when marked
   // zones-cards, as cards.
   var SMALLER = ["zones-compact", "zones-tiny"];
+  function fitTable(table, phone) {
+    table.classList.remove("zones-as-cards", "zones-compact", "zones-tiny");
+    if (phone && table.classList.contains("zones-cards")) { table.classList.add("zones-as-cards"); return; }
+    if (fits(table)) return;
+    for (var i = 0; i < SMALLER.length; i++) {
+      table.classList.add(SMALLER[i]);
+      if (fits(table)) return;
+      table.classList.remove(SMALLER[i]);
+    }
+    table.classList.add("zones-as-cards");
+  }
+
   function fit() {
     var phone = window.matchMedia(PHONE).matches;
-    document.querySelectorAll(TABLES).forEach(function (table) {
-      table.classList.remove("zones-as-cards", "zones-compact", "zones-tiny");
-      if (phone && table.classList.contains("zones-cards")) { table.classList.add("zones-as-cards"); return; }
-      if (fits(table)) return;
-      for (var i = 0; i < SMALLER.length; i++) {
-        table.classList.add(SMALLER[i]);
-        if (fits(table)) return;
-        table.classList.remove(SMALLER[i]);
-      }
-      table.classList.add("zones-as-cards");
+    document.querySelectorAll(TABLES).forEach(function (table) { fitTable(table, phone); });
+  }
+
+  // A table's box changes width without a window resize: a collapsed solution opens, the page
+  // grows a scroll bar. Fit that table again, once per new width, after the layout settles.
+  function watch() {
+    if (!window.ResizeObserver) return;
+    var widths = new WeakMap();
+    var observer = new ResizeObserver(function (entries) {
+      entries.forEach(function (entry) {
+        var width = Math.round(entry.contentRect.width);
+        if (widths.get(entry.target) === width) return;
+        widths.set(entry.target, width);
+        var table = entry.target.querySelector("table");
+        if (table) window.requestAnimationFrame(function () {
+          fitTable(table, window.matchMedia(PHONE).matches);
+        });
+      });
     });
+    document.querySelectorAll(TABLES).forEach(function (table) { observer.observe(table.parentElement); });
   }
 
   var timer = null;
   function start() {
     document.querySelectorAll(TABLES).forEach(label);
     fit();
+    watch();
     window.addEventListener("load", fit);   // after fonts and formulas have their final size
     window.addEventListener("resize", function () {
       clearTimeout(timer);

@@ -799,13 +799,24 @@ def store_captured(entries: Iterable[CapturedEntry], source: str = "another mach
             target = _inside(root, entry.path)
             if entry.folder:
                 new = _store_folder(target, entry, root)
-            elif target.suffix == ".jsonl" and len(entry.files) == 1:
+            elif target.suffix == ".jsonl":  # a journal (the loss store's has its key beside it): rows merged
                 new = _merge_journal(target, entry.files[entry.path], source)
+                new |= _store_key_file(target, entry)
             else:
                 new = _store_file(target, entry)
             stored += new
             present += not new
     return stored, present
+
+
+def _store_key_file(journal: Path, entry: CapturedEntry) -> bool:
+    """A journal's key file (``x.json`` beside ``x.jsonl``) where this cache has none yet."""
+    side = sidecar_path(journal)
+    data = entry.files.get(side.relative_to(cache_dir()).as_posix())
+    if data is None or side.exists():
+        return False
+    atomic_write_bytes(side, data)
+    return True
 
 
 def _store_file(target: Path, entry: CapturedEntry) -> bool:

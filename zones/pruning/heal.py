@@ -327,8 +327,9 @@ def _bridge_spans(pruned: nn.Module, full: nn.Module, removed: list[int], window
         module, conv1d = _mlp_out(pruned, block)
         got = _capture(pruned, windows, dict(h=block, m=get_adapter(pruned).mlp(block)), batch_size)
         bridge, _ = choose_bridge(got["h"] - got["m"], got["m"], targets[f"{a}-{b}"], windows.n_windows, ridge)
-        _fold(module, conv1d, bridge)
-        bridges[f"{a}-{b}"] = bridge.float()
+        bridge = bridge.float()  # the stored precision: the cached model then equals this one bit for bit
+        _fold(module, conv1d, bridge.double())
+        bridges[f"{a}-{b}"] = bridge
     return bridges, notes
 
 
