@@ -176,7 +176,10 @@ TERMS: dict[str, Term] = _terms(
     Term("block_strategies", "list[str]", "block pruning strategies set against the sublayer ones",
          {"cpu": ["zone_aware", "block_influence", "greedy"]}),
     Term("sublayer_strategies", "list[str]", "sublayer pruning strategies",
-         {"cpu": ["attn_drop", "sublayer_similarity", "sublayer_greedy", "zone_aware_attn"]}),
+         # BlockPruner's greedy search (sublayer_greedy) costs about 35 reference forwards at k_max = 2:
+         # a GPU budget's work
+         {"cpu": ["attn_drop", "sublayer_similarity", "zone_aware_attn"],
+          "gpu": ["attn_drop", "sublayer_similarity", "sublayer_greedy", "zone_aware_attn"]}),
     Term("reference", "str", "the strategy every other is compared with at the same budget", {"cpu": "zone_aware"}),
     Term("strategy", "str", "one pruning strategy that picks the blocks to remove", {"cpu": None}, optional=True),
     Term("k_max", "int", "largest number of blocks removed (sublayers: budgets of 1..k_max blocks' parameters)",

@@ -63,7 +63,7 @@ from zones.pruning.strategies import (
 )
 
 VERSION = "1"
-DEFAULT_SUBLAYER_STRATEGIES = ("attn_drop", "sublayer_similarity", "sublayer_greedy", "zone_aware_attn")
+DEFAULT_SUBLAYER_STRATEGIES = ("attn_drop", "sublayer_similarity", "zone_aware_attn")  # + sublayer_greedy: gpu budget
 DEFAULT_BLOCK_STRATEGIES = ("zone_aware", "block_influence", "greedy")
 PLAN_COLUMNS = ["strategy", "kind", "k", "removed", "n_sublayers", "n_params", "params_ratio"]
 
