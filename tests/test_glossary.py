@@ -111,7 +111,7 @@ def test_the_glossary_is_consistent():
             value = default(name, budget, "pruning")
             assert value is None or check_value(name, value) == (value or None if t.type == "tokens" else value), \
                 (name, budget, value)
-    assert default("eval_tokens", "cpu", "pruning") == 2040 and default("eval_tokens", "cpu", "layer_ablation") == 6120
+    assert default("eval_tokens", "cpu", "pruning") == 2040 and default("eval_tokens", "cpu", "layer_ablation") == 3060
     assert default("out_dir", "cpu", "healing") == "results/healing"
     assert default("seq_len", "gpu", "layer_ablation") == 1024 and default("seq_len", "gpu", "pruning") == 256
 
@@ -127,7 +127,7 @@ def test_the_check_catches_an_unknown_name_a_second_meaning_and_another_default(
     assert unknown.startswith("notebooks/fake.md: eval_tokenz is not in the glossary")
     assert meaning.startswith("notebooks/fake.md: default parameter seeds must be an integer >= 1 or None")
     assert other_default == ("notebooks/fake.md: eval_tokens defaults to 6000, but the glossary's cpu default "
-                             "for layer_ablation is 6120")
+                             "for layer_ablation is 3060")
     assert "estimator is not in the glossary" in unknown_estimator  # one name: alpha_estimator
 
 
@@ -153,7 +153,7 @@ def test_the_check_walks_a_subcommands_flags():
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])  # fine
     found = problems("zones fake", "ablate", flag_uses(parser))
     assert len(found) == 4, found
-    assert "zones fake: eval_tokens defaults to 6000, but the glossary's cpu default for ablate is 6120" in found
+    assert "zones fake: eval_tokens defaults to 6000, but the glossary's cpu default for ablate is 3060" in found
     assert any(f.startswith("zones fake: seeds is used as str") for f in found)
     assert any(f.startswith("zones fake: no_cache is not in the glossary") for f in found)
     assert any(f.startswith("zones fake: method takes prefix, naive, but the glossary's method takes lora, bridge")
@@ -205,8 +205,7 @@ def test_command_line_lists_are_comma_separated():
 def test_presets_are_the_budget_columns_that_differ_from_cpu():
     names = ["models", "seq_len", "eval_tokens", "calibration_tokens", "k_max", "seeds", "strategies", "batch_size"]
     assert preset("cpu", "pruning", names) == {}
-    assert preset("class", "pruning", names) == dict(seq_len=64, eval_tokens=504, calibration_tokens=126, k_max=3,
-                                                     seeds=2)
+    assert preset("class", "pruning", names) == dict(seq_len=64, eval_tokens=504, calibration_tokens=126, k_max=3)
     gpu = preset("gpu", "pruning", names)
     assert gpu["eval_tokens"] == 16320 and gpu["calibration_tokens"] == 8160 and gpu["seeds"] == 20
     assert preset("gpu", "layer_ablation", ["eval_tokens", "seq_len"]) == dict(eval_tokens=None, seq_len=1024)

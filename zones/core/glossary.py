@@ -155,12 +155,12 @@ TERMS: dict[str, Term] = _terms(
          {"cpu": by(8, depth_series=16, train=None),
           "gpu": by(16, depth_series=32, train=None)}, minimum=1),
     Term("eval_tokens", "tokens", "scored tokens of the eval split per model; None (or 0): the whole split",
-         {"cpu": by(6120, pruning=2040, prune=2040, healing=2040, sublayers=2040, depth_series=8128),
+         {"cpu": by(3060, pruning=2040, prune=2040, healing=2040, sublayers=1020, depth_series=8128),
           "class": by(504, healing=378, sublayers=252, depth_series=1016),
           "gpu": by(None, pruning=16320, healing=16320, sublayers=16320)}),
     Term("calibration_tokens", "tokens", "tokens of the calibration split (disjoint from eval) that the "
          "strategies plan on; zones ablate --split calibration scores them; None (or 0): the whole split",
-         {"cpu": by(510, sublayers=255, ablate=6120),
+         {"cpu": by(510, ablate=6120),
           "class": by(126, ablate=6120),
           "gpu": by(8160, predictors=8184, sublayers=2040, ablate=6120)}),
     Term("heal_tokens", "tokens", "healing budget: calibration tokens each pruned model is healed on",
@@ -190,7 +190,7 @@ TERMS: dict[str, Term] = _terms(
          optional=True),
     Term("seeds", "int", "a count: seeds 0..n-1 of every seeded strategy, or of every depth of the series "
          "(None: the training profile's own counts)",
-         {"cpu": by(None, pruning=3, prune=3, healing=2, task_accuracy=2),
+         {"cpu": by(None, pruning=2, prune=2, healing=1, task_accuracy=1),
           "class": by(None, pruning=2, prune=8, healing=1, task_accuracy=1),
           "gpu": by(None, pruning=20, prune=8, healing=8, task_accuracy=8)}, minimum=1, optional=True),
     Term("seed", "int", "one random seed: of the resampling, of a seeded strategy and the healing, or the one "
@@ -204,7 +204,7 @@ TERMS: dict[str, Term] = _terms(
          "the group zones_offline) or any task lm-eval finds with its data",
          {"cpu": by(["zones_next_sentence", "zones_next_line"], evaluate=["zones_offline"])}),
     Term("limit", "int", "examples per task, the first ones (None: all)",
-         {"cpu": by(25, evaluate=None), "class": by(10, evaluate=None), "gpu": by(200, evaluate=None)}, minimum=1,
+         {"cpu": by(20, evaluate=None), "class": by(10, evaluate=None), "gpu": by(200, evaluate=None)}, minimum=1,
          optional=True),
     Term("metric", "str", "the accuracy compared: acc (summed log-likelihood) or acc_norm (per byte)",
          {"cpu": by("acc_norm", evaluate="acc")}, choices=("acc", "acc_norm")),
@@ -219,7 +219,7 @@ TERMS: dict[str, Term] = _terms(
     Term("parts", "bool", "also remove only the attention / only the MLP of each block", {"cpu": False}),
     Term("list_strategies", "bool", "list the registered strategies and exit", {"cpu": False}),
     Term("speed_repeats", "int", "timed forwards per pruned variant (their median)",
-         {"cpu": 3, "class": 1, "gpu": 5}, minimum=1),
+         {"cpu": 2, "class": 1, "gpu": 5}, minimum=1),
     Term("block_agreement", "bool", "KL and top-1 agreement of every single-block ablation too",
          {"cpu": False, "gpu": True}),
     # --- spectra and statistics ---------------------------------------------------------------

@@ -46,7 +46,7 @@ METHODS = ("prefix", "naive")
 # Scored tokens for a CPU run of the chapter: 24 windows of 256, about 4 minutes on 2 idle cores
 # for SmolLM2-135M (chosen by benchmarks/bench_precision.py and the book's 30-minute budget). A
 # GPU run should score the whole eval split (``None``).
-DEFAULT_EVAL_TOKENS = 6120
+DEFAULT_EVAL_TOKENS = 3060
 # The chapters' scoring precision for the ablation (layer ablation, importance, predictors, one
 # value so they read one cache): "auto" where benchmarks/bench_dtype.py found bf16 to agree.
 CHAPTER_DTYPE = "float32"

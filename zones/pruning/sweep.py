@@ -62,7 +62,7 @@ RECIPE_ABLATIONS = ("zone_aware_no_protection", "zone_aware_no_spreading", "zone
 # (book/methods/pruning.md).
 DEFAULT_EVAL_TOKENS = 8 * 255
 DEFAULT_CALIBRATION_TOKENS = 2 * 255
-DEFAULT_SEEDS = 3  # seeds of a seeded strategy (random, random_protected, protect_spread_random); see the module note
+DEFAULT_SEEDS = 2  # seeds of a seeded strategy (random, random_protected, protect_spread_random); see the module note
 DEFAULT_DTYPE = "float32"  # the chapter's scoring precision (benchmarks/bench_dtype.py decides whether "auto" may be)
 
 

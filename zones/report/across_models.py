@@ -166,7 +166,7 @@ def overview(table: pd.DataFrame) -> pd.DataFrame:
 
 def run(models=("smollm2-135m",), profile: str | None = "cpu", depths: Sequence[int] | None = None,
         seeds: int | None = None, train_overrides: dict | None = None, corpus: str = "stdlib", seq_len: int = 256,
-        eval_tokens: int | None = 6120, pruning_eval_tokens: int | None = 2040,
+        eval_tokens: int | None = 3060, pruning_eval_tokens: int | None = 2040,
         series_eval_tokens: int | None = 8128, batch_size: int = 8, series_batch_size: int = 16,
         alpha_estimator: str = "alpha_shape", alpha_role: str = "weighted", role: str = "q",
         n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, seed: int = 0,

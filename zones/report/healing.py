@@ -47,7 +47,7 @@ from zones.spectra import alpha_table
 REFERENCE = LAST_N_KEEP_LAST   # Last-N as practitioners (and Lu et al.) use it: the final block stays
 DEFAULT_STRATEGIES = (OURS, REFERENCE, "greedy", "random_protected")
 DEFAULT_K = (4, 8)
-DEFAULT_SEEDS = 2
+DEFAULT_SEEDS = 1
 DEFAULT_METHODS = ("bridge",)
 DEFAULT_EVAL_TOKENS = 8 * 255   # the eval set's first batch: the pruning chapter's sets there are read, not scored
 DEFAULT_HEAL_TOKENS = 4 * 255

@@ -55,8 +55,8 @@ from zones.spectra import alpha_table
 # the loss store), one calibration window for the similarity and the greedy searches; budgets of
 # 1-2 blocks.
 SEQ_LEN = 256
-EVAL_TOKENS = 8 * 255
-CALIBRATION_TOKENS = 255
+EVAL_TOKENS = 4 * 255
+CALIBRATION_TOKENS = 2 * 255
 K_MAX = 2
 SERIES_EVAL_TOKENS = 16 * 127   # held-out tokens per trained model (its own tokenizer and text)
 SPEED_WINDOWS = 2   # windows per timed forward: a ratio of speeds needs no more (each forward is uncached work)
@@ -152,7 +152,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = SEQ_LEN
         calibration_tokens: int = CALIBRATION_TOKENS, batch_size: int = 8, k_max: int = K_MAX,
         block_strategies: Sequence[str] = DEFAULT_BLOCK_STRATEGIES,
         sublayer_strategies: Sequence[str] = DEFAULT_SUBLAYER_STRATEGIES, reference: str = "zone_aware",
-        alpha_estimator: str = "alpha_shape", n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, speed_repeats: int = 3,
+        alpha_estimator: str = "alpha_shape", n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, speed_repeats: int = 2,
         block_agreement: bool = False, seed: int = 0, profile: str | None = "cpu", depths=None,
         train_overrides: dict | None = None, series_eval_tokens: int = SERIES_EVAL_TOKENS, out_dir: str = "results/sublayers", *,
         dtype: str = CHAPTER_DTYPE, progress: bool | None = None) -> ChapterResult:

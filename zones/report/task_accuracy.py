@@ -60,13 +60,13 @@ REFERENCE = LAST_N_KEEP_LAST    # Last-N as practitioners use it: the final bloc
 # the healing chapter's arms, so that its healed models are read from the cache, not healed again
 DEFAULT_STRATEGIES = (OURS, REFERENCE, "greedy", "random_protected")
 DEFAULT_K = (4, 8)
-DEFAULT_SEEDS = 2
+DEFAULT_SEEDS = 1
 DEFAULT_METHOD = "bridge"
 DEFAULT_HEAL_TOKENS = 4 * 255
 FULL = "full"                    # the unpruned model's row in every table
 ALL = "all"                      # every example of the chapter's tasks, pooled
 DEFAULT_TASKS = ("zones_next_sentence", "zones_next_line")
-DEFAULT_LIMIT = 25               # examples per task: what the cold build affords (40 reference forwards)
+DEFAULT_LIMIT = 20               # examples per task: what the cold build affords (about 30 reference forwards)
 # lm-eval's acc_norm: the choice with the highest log-likelihood per byte. The distractors' lengths
 # differ from the answer's by up to 25%, which plain acc (summed log-likelihood) rewards or punishes:
 # on SmolLM2-135M's first 50 next-sentence examples acc is 0.40, acc_norm 0.58.
