@@ -182,4 +182,4 @@ def test_the_depth_series_chapters_ask_for_the_same_trained_runs(monkeypatch):
         with pytest.raises(Exception):  # the chapter stops at its first use of an untrained run
             call()
     assert asked["lifecycle"] <= asked["depth_series"] == asked["sublayers"]
-    assert len(asked["depth_series"]) == 5  # D8 and D12 with two seeds, D16 with one
+    assert len(asked["depth_series"]) == 4  # D8 with two seeds, D12 and D16 with one
