@@ -7,7 +7,7 @@ from typing import Sequence
 import altair as alt
 import pandas as pd
 
-from zones.figures import panel_width
+from zones.figures import NARROW_WIDTH, panel_width, phone_layout, stack
 from zones.figures.pruning import COLORS
 
 FULL_COLOR = "#000000"
@@ -57,3 +57,17 @@ def difference_whiskers(differences: pd.DataFrame, task: str = "all", title: str
     zero = alt.Chart(pd.DataFrame({"x": [0.0]})).mark_rule(strokeDash=[4, 4], color="grey").encode(x="x:Q")
     return (whiskers + points + zero).properties(width="container", height=24 * max(len(df), 3),
                                                  title=title or "Paired differences of accuracy")
+
+
+LABEL_PX_PER_CHAR = 5  # px of a y-axis label per character (Vega's 10 px sans-serif)
+
+
+def differences(versus_full: pd.DataFrame, between: pd.DataFrame, task: str = "all") -> alt.VConcatChart:
+    """:func:`difference_whiskers` of the healed strategies minus the full model above those of
+    every strategy minus every other: one figure. On a phone its panels narrow to leave the
+    longest pair's label ("last_n_keep_last − random_protected") its room."""
+    tables = [versus_full[versus_full["task"] == task], between[between["task"] == task]]
+    longest = max((len(f"{s} − {r}") for t in tables for s, r in zip(t["strategy"], t["reference"])), default=0)
+    chart = stack([difference_whiskers(versus_full, task, title="Healed minus full"),
+                   difference_whiskers(between, task, title="Between strategies")])
+    return phone_layout(chart, panel_width=max(100, NARROW_WIDTH - LABEL_PX_PER_CHAR * longest - 20))
