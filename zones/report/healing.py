@@ -189,6 +189,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
                    n_tokens=eval_windows.n_scored_tokens, heal_tokens=heal_windows.n_scored_tokens,
                    calibration_tokens=calibration.n_scored_tokens, k_values=", ".join(map(str, k_values)),
                    k_max=max(k_values), seeds=seeds, methods=", ".join(methods),
+                   seeds_phrase="its one seed" if seeds == 1 else f"the median over {seeds} seeds",
                    healing_rule=score_after_healing.rule,
                    precision=precision_text(dtype, subject.dtype),
                    seconds=float(round(time.time() - started, 1)))
