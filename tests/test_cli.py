@@ -129,8 +129,8 @@ def test_flags_take_the_glossarys_values():
     args = parse_args(["prune", "--strategies", "zone_aware,last_n", "--eval-tokens", "0", "--seeds", "3"])
     assert args.strategies == ["zone_aware", "last_n"] and args.eval_tokens is None and args.seeds == 3
     defaults = parse_args(["prune"])
-    assert (defaults.eval_tokens, defaults.calibration_tokens, defaults.seeds, defaults.k_max) == (2040, 510, 3, 8)
-    assert parse_args(["ablate"]).eval_tokens == 6120 and parse_args(["heal", "--out", "x"]).heal_tokens == 8192
+    assert (defaults.eval_tokens, defaults.calibration_tokens, defaults.seeds, defaults.k_max) == (2040, 510, 2, 8)
+    assert parse_args(["ablate"]).eval_tokens == 3060 and parse_args(["heal", "--out", "x"]).heal_tokens == 8192
     assert parse_args(["train", "--depths", "4,6"]).depths == [4, 6] and parse_args(["train"]).seeds is None
     assert parse_args(["sweep", "--models", "a,b"]).models == ["a", "b"]
     lab = parse_args(["lab", "--budget", "class", "--no-browser"])

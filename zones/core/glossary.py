@@ -6,8 +6,8 @@ element type), its meaning in one line, and its default in each budget — ``cla
 laptops: the whole book in minutes), ``cpu`` (the default: two CPU cores) and ``gpu`` (a
 researcher's run). Those per-budget defaults *are* the presets: ``zones book --budget class``
 passes each chapter the ``class`` column (:func:`preset`). A default may differ by *context*
-(a chapter's name, or a subcommand's: the pruning chapter scores 3,060 eval tokens, the
-ablation chapter 6,120); :func:`default` resolves it. A flag ``--eval-tokens`` is the term
+(a chapter's name, or a subcommand's: the pruning chapter scores 2,040 eval tokens, the
+ablation chapter 3,060); :func:`default` resolves it. A flag ``--eval-tokens`` is the term
 ``eval_tokens``.
 
 API: ``TERMS`` (name → Term), :func:`term`, :func:`default`, :func:`preset`,
