@@ -176,7 +176,7 @@ TERMS: dict[str, Term] = _terms(
     Term("block_strategies", "list[str]", "block pruning strategies set against the sublayer ones",
          {"cpu": ["zone_aware", "block_influence", "greedy"]}),
     Term("sublayer_strategies", "list[str]", "sublayer pruning strategies",
-         # BlockPruner's greedy search (sublayer_greedy) costs about 35 reference forwards at k_max = 2:
+         # BlockPruner's greedy search (sublayer_greedy) costs about 30 reference forwards at k_max = 2 (153 s alone here):
          # a GPU budget's work
          {"cpu": ["attn_drop", "sublayer_similarity", "zone_aware_attn"],
           "gpu": ["attn_drop", "sublayer_similarity", "sublayer_greedy", "zone_aware_attn"]}),
