@@ -199,6 +199,19 @@ def depth_controlled(table: pd.DataFrame, *, model: str = "", n_resamples: int =
                         columns=DEPTH_COLUMNS)
 
 
+ATTRIBUTION_COLUMNS = ["model", "alpha_role", "kind", "rho", "ci_low", "ci_high", "p_value", "n_blocks"]
+
+
+def attribution(result: "ModelImportance", estimator: str = "alpha_shape", roles: Sequence[str] = ("weighted", "q"),
+                **options) -> pd.DataFrame:
+    """Where one model's ρ(α, ΔLoss) comes from: :func:`depth_controlled` (raw, partialled on
+    block index, without the end blocks) for the α of each of ``roles`` (the book's weighted α
+    and the Q-projection α the paper reads). Columns :data:`ATTRIBUTION_COLUMNS`."""
+    parts = [depth_controlled(result.importance(estimator, role), model=result.label, **options)
+             .assign(alpha_role=role) for role in roles]
+    return pd.concat(parts, ignore_index=True)[ATTRIBUTION_COLUMNS]
+
+
 def relative_depth(layers) -> np.ndarray:
     """Block index / (number of blocks − 1): 0 for the first block, 1 for the last."""
     layers = np.asarray(layers, dtype=float)

@@ -12,12 +12,14 @@ import numpy as np
 import pandas as pd
 
 from zones.analysis.bootstrap import NAN, interval_side, slope, unit_bootstrap
+from zones.analysis.importance import spearman
 from zones.measure.stats import N_RESAMPLES
 from zones.spectra import role_group
 
 TREND_COLUMNS = ["role", "group", "first_fit", "last_fit", "rise", "rise_low", "rise_high", "trend", "n_blocks"]
-SHAPE_COLUMNS = ["role", "shape", "rise", "rise_low", "rise_high", "curvature", "curvature_low", "curvature_high",
-                 "vertex", "top_block", "top_value", "n_blocks"]
+SHAPE_COLUMNS = ["role", "shape", "rise", "rise_low", "rise_high", "rank_trend", "rank_trend_low", "rank_trend_high",
+                 "rank_trend_p", "curvature", "curvature_low", "curvature_high", "vertex", "top_block", "top_value",
+                 "n_blocks"]
 
 
 def trend_word(low: float, high: float) -> str:
@@ -75,28 +77,32 @@ def profile_shape(table: pd.DataFrame, role: str = "q", estimator: str = "alpha_
     """The shape of one role's α profile over relative depth x = layer / (L − 1), with intervals
     (blocks resampled).
 
-    ``rise`` (the least-squares line's change from x = 0 to 1, as :func:`depth_trend`) and
+    ``rise`` (the least-squares line's change from x = 0 to 1, as :func:`depth_trend`: its size,
+    in α units), ``rank_trend`` (Spearman ρ of the value with the block index, its permutation p
+    ``rank_trend_p``: whether it rises, robust to one outlying block, which drags a line) and
     ``curvature`` (c of the least-squares y = a + b·x + c·x²), each with ``_low, _high``;
     ``vertex`` = −b / 2c (where the parabola turns); ``top_block, top_value`` (the block with the
     largest value). ``shape`` (first rule that applies): ``inverted U`` (curvature interval below
-    0 and 0 < vertex < 1), ``rises`` (rise interval above 0), ``falls`` (below 0), ``U-shaped``
-    (curvature interval above 0, 0 < vertex < 1), ``not separable`` (intervals include 0),
-    ``undefined`` (fewer than three blocks).
+    0 and 0 < vertex < 1), ``rises`` (rank-trend interval above 0), ``falls`` (below 0),
+    ``U-shaped`` (curvature interval above 0, 0 < vertex < 1), ``not separable`` (intervals
+    include 0), ``undefined`` (fewer than three blocks).
     """
     part = table[table["role"] == role][["layer", estimator]].dropna().sort_values("layer")
     n_blocks = int(table["layer"].nunique())
     x = part["layer"].to_numpy(float) / max(n_blocks - 1, 1)
     y = part[estimator].to_numpy(float)
     if len(part) < 3:
-        return dict(role=role, shape="undefined", rise=NAN, rise_low=NAN, rise_high=NAN, curvature=NAN,
+        return dict(role=role, shape="undefined", rise=NAN, rise_low=NAN, rise_high=NAN, rank_trend=NAN,
+                    rank_trend_low=NAN, rank_trend_high=NAN, rank_trend_p=NAN, curvature=NAN,
                     curvature_low=NAN, curvature_high=NAN, vertex=NAN, top_block=-1, top_value=NAN,
                     n_blocks=int(len(part)))
     rise, rise_low, rise_high = unit_bootstrap([x, y], slope, n_resamples=n_resamples, seed=seed)
+    trend = spearman(x, y, n_resamples=n_resamples, seed=seed)
     bend, c_low, c_high = unit_bootstrap([x, y], curvature, n_resamples=n_resamples, seed=seed)
     _, b, c = quadratic(x, y)
     vertex = float(-b / (2 * c)) if c != 0 else NAN
     interior = 0 < vertex < 1
-    curve, line = interval_side(c_low, c_high, 0.0), interval_side(rise_low, rise_high, 0.0)
+    curve, line = interval_side(c_low, c_high, 0.0), interval_side(trend.ci_low, trend.ci_high, 0.0)
     if curve == "below" and interior:
         shape = "inverted U"
     elif line == "above":
@@ -109,7 +115,8 @@ def profile_shape(table: pd.DataFrame, role: str = "q", estimator: str = "alpha_
         shape = "undefined" if "undefined" in (curve, line) else "not separable"
     top = int(np.argmax(y))
     return dict(role=role, shape=shape, rise=float(rise), rise_low=rise_low, rise_high=rise_high,
-                curvature=float(bend), curvature_low=c_low, curvature_high=c_high, vertex=vertex,
+                rank_trend=trend.rho, rank_trend_low=trend.ci_low, rank_trend_high=trend.ci_high,
+                rank_trend_p=trend.p_value, curvature=float(bend), curvature_low=c_low, curvature_high=c_high, vertex=vertex,
                 top_block=int(part["layer"].iloc[top]), top_value=float(y[top]), n_blocks=int(len(part)))
 
 

@@ -27,7 +27,14 @@ from typing import Sequence
 import pandas as pd
 
 from zones.analysis.bootstrap import interval_side
-from zones.analysis.importance import ModelImportance, delta_loss_bounds, measure_models, model_labels, spearman
+from zones.analysis.importance import (
+    ModelImportance,
+    attribution,
+    delta_loss_bounds,
+    measure_models,
+    model_labels,
+    spearman,
+)
 from zones.analysis.profile import profile_shape
 from zones.core.checks import check_models
 from zones.core.data import corpus_windows, load_corpus
@@ -53,7 +60,9 @@ STRATEGIES = (OURS, LAST_N_KEEP_LAST)   # the two strategies compared at k = ⌈
 COLUMNS = ["model", "family", "blocks", "parameters", "corpus", "tokens", "rho", "rho_low", "rho_high", "rho_p",
            "rho_side", "rho_claim", "k", "pruning_tokens", "zone_aware", "zone_aware_low", "zone_aware_high",
            "keep_last", "keep_last_low", "keep_last_high", "diff", "diff_low", "diff_high", "best", "first_blocks",
-           "shape", "rise", "rise_low", "rise_high"]
+           "shape", "rise", "rise_low", "rise_high", "rank_trend", "rank_trend_low", "rank_trend_high",
+           "rho_partial", "rho_partial_low", "rho_partial_high", "rho_inner", "rho_inner_low",
+           "rho_inner_high", "rho_q", "rho_q_low", "rho_q_high", "rho_q_p"]
 READINGS = {"rho_word": "ρ(α, ΔLoss) against 0", "rho_claim": f"the paper's ρ = {PAPER_RHO[0]}–{PAPER_RHO[1]}",
             "pruning_word": "zone-aware against Last-N keeping the last block at k = ⌈L/4⌉",
             "first_blocks": "the first blocks matter most", "shape": "the α profile's shape"}
@@ -125,13 +134,20 @@ def model_row(result: ModelImportance, model, *, corpus_name: str, comparison: d
     claim = score_rho(c.rho, c.ci_low, c.ci_high, c.p_value, result.n_blocks)
     shape = profile_shape(result.alphas, role, alpha_estimator, n_resamples=n_resamples, seed=seed)
     first = first_blocks_matter_most(result.ablation)
+    parts = attribution(result, alpha_estimator, (alpha_role, role), n_resamples=n_resamples,
+                        n_permutations=n_permutations, seed=seed).set_index(["alpha_role", "kind"])
+    pick = lambda r, kind, name: {name: parts.loc[(r, kind), "rho"], f"{name}_low": parts.loc[(r, kind), "ci_low"],  # noqa: E731
+                                  f"{name}_high": parts.loc[(r, kind), "ci_high"]}
+    attributed = dict(**pick(alpha_role, "partial_depth", "rho_partial"), **pick(alpha_role, "without_ends", "rho_inner"),
+                      **pick(role, "raw", "rho_q"), rho_q_p=parts.loc[(role, "raw"), "p_value"])
     return dict(model=result.label, family=str(getattr(model.config, "model_type", type(model).__name__)),
                 blocks=int(result.n_blocks), parameters=int(sum(p.numel() for p in model.parameters())),
                 corpus=corpus_name, tokens=int(result.ablation["n_tokens"].iloc[0]),
                 rho=c.rho, rho_low=c.ci_low, rho_high=c.ci_high, rho_p=c.p_value,
                 rho_side=rho_word(c.ci_low, c.ci_high), rho_claim=str(claim), **comparison,
                 first_blocks=str(first["verdict"]), shape=shape["shape"], rise=shape["rise"],
-                rise_low=shape["rise_low"], rise_high=shape["rise_high"],
+                rise_low=shape["rise_low"], rise_high=shape["rise_high"], rank_trend=shape["rank_trend"],
+                rank_trend_low=shape["rank_trend_low"], rank_trend_high=shape["rank_trend_high"], **attributed,
                 rho_word=rho_word(c.ci_low, c.ci_high), pruning_word=pruning_word(comparison["diff_low"],
                                                                                   comparison["diff_high"]),
                 rho_sentence=rho_verdict(c.as_dict(), result.label, f"{alpha_role} {alpha_estimator}"),
@@ -160,8 +176,12 @@ def overview(table: pd.DataFrame) -> pd.DataFrame:
         "parameters (M)": round(r["parameters"] / 1e6, 3), "corpus": r["corpus"], "tokens": r["tokens"],
         "ρ(α, ΔLoss)": fmt_rho(r["rho"], r["rho_low"], r["rho_high"], r["rho_p"]), "paper's ρ claim": r["rho_claim"],
         "k": r["k"], "Δloss zone-aware": iv(r, "zone_aware"), "Δloss Last-N (keep last)": iv(r, "keep_last"),
-        "difference": iv(r, "diff", signed=True), "best at k": r["best"], "first blocks matter most": r["first_blocks"],
-        "α profile": f"{r['shape']} (rise {iv(r, 'rise', signed=True)})"} for _, r in table.iterrows()])
+        "difference": iv(r, "diff", signed=True), "better of these two at k": r["best"], "first blocks matter most": r["first_blocks"],
+        "α profile": f"{r['shape']} (rank trend {iv(r, 'rank_trend', signed=True)}; rise {iv(r, 'rise', signed=True)})",
+        "ρ partialled on block index": iv(r, "rho_partial", signed=True),
+        "ρ without the end blocks": iv(r, "rho_inner", signed=True),
+        "ρ with the Q-projection α": fmt_rho(r["rho_q"], r["rho_q_low"], r["rho_q_high"], r["rho_q_p"])}
+        for _, r in table.iterrows()])
 
 
 def run(models=("smollm2-135m",), profile: str | None = "cpu", depths: Sequence[int] | None = None,
@@ -234,13 +254,25 @@ def run(models=("smollm2-135m",), profile: str | None = "cpu", depths: Sequence[
         n_in_band=int(sum(r["rho_claim"] == "holds" for r in rows)),
         n_rho_above=int(sum(r["rho_word"] == "above 0" for r in rows)),
         n_zone_ahead=int(sum(r["pruning_word"] == "zone-aware ahead" for r in rows)),
-        pooled_text=pooled["text"])
+        pooled_text=pooled["text"],
+        attribution_text="; ".join(
+            f"{r['model']}: raw {fmt_interval(r['rho'], r['rho_low'], r['rho_high'], signed=True)}, partialled on "
+            f"block index {fmt_interval(r['rho_partial'], r['rho_partial_low'], r['rho_partial_high'], signed=True)}, "
+            f"without the end blocks {fmt_interval(r['rho_inner'], r['rho_inner_low'], r['rho_inner_high'], signed=True)}, "
+            f"{role}-projection α {fmt_interval(r['rho_q'], r['rho_q_low'], r['rho_q_high'], signed=True)}"
+            for r in rows))
     record = dict(models=[{k: v for k, v in r.items()} for r in rows], corpus=corpus, seq_len=seq_len,
                   eval_tokens=eval_tokens, pruning_eval_tokens=pruning_eval_tokens,
                   series_eval_tokens=series_eval_tokens, profile=profile, alpha_estimator=alpha_estimator,
                   alpha_role=alpha_role, role=role, dtype=dtype, n_resamples=n_resamples,
                   n_permutations=n_permutations, seed=seed, agree=pooled["agree"], part=pooled["part"],
-                  pooled_text=pooled["text"])
+                  pooled_text=pooled["text"],
+        attribution_text="; ".join(
+            f"{r['model']}: raw {fmt_interval(r['rho'], r['rho_low'], r['rho_high'], signed=True)}, partialled on "
+            f"block index {fmt_interval(r['rho_partial'], r['rho_partial_low'], r['rho_partial_high'], signed=True)}, "
+            f"without the end blocks {fmt_interval(r['rho_inner'], r['rho_inner_low'], r['rho_inner_high'], signed=True)}, "
+            f"{role}-projection α {fmt_interval(r['rho_q'], r['rho_q_low'], r['rho_q_high'], signed=True)}"
+            for r in rows))
     tables = dict(models=table[COLUMNS], alpha_profiles=pd.concat(alpha_parts, ignore_index=True),
                   delta_profiles=pd.concat(delta_parts, ignore_index=True))
     out = save(out_dir, tables, record)

@@ -21,16 +21,21 @@ def shape_sentence(shape: dict, first_block: int = 0) -> str:
     """The chapter's sentence on the profile's shape, from ``zones.analysis.profile.profile_shape``: where its
     largest value sits, and what the fitted line and parabola say (with intervals)."""
     rise = fmt_interval(shape["rise"], shape["rise_low"], shape["rise_high"], signed=True)
+    ranked = (f"its rank trend (Spearman ρ with the block index) is "
+              f"{fmt_interval(shape['rank_trend'], shape['rank_trend_low'], shape['rank_trend_high'], signed=True)}")
     curve = fmt_interval(shape["curvature"], shape["curvature_low"], shape["curvature_high"], signed=True)
     top = f"block {shape['top_block']} ({fmt_num(shape['top_value'])})"
     where = (f"The first block has the largest value of all ({fmt_num(shape['top_value'])}); "
              if shape["top_block"] == first_block else f"The largest value is at {top}; ")
     lead = {"inverted U": f"the profile is an inverted U: the fitted parabola's curvature is {curve} and it "
                           f"turns at relative depth {fmt_num(shape['vertex'], 2)}",
-            "rises": f"the profile rises: the fitted line changes by {rise} from the first block to the last",
-            "falls": f"the profile falls: the fitted line changes by {rise} from the first block to the last",
+            "rises": f"the profile rises: {ranked}, and the fitted line changes by {rise} from the first block to "
+                     f"the last",
+            "falls": f"the profile falls: {ranked}, and the fitted line changes by {rise} from the first block to "
+                     f"the last",
             "U-shaped": f"the profile is U-shaped (curvature {curve}), the opposite of an inverted U",
-            "not separable": f"neither a rise ({rise}) nor a curvature ({curve}) is separable from zero",
+            "not separable": f"neither a rank trend ({ranked.split(' is ')[1]}) nor a curvature ({curve}) is "
+                             f"separable from zero (the fitted line changes by {rise})",
             "undefined": "the shape is undefined (fewer than three blocks)"}[shape["shape"]]
     if shape["top_block"] == first_block and shape["shape"] == "rises":
         lead += ", so the rise is carried by the later blocks and the first block stands above the line"

@@ -28,6 +28,8 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
+from zones.analysis.bootstrap import interval_side
+from zones.analysis.power import rho_rule_power
 from zones.analysis.profile import trend_word
 from zones.core.cache import atomic_write_text
 from zones.pruning import COLLAPSE_RATIO, RECIPE_ABLATIONS
@@ -48,6 +50,7 @@ from zones.report.verdicts import (
     PAPER_Q_PROFILE,
     PAPER_RATIO,
     PAPER_RHO,
+    PAPER_RHO_MID,
     PAPER_RHO_P,
     TASK_CLAIM,
     UNDEFINED,
@@ -71,13 +74,17 @@ from zones.report.verdicts import (
     score_shape,
     score_task_accuracy,
     score_wave,
+    side_verdict,
+    strict_band,
+    rho_strict_rule,
+    strict_ratio_magnitude,
     verdict_phrase,
 )
 
 COLUMNS = ["claim", "source", "paper", "ours", "interval", "model", "corpus", "chapter", "rule", "verdict", "reason",
            "note"]
 CHAPTERS = ("alpha_profile", "layer_ablation", "importance_vs_alpha", "pruning", "healing", "depth_series",
-            "spectral_lifecycle")
+            "spectral_lifecycle", "across_models")
 LAST_N = ("last_n", "last_n_keep_last")   # the claim's reference: literal Last-N, and as practitioners use it
 Tables = Mapping[str, Mapping[str, Any]]
 
@@ -170,11 +177,39 @@ def _rho_rows(tables: Tables) -> list[dict]:
             n = int(n) if n is not None and finite(float(n)) else None
             floor = f"; with {n} blocks the smallest p is {fmt_num(min_permutation_p(n), 2)}" if n else ""
             ours = f"ρ = {fmt_num(r['rho'], 2)}, {fmt_p(r['p_value'])} ({role} {estimator}, chosen in advance{floor})"
+            notes = [_strict_rho_note(r["ci_low"], r["ci_high"], r["p_value"], n), _depth_note(found, str(r["model"])),
+                     _q_note(tables, str(r["model"]))]
             rows.append(_row(ours, fmt_interval(None, r["ci_low"], r["ci_high"]), str(r["model"]),
                              _corpus(tables, chapter), chapter,
                              score_rho(r["rho"], r["ci_low"], r["ci_high"], r["p_value"], n),
-                             _depth_note(found, str(r["model"]))))
+                             "; ".join(n for n in notes if n)))
     return rows
+
+
+def _strict_rho_note(low: float, high: float, p_value: float, n: int | None) -> str:
+    """The strict reading of the ρ claim (the whole interval at or above 0.69), labelled, with its power."""
+    word = strict_band(low, high, PAPER_RHO)
+    word = OPEN if word == HOLDS and not p_value < PAPER_RHO_P else word
+    power = rho_rule_power(rho_strict_rule, PAPER_RHO_MID, int(n))["holds"] if n and n >= 3 else math.nan
+    said = f", power {power:.2f} at {n} blocks if the true ρ were {PAPER_RHO_MID}" if finite(power) else ""
+    return f"strict reading (the whole interval at or above {PAPER_RHO[0]}): {word}{said}"
+
+
+def _across(tables: Tables) -> pd.DataFrame | None:
+    """The across-models chapter's one row per model (SmolLM2 and each trained run), if it ran."""
+    return tables.get("across_models", {}).get("models")
+
+
+def _q_note(tables: Tables, model: str) -> str:
+    """ρ with the Q-projection α (the paper's quantity) beside the book's α, from the across-models table."""
+    across = _across(tables)
+    if across is None or "rho_q" not in across:
+        return ""
+    found = across[across["model"].astype(str) == model]
+    if found.empty:
+        return ""
+    r = found.iloc[0]
+    return f"with the Q-projection α ρ = {fmt_interval(r['rho_q'], r['rho_q_low'], r['rho_q_high'], signed=True)}"
 
 
 def _depth_note(found: Mapping[str, Any], model: str) -> str:
@@ -203,7 +238,23 @@ def _partial_rho_rows(tables: Tables) -> list[dict]:
         rows.append(_row(ours, fmt_interval(None, r["ci_low"], r["ci_high"]), str(r["model"]),
                          _corpus(tables, "importance_vs_alpha"), "importance_vs_alpha",
                          score_partial_rho(float(r["ci_low"]), float(r["ci_high"]), n_blocks=n)))
+    across, done = _across(tables), {row["model"] for row in rows}
+    if across is not None and "rho_partial" in across:
+        for r in across.to_dict("records"):
+            if str(r["model"]) in done or not _is_trained(r):
+                continue
+            ours = (f"ρ partialled on block index = {fmt_num(r['rho_partial'], 2)} ({name}, {int(r['blocks'])} blocks); "
+                    f"without the end blocks {fmt_interval(r['rho_inner'], r['rho_inner_low'], r['rho_inner_high'])}")
+            rows.append(_row(ours, fmt_interval(None, r["rho_partial_low"], r["rho_partial_high"]), str(r["model"]),
+                             str(r["corpus"]), "across_models",
+                             score_partial_rho(float(r["rho_partial_low"]), float(r["rho_partial_high"]),
+                                               n_blocks=int(r["blocks"]))))
     return rows
+
+
+def _is_trained(row: Mapping[str, Any]) -> bool:
+    """A row of the across-models table that is a trained run of the depth series (its corpus is held-out text)."""
+    return "(held out)" in str(row.get("corpus", ""))
 
 
 def _pruning_model(tables: Tables) -> str:
@@ -228,8 +279,37 @@ def _ratio_rows(score: Callable[[float, float], Verdict]) -> Callable[[Tables], 
                      ratio_interval_text(r["ratio_low"], r["ratio_high"]),
                      f"{_pruning_model(tables)} (vs {r['reference']})", _corpus(tables, "pruning"), "pruning",
                      score(r["ratio_low"], r["ratio_high"], ratio=r["ratio"], tokens=_tokens(tables, "pruning")),
-                     _behind_note(tables, k_max))
-                for r in at_max.to_dict("records")]
+                     "; ".join(n for n in (_strict_ratio_note(score, r), _behind_note(tables, k_max)) if n))
+                for r in at_max.to_dict("records")] + (_trained_direction_rows(tables) if score is
+                                                       score_ratio_direction else [])
+    return rows
+
+
+def _strict_ratio_note(score: Callable, r: Mapping[str, Any]) -> str:
+    if score is not score_ratio_magnitude:
+        return ""
+    return (f"strict reading (the whole interval inside [{PAPER_RATIO[0]}, {PAPER_RATIO[1]}]): "
+            f"{strict_ratio_magnitude(r['ratio_low'], r['ratio_high'])}")
+
+
+def _trained_direction_rows(tables: Tables) -> list[dict]:
+    """The direction claim on each trained run: the across-models chapter's paired difference d =
+    Δloss(zone-aware) − Δloss(Last-N keeping the last block) at k = ⌈L/4⌉ (d below 0 is the ratio above 1)."""
+    across, rows = _across(tables), []
+    if across is None:
+        return rows
+    for r in across.to_dict("records"):
+        if not _is_trained(r) or not finite(r.get("diff_low"), r.get("diff_high")):
+            continue
+        # ratio > 1 exactly when Δloss(Last-N) > Δloss(zone-aware): score −d against 0 with the direction rule's reading
+        low, high = -float(r["diff_high"]), -float(r["diff_low"])
+        verdict = side_verdict(interval_side(low, high, 0.0), "above",
+                               *binding_limit("windows", low=low, high=high, tokens=int(r["pruning_tokens"]),
+                                              estimate=-float(r["diff"]), threshold=0.0))
+        ours = (f"Δloss({LAST_N_KEEP_LAST}) − Δloss({OURS}) at k = {int(r['k'])} of {int(r['blocks'])}: "
+                f"{fmt_num(-float(r['diff']), 3, signed=True)} nats (above 0: the ratio above 1)")
+        rows.append(_row(ours, fmt_interval(None, low, high), f"{r['model']} (vs {LAST_N_KEEP_LAST})",
+                         str(r["corpus"]), "across_models", verdict))
     return rows
 
 
@@ -286,7 +366,7 @@ def _gap_rows(tables: Tables) -> list[dict]:
     return [_row(f"{shown} at k = {int(top['k'])} ({top['worst']} / {top['best']})",
                  ratio_interval_text(top["worst_best_ratio_low"], top["worst_best_ratio_high"]),
                  _pruning_model(tables), _corpus(tables, "pruning"), "pruning",
-                 score_gap(top["worst_best_ratio_low"], top["worst_best_ratio_high"],
+                 score_gap(top["worst_best_ratio_low"], top["worst_best_ratio_high"], gap=top["worst_best_ratio"],
                            tokens=_tokens(tables, "pruning")))]
 
 
@@ -299,11 +379,15 @@ def _shape_rows(tables: Tables) -> list[dict]:
     if "shape_claim" in alpha:
         r = alpha["shape_claim"].iloc[0]
         rise = fmt_interval(r["rise"], r["rise_low"], r["rise_high"], signed=True)
-        ours = (f"{r['role']}-projection α: {r['shape']}; rise {rise}, "
+        trend = (fmt_interval(r["rank_trend"], r["rank_trend_low"], r["rank_trend_high"], signed=True)
+                 if "rank_trend" in r else "not computed (an older table)")
+        ours = (f"{r['role']}-projection α: {r['shape']}; rank trend {trend}, fitted rise {rise}, "
                 f"curvature {fmt_interval(r['curvature'], r['curvature_low'], r['curvature_high'], signed=True)}; "
                 f"largest at block {int(r['top_block'])}")
-        return [_row(ours, f"rise {fmt_interval(None, r['rise_low'], r['rise_high'])}", model, "– (weights only)",
-                     "alpha_profile", score_shape(str(r["shape"]), n_blocks=_count(r, "n_blocks")))]
+        interval = (f"rank trend {fmt_interval(None, r['rank_trend_low'], r['rank_trend_high'])}" if "rank_trend" in r
+                    else f"rise {fmt_interval(None, r['rise_low'], r['rise_high'])}")
+        return [_row(ours, interval, model, "– (weights only)", "alpha_profile",
+                     score_shape(str(r["shape"]), n_blocks=_count(r, "n_blocks")))] + _trained_shape_rows(tables)
     if "trend" in alpha and "q" in set(alpha["trend"]["role"]):
         r = alpha["trend"].set_index("role").loc["q"]
         ours = f"Q-projection α {r['first_fit']:.2f} → {r['last_fit']:.2f} (fitted), rise {fmt_num(r['rise'])}"
@@ -311,6 +395,24 @@ def _shape_rows(tables: Tables) -> list[dict]:
         return [_row(ours, fmt_interval(None, r["rise_low"], r["rise_high"]), model, "– (weights only)",
                      "alpha_profile", score_shape(shape, n_blocks=_count(r, "n_blocks")))]
     return []
+
+
+def _trained_shape_rows(tables: Tables) -> list[dict]:
+    """The shape claim on each trained run, from the across-models table (the same rule, the same role)."""
+    across, rows = _across(tables), []
+    if across is None or "rank_trend" not in across:
+        return rows
+    role = str(_summary(tables, "across_models").get("role", "q"))
+    for r in across.to_dict("records"):
+        if not _is_trained(r):
+            continue
+        ours = (f"{role}-projection α: {r['shape']}; rank trend "
+                f"{fmt_interval(r['rank_trend'], r['rank_trend_low'], r['rank_trend_high'], signed=True)}, fitted rise "
+                f"{fmt_interval(r['rise'], r['rise_low'], r['rise_high'], signed=True)}")
+        rows.append(_row(ours, f"rank trend {fmt_interval(None, r['rank_trend_low'], r['rank_trend_high'])}",
+                         str(r["model"]), "– (weights only)", "across_models",
+                         score_shape(str(r["shape"]), n_blocks=int(r["blocks"]))))
+    return rows
 
 
 def _first_rows(tables: Tables) -> list[dict]:

@@ -57,7 +57,16 @@ from zones.pruning import (
 from zones.pruning.compare import SHARE_COLUMNS, SHARE_KS, gain_share, reference_comparisons, worst_best_gaps
 from zones.report.common import NAN, ChapterResult, precision_text, save
 from zones.report.format import fmt_interval, fmt_num, fmt_ratio
-from zones.report.verdicts import OURS, PAPER_RATIO, score_ratio_direction, score_ratio_magnitude, verdict_phrase
+from zones.report.verdicts import (
+    FAILS,
+    HOLDS,
+    OURS,
+    PAPER_RATIO,
+    score_ratio_direction,
+    score_ratio_magnitude,
+    strict_ratio_magnitude,
+    verdict_phrase,
+)
 from zones.spectra import alpha_table
 
 REFERENCES = ("last_n", "last_n_keep_last", "random", "random_protected")   # compared with ours, in this order
@@ -186,12 +195,14 @@ def claim_text(comparison: pd.DataFrame, k_max: int, reference: str = "last_n") 
         return f"The claim cannot be scored: {reference} was not run."
     row = rows.iloc[0]
     direction = score_ratio_direction(row["ratio_low"], row["ratio_high"])
-    magnitude = score_ratio_magnitude(row["ratio_low"], row["ratio_high"])
+    magnitude = score_ratio_magnitude(row["ratio_low"], row["ratio_high"], ratio=row["ratio"])
     lo, hi = PAPER_RATIO
+    said = verdict_phrase(magnitude) + (f" ({magnitude.why})" if magnitude in (HOLDS, FAILS) and magnitude.why else "")
     return (f"Against {reference} at k = {k_max}: {ratio_text(row)}. By the scorecard's rules, the claim that "
             f"zone-aware removes blocks more cheaply {verdict_phrase(direction)} (the ratio's interval above 1), and "
-            f"the claim that it does so by the paper's {lo}×–{hi}× {verdict_phrase(magnitude)} (the interval inside "
-            f"[{lo}, {hi}]).")
+            f"the claim that it does so by the paper's {lo}×–{hi}× {said}: the ratio at or above {lo} with its "
+            f"interval above 1; by the strict reading (the whole interval inside [{lo}, {hi}]) it "
+            f"{verdict_phrase(strict_ratio_magnitude(row['ratio_low'], row['ratio_high']))}.")
 
 
 def behind_text(comparison: pd.DataFrame, ours: str = OURS) -> str:

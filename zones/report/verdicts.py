@@ -26,6 +26,7 @@ import pandas as pd
 from zones.analysis.bootstrap import interval_side
 from zones.analysis.importance import delta_loss_bounds
 from zones.analysis.lifecycle import PAPER_DELTA_ALPHA_EXPONENT
+from zones.analysis.power import rho_rule_power
 from zones.pruning import COLLAPSE_RATIO
 from zones.report.format import fmt_num, fmt_ratio, power_of_ten
 
@@ -76,14 +77,17 @@ class Verdict(str):
             raise ValueError(f"an inconclusive verdict needs a reason in {sorted(REASONS)}; got {reason!r}")
         self = super().__new__(cls, word)
         self.reason = reason if word == OPEN else ""
-        self.detail = detail if word == OPEN else ""
+        self.detail = detail if word in (OPEN, HOLDS, FAILS) else ""
         return self
 
     @property
     def why(self) -> str:
-        """The reason in words, with its detail (``""`` unless inconclusive)."""
+        """The reason in words, with its detail; for a firm verdict its detail alone (``"beyond the
+        paper's range"``), ``""`` when it has none."""
         text = REASONS.get(self.reason, "")
-        return f"{text}; {self.detail}" if text and self.detail else text
+        if not text:
+            return self.detail
+        return f"{text}; {self.detail}" if self.detail else text
 
 
 def _listed(items: list[str]) -> str:
@@ -198,22 +202,84 @@ def ratio_interval_text(low: float, high: float) -> str:
 
 # --- α predicts importance ---------------------------------------------------------------------------
 
-@rule(f"ρ of the α chosen in advance (the chapter's parameter, not the best of the table); holds if its 95% "
-      f"interval lies at or above {PAPER_RHO[0]} and p < {PAPER_RHO_P}; does not hold if it lies below "
-      f"{PAPER_RHO[0]}; inconclusive otherwise, bound by the blocks (its interval resamples blocks and its p "
-      f"permutes them; with n blocks even a perfect ordering cannot reach p below 2/n!)")
+PAPER_RHO_MID = round(sum(PAPER_RHO) / 2, 3)   # 0.765: the effect whose power the pages quote
+
+
+def band_verdict(value: float, low: float, high: float, band: tuple[float, float], *, significant: bool,
+                 units: str, **limit) -> Verdict:
+    """The one reading of a figure against the paper's band ``(a, b)``, shared by every magnitude
+    rule (ρ, the Last-N ratio, the worst/best gap), so that overshoot is read the same way in all:
+
+    holds if ``value`` (the point figure) is at or above ``a`` and ``significant`` (the paper's own standard: its
+    point figure, separable from no effect), with the detail "within the paper's range" or
+    "beyond the paper's range (overshoot)"; does not hold if the interval lies below ``a``;
+    inconclusive otherwise (``units`` and ``limit`` say which limit binds)."""
+    if not finite(value, low, high):
+        return Verdict(OPEN, UNDEFINED)
+    a, b = band
+    if high < a:
+        return Verdict(FAILS, detail=f"the interval lies below the paper's {fmt_num(a)}")
+    if value >= a and significant:
+        where = "within the paper's range" if value <= b else \
+            f"beyond the paper's range (overshoot: above {fmt_num(b)})"
+        return Verdict(HOLDS, detail=where)
+    return inconclusive(units, low=low, high=high, **limit)
+
+
+def strict_band(low: float, high: float, band: tuple[float, float]) -> str:
+    """The strict reading, printed as a second, labelled line: the whole 95% interval at or
+    above the band's lower end (``holds``), wholly below it (``does not hold``), else
+    ``inconclusive``; it answers "is the effect at least the paper's smallest?", which the
+    book's sizes rarely can (see the power table in Methods)."""
+    if not finite(low, high):
+        return OPEN
+    return HOLDS if low >= band[0] else FAILS if high < band[0] else OPEN
+
+
+def rho_power(n_blocks: int | None, rho: float = PAPER_RHO_MID) -> float:
+    """The chance that :func:`score_rho` says "holds" at ``n_blocks`` blocks if the true ρ is
+    ``rho`` (by default the middle of the paper's band), simulated by
+    ``zones.analysis.power.rho_rule_power``; NaN without a block count."""
+    if n_blocks is None or not finite(n_blocks) or int(n_blocks) < 3:
+        return math.nan
+    return rho_rule_power(rho_rule, float(rho), int(n_blocks))["holds"]
+
+
+@rule(f"ρ of the α chosen in advance (the chapter's parameter, not the best of the table), read as the paper "
+      f"reads each of its models: holds if ρ is at or above {PAPER_RHO[0]} and its permutation p < {PAPER_RHO_P} "
+      f"(\"within the paper's range\" up to {PAPER_RHO[1]}, \"beyond\" above it); does not hold if its 95% "
+      f"interval (blocks resampled) lies below {PAPER_RHO[0]}; inconclusive otherwise, bound by the blocks, with "
+      f"the rule's power at that many blocks (the chance of 'holds' if the true ρ were {PAPER_RHO_MID}). The "
+      f"strict reading (the whole interval at or above {PAPER_RHO[0]}) is printed beside it")
 def score_rho(rho: float, low: float, high: float, p_value: float, n_blocks: int | None = None) -> Verdict:
-    """Claim "α predicts importance, ρ = 0.69–0.84 with p < 0.02"; ``n_blocks`` gives the
-    smallest p a permutation test can reach (:func:`min_permutation_p`)."""
-    side = interval_side(low, high, PAPER_RHO[0])
-    if side == "below":
-        return Verdict(FAILS)
-    if n_blocks is not None and min_permutation_p(int(n_blocks)) >= PAPER_RHO_P:
+    """Claim "α predicts importance, ρ = 0.69–0.84 with p < 0.02" (:func:`band_verdict`);
+    ``n_blocks`` gives the smallest p a permutation test can reach (:func:`min_permutation_p`)
+    and the power quoted when inconclusive (:func:`rho_power`)."""
+    if n_blocks is not None and min_permutation_p(int(n_blocks)) >= PAPER_RHO_P and finite(low, high) \
+            and high >= PAPER_RHO[0]:
         return Verdict(OPEN, BLOCKS, f"with {n_blocks} blocks the smallest two-sided permutation p is "
                                      f"{fmt_num(min_permutation_p(int(n_blocks)), 2)}, not below {PAPER_RHO_P}")
-    if (side == "above" or (side == "straddles" and low == PAPER_RHO[0])) and p_value < PAPER_RHO_P:
-        return Verdict(HOLDS)
-    return inconclusive("blocks", low=low, high=high, n_units=n_blocks)
+    significant = finite(p_value) and p_value < PAPER_RHO_P
+    verdict = band_verdict(rho, low, high, PAPER_RHO, significant=significant, units="blocks", n_units=n_blocks)
+    if verdict == OPEN and verdict.reason == BLOCKS:
+        power = rho_power(n_blocks)
+        if finite(power):
+            verdict.detail += f"; power {power:.2f} at {n_blocks} blocks (if the true ρ were {PAPER_RHO_MID})"
+    return verdict
+
+
+def rho_rule(rho: float, low: float, high: float, p: float, n: int) -> str:
+    """:func:`score_rho` as the power simulation calls it (no power in its detail: no recursion)."""
+    significant = p < PAPER_RHO_P
+    if min_permutation_p(int(n)) >= PAPER_RHO_P:
+        significant = False
+    return str(band_verdict(rho, low, high, PAPER_RHO, significant=significant, units="blocks", n_units=n))
+
+
+def rho_strict_rule(rho: float, low: float, high: float, p: float, n: int) -> str:  # noqa: ARG001
+    """The strict reading of ρ (:func:`strict_band` with p < 0.02), as the power simulation calls it."""
+    word = strict_band(low, high, PAPER_RHO)
+    return OPEN if word == HOLDS and not p < PAPER_RHO_P else word
 
 
 DEPTH_RHO_CLAIM = "α predicts importance beyond block depth"
@@ -253,7 +319,9 @@ def rho_verdict(correlation: dict, model: str, alpha_name: str) -> str:
 
 @rule("ratio = ΔPPL(Last-N) / ΔPPL(zone-aware) at the largest k; holds if its 95% interval lies above 1; does "
       "not hold if below 1; inconclusive (budget) if it contains 1; a zero-width interval (both removed the same "
-      "blocks, so every resample gives the same ratio) is read as it stands")
+      "blocks, so every resample gives the same ratio) is read as it stands. On a trained run (the across-models "
+      "chapter, k = ⌈L/4⌉) the same reading of the paired difference Δloss(Last-N) − Δloss(zone-aware), which is "
+      "above 0 exactly when the ratio is above 1")
 def score_ratio_direction(low: float, high: float, *, ratio: float | None = None, tokens: int | None = None) -> Verdict:
     """Claim "zone-aware removes blocks more cheaply than Last-N", from the ratio's interval
     (``ratio`` and ``tokens``, when given, say how far a larger budget would have to go)."""
@@ -263,21 +331,31 @@ def score_ratio_direction(low: float, high: float, *, ratio: float | None = None
                         *binding_limit("windows", low=low, high=high, tokens=tokens, estimate=ratio, threshold=1.0))
 
 
-@rule(f"the same ratio; holds if its 95% interval lies inside [{PAPER_RATIO[0]}, {PAPER_RATIO[1]}]; does not "
-      f"hold if it lies wholly above {PAPER_RATIO[1]} (a ratio far above the paper's range, as when Last-N "
-      f"collapses, is not the paper's finding) or wholly below {PAPER_RATIO[0]}; inconclusive (budget) if it "
-      f"crosses either end, (undefined) if it is undefined")
-def score_ratio_magnitude(low: float, high: float, *, ratio: float | None = None,  # noqa: ARG001 (the same signature)
+@rule(f"the same ratio, read as every magnitude rule is (the same reading as ρ's): holds if the ratio is at or "
+      f"above {PAPER_RATIO[0]} and its 95% interval lies above 1 (\"within the paper's range\" up to "
+      f"{PAPER_RATIO[1]}, \"beyond the paper's range\" above it: an overshoot, as when Last-N collapses, is "
+      f"labelled, not failed); does not hold if the interval lies below {PAPER_RATIO[0]}; inconclusive (budget) "
+      f"otherwise, (undefined) if it is undefined. The strict reading (the whole interval inside "
+      f"[{PAPER_RATIO[0]}, {PAPER_RATIO[1]}]) is printed beside it")
+def score_ratio_magnitude(low: float, high: float, *, ratio: float | None = None,
                           tokens: int | None = None) -> Verdict:
-    """Claim "… by 1.1×–3.6×", from the ratio's interval."""
-    lo, hi = PAPER_RATIO
+    """Claim "… by 1.1×–3.6×" (:func:`band_verdict`; without ``ratio`` the interval's
+    geometric middle stands for it)."""
+    if ratio is None and finite(low, high) and low > 0:
+        ratio = math.sqrt(low * high)
+    return band_verdict(ratio if ratio is not None else math.nan, low, high, PAPER_RATIO,
+                        significant=finite(low) and low > 1, units="windows", tokens=tokens, estimate=ratio,
+                        threshold=PAPER_RATIO[0])
+
+
+def strict_ratio_magnitude(low: float, high: float) -> str:
+    """The strict reading of the magnitude: the whole interval inside the paper's band."""
     if not finite(low, high):
-        return Verdict(OPEN, UNDEFINED)
+        return OPEN
+    lo, hi = PAPER_RATIO
     if low >= lo and high <= hi:
-        return Verdict(HOLDS)
-    if low > hi or high < lo:
-        return Verdict(FAILS)
-    return inconclusive("windows", low=low, high=high, tokens=tokens)
+        return HOLDS
+    return FAILS if (low > hi or high < lo) else OPEN
 
 
 @rule("the separable winner at each k (its paired Δloss interval excludes 0; otherwise neither wins there); "
@@ -310,19 +388,19 @@ def score_crossover(winners: Mapping[int, str], ours: str = OURS, reference: str
     return inconclusive("windows", tokens=tokens)
 
 
-@rule(f"the largest worst/best ΔPPL ratio over k; holds if its 95% interval lies above 1 and reaches "
-      f"{PAPER_GAP} or beyond (gaps at least as large as the paper's); does not hold if it lies wholly below "
-      f"{PAPER_GAP}; inconclusive if it is undefined (the best arm's ΔPPL interval reaches 0) or contains 1")
-def score_gap(low: float, high: float, *, tokens: int | None = None) -> Verdict:
-    """Claim "the choice of strategy matters: worst-vs-best gaps up to 23.7×": a gap larger
-    than the paper's bears "up to 23.7×" out (or exceeds it); it does not contradict it."""
-    if not finite(low, high):
-        return Verdict(OPEN, UNDEFINED)
-    if high < PAPER_GAP:
-        return Verdict(FAILS)
-    if low > 1:
-        return Verdict(HOLDS)
-    return inconclusive("windows", low=low, high=high, tokens=tokens)
+@rule(f"the largest worst/best ΔPPL ratio over k, read as every magnitude rule is: holds if it is at or above "
+      f"{PAPER_RATIO[0]} (the smallest ratio the paper calls an effect) and its 95% interval lies above 1 "
+      f"(\"within the paper's range\" up to {PAPER_GAP}, \"beyond the paper's range\" above it: labelled, "
+      f"not failed, exactly as the Last-N ratio); does not hold if the interval lies below {PAPER_RATIO[0]}; "
+      f"inconclusive otherwise, (undefined) if the best arm's ΔPPL interval reaches 0")
+def score_gap(low: float, high: float, *, gap: float | None = None, tokens: int | None = None) -> Verdict:
+    """Claim "the choice of strategy matters: worst-vs-best gaps up to 23.7×" (:func:`band_verdict`
+    with the band [1.1, 23.7]; without ``gap`` the interval's geometric middle stands for it)."""
+    if gap is None and finite(low, high) and low > 0:
+        gap = math.sqrt(low * high)
+    return band_verdict(gap if gap is not None else math.nan, low, high, (PAPER_RATIO[0], PAPER_GAP),
+                        significant=finite(low) and low > 1, units="windows", tokens=tokens, estimate=gap,
+                        threshold=PAPER_RATIO[0])
 
 
 HEALING_CLAIM = "spectral-guided pruning beats Last-N after healing"
@@ -357,9 +435,10 @@ def score_task_accuracy(low: float, high: float, *, difference: float | None = N
 
 # --- the α profile, block importance, the lifecycle --------------------------------------------------
 
-@rule("over relative depth, blocks resampled, the first that applies: holds for an inverted U (the fitted "
-      "parabola's curvature interval below 0, its turn inside the depth) or a rise (the fitted line's rise "
-      "interval above 0); does not hold for a fall (the rise interval below 0) or a U shape (the curvature "
+@rule("over depth, blocks resampled, the first that applies: holds for an inverted U (the fitted parabola's "
+      "curvature interval below 0, its turn inside the depth) or a rise (the rank trend, Spearman ρ of α with the "
+      "block index, has its interval above 0: a rank trend, so that one outlying block cannot drag it as it drags "
+      "a fitted line); does not hold for a fall (the rank trend's interval below 0) or a U shape (the curvature "
       "interval above 0, its turn inside); inconclusive (blocks) otherwise")
 def score_shape(shape: str, *, n_blocks: int | None = None) -> Verdict:
     """Claim "the α profile rises with depth (an inverted U in deeper models)", from
@@ -526,7 +605,7 @@ def models_agreement(readings: Mapping[str, Mapping[str, str]]) -> dict:
 __all__ = ["BLOCKS", "BUDGET", "FAILS", "FIRST_FRACTION", "HEALING_CLAIM", "HEALING_PAPER", "HOLDS",
            "LAST_N_KEEP_LAST", "MISSING", "OPEN", "OURS", "PAPER_CROSSOVER_K", "PAPER_EXPONENT", "PAPER_GAP",
            "PAPER_Q_PROFILE", "PAPER_RATIO", "PAPER_RHO", "PAPER_RHO_P", "REASONS", "SEEDS", "UNDEFINED",
-           "UNITS", "VERDICTS", "Verdict", "binding_limit", "finite", "first_blocks", "first_blocks_matter_most",
+           "UNITS", "VERDICTS", "PAPER_RHO_MID", "Verdict", "band_verdict", "binding_limit", "rho_power", "rho_rule", "rho_strict_rule", "strict_band", "strict_ratio_magnitude", "finite", "first_blocks", "first_blocks_matter_most",
            "from_word", "inconclusive", "models_agreement", "min_permutation_p", "ratio_interval_text", "rho_verdict", "rule", "score_after_healing",
            "score_asymmetry", "score_crossover", "score_task_accuracy", "TASK_CLAIM", "EXAMPLES", "score_exponent", "score_exponent_interval", "score_gap",
            "score_ratio_direction", "score_ratio_magnitude", "score_rho", "score_shape", "score_wave",
