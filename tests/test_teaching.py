@@ -37,8 +37,10 @@ def test_class_times_come_from_the_last_class_build_record(tmp_path, capsys):
     assert f"{path}" in capsys.readouterr().err
 
 
-def test_teaching_page_says_when_a_budget_was_never_measured(tmp_path):
+def test_teaching_page_says_when_a_budget_was_never_measured(tmp_path, monkeypatch):
     from zones.report import teaching
+
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "empty-cache"))   # no build of any budget recorded
 
     result = teaching.run(timed_budget="gpu", chapters=["primer", "pruning"], out_dir=str(tmp_path / "out"))
     assert result.numbers["measured"] is False and "not measured on this machine" in result.numbers["status"]
@@ -59,3 +61,15 @@ def test_teaching_chapter_executes_where_the_book_runs_it(tmp_path, monkeypatch)
     run_notebook(chapter_source(root, "teaching"), folder / "teaching.ipynb", {}, cwd=folder)
     times = pd.read_csv(folder / "results" / "teaching" / "times.csv")
     assert times["chapter"].tolist()[:2] == ["primer", "teaching"]  # the book's chapters, in its order
+
+
+def test_without_a_class_build_the_page_shows_the_last_builds_measured_times(tmp_path):
+    # a default book builds no class budget: the page showed "n/a" in every cell; it now shows the
+    # measured times of the build it belongs to, and says which budget they are
+    from zones.book import _store_timing
+    from zones.report import teaching
+
+    _store_timing({"models": ["tiny-for-teaching"]}, "primer", 60.0)
+    result = teaching.run(timed_budget="class", chapters=["primer"], out_dir=str(tmp_path / "out"))
+    assert result.numbers["measured"] is True and result["times"]["seconds"].tolist() == [60.0]
+    assert "no class build is recorded here" in result.numbers["status"] and result.numbers["budget"] == "cpu"
