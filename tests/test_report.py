@@ -443,6 +443,12 @@ def test_scorecard_page_scores_the_tables_the_chapters_wrote(tiny_model_dir, tmp
     # the front page's verdict list: one line per claim, with a badge and a link
     front = (tmp_path / "claims_summary.md").read_text()
     assert front.count("\n- ") == len(claims.REGISTRY) and "zones-badge" in front and "{doc}`pruning" in front
+    # ... led by what was found, read from the same tables: the model, the precision, the claims that hold
+    found = front.split("\n\n")[0]
+    assert found.startswith("**What was found.** This build tested the paper on 1 model") and "float32" in found
+    outcomes = pd.read_csv(results / "claims" / "outcomes.csv")
+    held = outcomes[(outcomes["source"] == claims.PAPER_SOURCE) & (outcomes["outcome"] == claims.HOLDS)]
+    assert f"claims, {len(held)} hold" in found and all(c in found for c in held["claim"])
 
 
 def report_root():

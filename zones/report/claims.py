@@ -627,7 +627,7 @@ def _badge(verdict: str) -> str:
     return f'<span class="zones-badge zones-badge-{css}">{html.escape(verdict)}</span>'
 
 
-def summary_markdown(scores: pd.DataFrame, link_prefix: str = "chapters/") -> str:
+def summary_markdown(scores: pd.DataFrame, link_prefix: str = "chapters/", tables: Tables | None = None) -> str:
     """The front page's verdict list (MyST Markdown): the paper's claims, then the book's own
     claims beyond the paper, one line per claim with a badge for its outcome, the verdict per
     model, what the verdict alone does not say (the rows' notes) and a link to the chapter that
@@ -649,6 +649,7 @@ def summary_markdown(scores: pd.DataFrame, link_prefix: str = "chapters/") -> st
         return f"{n} {one if n == 1 else many}"
 
     paper, book = lines(PAPER_SOURCE), lines(BOOK_SOURCE)
+    found = f"**What was found.** {findings(scores, tables)}\n\n" if tables is not None else ""
     counts = claim_counts(scores, PAPER_SOURCE)
     head = (f"Of the paper's {len(paper)} claims the scorecard tests, {verb(counts[HOLDS], 'holds', 'hold')}, "
             f"{verb(counts[FAILS], 'does not hold', 'do not hold')}, "
@@ -656,11 +657,61 @@ def summary_markdown(scores: pd.DataFrame, link_prefix: str = "chapters/") -> st
             f"{verb(counts['mixed'], 'differs between models', 'differ between models')} and "
             f"{verb(counts[MISSING], 'was not measured', 'were not measured')} "
             f"({{doc}}`the scorecard <{link_prefix}claims>`):")
-    text = head + "\n\n" + "\n".join(paper) + "\n"
+    text = found + head + "\n\n" + "\n".join(paper) + "\n"
     if book:
         text += ("\nBeyond the paper, the book tests claims of its own (the paper does not make them), scored "
                  "by rules stated the same way:\n\n" + "\n".join(book) + "\n")
     return text
+
+
+def findings(scores: pd.DataFrame, tables: Tables) -> str:
+    """The front page's five sentences, each read from the tables this build wrote: on which
+    models and with what precision; what holds; what does not; whether α predicts importance on
+    the first model (raw and beyond depth); what zone-aware's pruning gain is made of."""
+    outcomes = claim_outcomes(scores)
+    paper = outcomes[outcomes["source"] == PAPER_SOURCE]
+    named = [str(m).split(" (vs ")[0] for m in scores["model"] if str(m) != "–"]
+    models = list(dict.fromkeys(Path(m).name if "/" in m else m for m in named))   # a path and its label: one model
+    ablation = _summary(tables, "layer_ablation")
+    dtype = ablation.get("dtype", _summary(tables, "pruning").get("dtype", "float32"))
+    tokens = _tokens(tables, "layer_ablation")
+    said = (f"This build tested the paper on {len(models)} model{'s' if len(models) != 1 else ''} "
+            f"({_listed_or_none(models)}), scored in {dtype}"
+            + (f", each ablation on {tokens:,} eval tokens" if tokens else "") + ".")
+    held = [f"{r.claim}" + (" (beyond the paper's range)" if "beyond the paper's range" in str(r.verdicts) +
+                            _reasons(scores, r.claim) else "") for r in paper.itertuples() if r.outcome == HOLDS]
+    failed = [r.claim for r in paper.itertuples() if r.outcome == FAILS]
+    other = [r.claim for r in paper.itertuples() if r.outcome not in (HOLDS, FAILS, MISSING)]
+    sentences = [said,
+                 f"Of the paper's {len(paper)} claims, {len(held)} hold: {_listed_or_none(held)}.",
+                 f"{len(failed)} do not hold ({_listed_or_none(failed)}), and {len(other)} are inconclusive or differ "
+                 f"between models ({_listed_or_none(other)}); Methods gives each rule's power at these sizes."]
+    rho = scores[(scores["claim"] == CLAIMS["rho"]) & (scores["chapter"] == "importance_vs_alpha")]
+    depth = scores[scores["claim"] == CLAIMS["rho_depth"]]
+    if not rho.empty:
+        r = rho.iloc[0]
+        low, high = (float(v) for v in str(r["interval"]).strip("[]").replace("−", "-").split(", ")) \
+            if str(r["interval"]).startswith("[") else (math.nan, math.nan)
+        side = interval_side(low, high, 0.0)
+        meaning = {"above": "α detectably predicts a block's importance", "below": "α orders importance the other way",
+                   "straddles": "α does not detectably predict a block's importance"}.get(side, "ρ is undefined")
+        beyond = depth[depth["model"] == r["model"]]
+        extra = (f"; with block index held fixed ρ is {beyond.iloc[0]['interval']} ({beyond.iloc[0]['verdict']})"
+                 if not beyond.empty else "")
+        sentences.append(f"On {r['model']}, {meaning}: {r['ours'].split(' (')[0]}, interval {r['interval']}{extra}.")
+    share = str(_summary(tables, "pruning").get("share_text", ""))
+    if share:
+        sentences.append(f"What zone-aware's pruning gain is made of: {share.split(' At k = ')[-1] if share.count('At k = ') > 1 else share}"
+                         .replace(": At k", ": at k"))
+    return " ".join(sentences)
+
+
+def _listed_or_none(items: list[str]) -> str:
+    return "none" if not items else items[0] if len(items) == 1 else "; ".join(items[:-1]) + f" and {items[-1]}"
+
+
+def _reasons(scores: pd.DataFrame, claim: str) -> str:
+    return " ".join(scores.loc[scores["claim"] == claim, "reason"].fillna("").astype(str))
 
 
 SCORECARD_NAME = "tbl-claims-scorecard"   # {numref}`tbl-claims-scorecard` cites it
@@ -736,12 +787,13 @@ def run(results_dir: str = "results", out_dir: str = "results/claims",
                    n_mixed=per_claim["mixed"], n_missing=per_claim[MISSING], rows_holds=counts[HOLDS],
                    rows_fails=counts[FAILS], rows_open=counts[OPEN], chapters_found=", ".join(tables) or "none",
                    n_book=int(len(book)),
-                   book_text="; ".join(f"{r.claim}: {r.outcome}" for r in book.itertuples()) or "none")
+                   book_text="; ".join(f"{r.claim}: {r.outcome}" for r in book.itertuples()) or "none",
+                   findings_text=findings(scores, tables))
     summary = dict(results_dir=str(results_dir), chapters=list(tables), counts=counts, claim_counts=per_claim,
                    book_claim_counts=claim_counts(scores, BOOK_SOURCE))
     out = save(out_dir, dict(claims=scores, outcomes=outcomes), summary)
     if summary_file is not None:
-        atomic_write_text(Path(summary_file), summary_markdown(scores))
+        atomic_write_text(Path(summary_file), summary_markdown(scores, tables=tables))
     return ChapterResult(dict(claims=scores, outcomes=outcomes, rules=rules_table()), numbers, summary, out,
                          extra=dict(scorecard=scorecard_html(scores)))
 
