@@ -377,12 +377,31 @@ def test_export_to_the_current_folder_is_refused_before_any_work(tmp_path, capfd
 
 def test_a_killed_exports_hidden_temporary_is_removed_by_the_next_export(tmp_path, capfd, tiny_model_dir):
     out = tmp_path / "pruned"
-    stale = tmp_path / ".pruned.k1ll3d.tmp"  # what atomic_directory leaves when its writer is killed
+    from zones.core.cache import mark_temporary
+
+    stale = tmp_path / ".pruned.k1ll3d.tmp"  # what atomic_directory leaves when its writer is killed: marked
     stale.mkdir()
+    mark_temporary(stale)
     (stale / "model.safetensors").write_bytes(b"\0" * 4096)
     assert main(export(tiny_model_dir, out, "--remove", "1")) == 0
     assert out.is_dir() and not stale.exists()
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".pruned")]
+
+
+def test_a_rerun_export_keeps_a_users_folder_shaped_like_a_temporary(tmp_path, capfd, tiny_model_dir):
+    """Issue 40: the clean-up removed every ``.NAME.*.tmp`` beside ``--out``, a user's backup
+    ``.smolp.mybackup.tmp`` too. Only temporaries zones marked as its own are removed."""
+    out = tmp_path / "smolp"
+    backup = tmp_path / ".smolp.mybackup.tmp"
+    backup.mkdir()
+    (backup / "notes.txt").write_text("mine")
+    mine = tmp_path / ".smolp.draft.tmp"
+    mine.write_text("a file of mine")
+    for _ in range(2):  # the first export and its rerun
+        assert main(export(tiny_model_dir, out, "--remove", "1")) == 0
+    assert (backup / "notes.txt").read_text() == "mine" and mine.read_text() == "a file of mine"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".smolp")) == [
+        ".smolp.draft.tmp", ".smolp.mybackup.tmp"]
 
 
 # --- nothing lost: the book's chapters and its one build at a time ----------------------------------
@@ -755,13 +774,14 @@ def test_train_refresh_gets_past_damaged_tokenizer_and_token_caches(tmp_path, ca
 def test_a_killed_training_writers_temporary_is_removed_by_the_next_run(tmp_path, capfd, corpus_file):
     import shutil
 
-    from zones.core.cache import cache_dir
+    from zones.core.cache import cache_dir, mark_temporary
 
     assert main(train_argv(corpus_file, tmp_path / "first")) == 0
     (run,) = [p for p in (cache_dir() / "train").iterdir() if not p.name.startswith(".")]
     shutil.rmtree(run)
     stale = run.parent / f".{run.name}.k1ll3d.tmp"  # a writer killed while writing the finished run
     stale.mkdir()
+    mark_temporary(stale)
     (stale / "model.safetensors").write_bytes(b"\0" * 4096)
     assert main(train_argv(corpus_file, tmp_path / "again")) == 0
     capfd.readouterr()
@@ -769,12 +789,15 @@ def test_a_killed_training_writers_temporary_is_removed_by_the_next_run(tmp_path
 
 
 def test_a_killed_cache_writers_temporary_file_is_removed_by_the_next_write():
-    from zones.core.cache import entry_path, sidecar_path, write_entry
+    from zones.core.cache import entry_path, mark_temporary, sidecar_path, temporary_marker, write_entry
 
     parts = {"kind": "unit", "case": "killed writer"}
     path = entry_path("unit", parts, ext="bin")
+    path.parent.mkdir(parents=True, exist_ok=True)
     stale = [path.parent / f".{path.name}.k1ll3d.tmp", path.parent / f".{sidecar_path(path).name}.k1ll3d.tmp"]
     for file in stale:
         file.write_bytes(b"\0" * 4096)  # what a writer killed between its write and its rename leaves
+        mark_temporary(file)
     write_entry(path, parts, b"payload")
-    assert not any(file.exists() for file in stale) and path.read_bytes() == b"payload"
+    assert not any(file.exists() or temporary_marker(file).exists() for file in stale)
+    assert path.read_bytes() == b"payload"
