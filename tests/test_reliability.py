@@ -801,3 +801,26 @@ def test_a_killed_cache_writers_temporary_file_is_removed_by_the_next_write():
     write_entry(path, parts, b"payload")
     assert not any(file.exists() or temporary_marker(file).exists() for file in stale)
     assert path.read_bytes() == b"payload"
+
+
+def test_a_killed_runs_cache_event_file_is_removed_by_the_next_count(tmp_path, monkeypatch):
+    """Issue 40: every ``zones-cache-events-*.tsv`` a killed run left stayed in /tmp for good. The
+    file is named with its process's id, and the next count removes those whose process is gone
+    (a live count's file is kept)."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from zones.core.cache import counting
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    killed = subprocess.run([sys.executable, "-c", "import os, signal\nfrom zones.core.cache import counting\n"
+                             "with counting():\n    os.kill(os.getpid(), signal.SIGKILL)"],
+                            env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert killed.returncode == -9 and len(list(tmp_path.glob("zones-cache-events-*"))) == 1  # what it left
+    with counting():
+        live = list(tmp_path.glob("zones-cache-events-*"))
+        assert len(live) == 1  # this count's own file only
+    assert not list(tmp_path.glob("zones-cache-events-*"))

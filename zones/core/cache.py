@@ -731,14 +731,45 @@ class Tally:
         return f"{self.n_read} cached entr{'y' if self.n_read == 1 else 'ies'} read, {self.n_computed} computed"
 
 
+EVENTS_PREFIX = "zones-cache-events-"   # + the pid of the process that counts, so its leftovers can be told apart
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this machine (one of another user's counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_dead_event_files() -> list[Path]:
+    """Remove the event files (``zones-cache-events-PID-*.tsv`` in the temporary folder) that a
+    killed count left: those whose process is gone. A live count's file is kept. Returns the
+    files removed."""
+    removed = []
+    for path in Path(tempfile.gettempdir()).glob(f"{EVENTS_PREFIX}*-*.tsv"):
+        pid = path.name[len(EVENTS_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) > 0 and not _pid_alive(int(pid)):
+            with contextlib.suppress(OSError):  # another count may be removing it too
+                path.unlink()
+                removed.append(path)
+    return removed
+
+
 @contextlib.contextmanager
 def counting():
     """Tally the cache entries read and computed inside the block by this process and by every
     process started meanwhile (a notebook kernel, a local Ray worker: they inherit
-    ``$ZONES_CACHE_EVENTS``). Yields a ``Tally``, filled when the block ends."""
+    ``$ZONES_CACHE_EVENTS``). Yields a ``Tally``, filled when the block ends. The events go to
+    a file named with this process's id, removed when the block ends; one that a killed run left
+    is removed by the next count on this machine (:func:`remove_dead_event_files`)."""
     tally = Tally()
     outer = os.environ.get(EVENTS_ENV)
-    fd, events = tempfile.mkstemp(prefix="zones-cache-events-", suffix=".tsv")
+    remove_dead_event_files()
+    fd, events = tempfile.mkstemp(prefix=f"{EVENTS_PREFIX}{os.getpid()}-", suffix=".tsv")
     os.close(fd)
     os.environ[EVENTS_ENV] = events
     try:
