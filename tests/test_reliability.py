@@ -661,6 +661,16 @@ def test_a_bad_healing_option_is_named_before_the_model_loads(tmp_path, capfd, f
     assert "max_tokens" not in line and "weights" not in line
 
 
+@pytest.mark.parametrize("flag, value, expected", [
+    ("--heal-tokens", "0", "got 0"), ("--lr", "inf", "finite"), ("--lr", "nan", "finite"), ("--lr", "0", "got 0")])
+def test_a_bad_healing_option_names_the_value_given(tmp_path, capfd, flag, value, expected):
+    """Issue 40: ``--heal-tokens 0`` said "got None" (0 read as the whole split, then refused), and
+    ``--lr inf`` "must be a number >= 0" (inf is one). The line names the value given, and says
+    finite where a value must be."""
+    line = one_error(capfd, heal_cli(NO_MODEL, tmp_path / "out", "--remove", "1", flag, value), flag, expected)
+    assert "None" not in line.split("got")[-1]
+
+
 def test_heal_refresh_heals_again_past_a_damaged_checkpoint(monkeypatch, one_thread):
     from test_heal import calibration
 
