@@ -644,6 +644,27 @@ def test_check_removed_refuses_bools_and_non_integers():
 
 # --- every bad value named before any work ------------------------------------------------------------
 
+@pytest.mark.parametrize("argv, expected", [
+    (["study", "--models", "m,m/", "--out", "study-out"], ("'m' and 'm/'", "list each model once")),
+    (["study", "--models", "m,./m", "--out", "study-out"], ("'m' and './m'",)),
+    (["book", "--models", "m,m"], ("'m' twice",)),
+    (["book", "--models", "gpt2,smollm2-135m,gpt2"], ("'gpt2' twice",)),
+], ids=["study-two-spellings", "study-dot-slash", "book-same-name", "book-hub-id"])
+def test_one_model_listed_twice_is_refused_naming_both_spellings(tmp_path, capfd, monkeypatch, argv, expected):
+    """Issue 40: ``zones study --models m,m/`` took one model under two spellings for two models,
+    and ``zones book --models m,m`` the exact duplicate. A local model is its resolved path, any
+    other its exact name; a model listed twice is one line naming both spellings."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m").mkdir()
+    line = one_error(capfd, argv, "--models", *expected)
+    assert "twice" in line
+    assert not (tmp_path / "study-out").exists()
+    from zones.study import StudyError, parse_models
+
+    with pytest.raises(StudyError, match="'m' and 'm/'"):
+        parse_models("m,m/")
+
+
 @pytest.mark.parametrize("command", [export, heal_cli], ids=["export", "heal"])
 @pytest.mark.parametrize("remove, expected", [
     ("", "names no block"), (",", "names no block"), ("1,1", "block 1 twice"), ("a", "'a'"),

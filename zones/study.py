@@ -76,6 +76,7 @@ from zones.core.cache import (
     write_entry,
     write_table,
 )
+from zones.core.checks import duplicate_models, duplicate_text
 from zones.core.executors import Job, check_executor, ray_connect, run_jobs
 from zones.core.glossary import DEFAULT_BUDGET, add_flag, check_value, default, preset, term
 from zones.core.models import BUILTIN_MODELS, resolve_source
@@ -227,14 +228,16 @@ def chapter_kwargs(call: dict[str, tuple[str, Any]], parameters: dict[str, Any])
 # --- the plan -----------------------------------------------------------------------------------------
 
 def parse_models(models: str | Sequence[str]) -> list[str]:
-    """``"a,b,c"`` or a list → the list; empty names and duplicates refused."""
+    """``"a,b,c"`` or a list → the list; empty names refused, and so is one model listed twice,
+    under one spelling or two (``m,m/``: a local model is identified by its resolved path;
+    ``zones.core.checks.duplicate_models``)."""
     names = [m.strip() for m in (models.split(",") if isinstance(models, str) else models)]
     if not names or any(not n for n in names):
         raise StudyError(f"--models must list models separated by commas, e.g. gpt2,EleutherAI/pythia-160m; got "
                          f"{models!r}")
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise StudyError(f"--models lists {', '.join(twice)} twice")
+    found = duplicate_models(names)
+    if found:
+        raise StudyError(duplicate_text("--models", found))
     return names
 
 

@@ -28,7 +28,7 @@ from typing import Any, Mapping
 import numpy as np
 import yaml
 
-from zones.core.checks import check_float, check_int, check_models
+from zones.core.checks import DuplicateModelError, check_float, check_int, check_models
 
 BUDGETS = ("class", "cpu", "gpu")   # cpu is the default budget
 DEFAULT_BUDGET = "cpu"
@@ -408,7 +408,10 @@ def check_value(name: str, value: Any) -> Any:
                 raise fail()
             checked = dict(value)
         elif t.type == "models":
-            return check_models(value, t.name)
+            try:
+                return check_models(value, t.name)
+            except DuplicateModelError as err:  # its own words: both spellings of the one model
+                raise ValueError(f"parameter {err}") from None
         elif t.type == "str | list[str]":
             if isinstance(value, str) and value:
                 return value
