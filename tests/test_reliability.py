@@ -404,6 +404,22 @@ def test_a_rerun_export_keeps_a_users_folder_shaped_like_a_temporary(tmp_path, c
         ".smolp.draft.tmp", ".smolp.mybackup.tmp"]
 
 
+def test_evaluate_on_a_model_too_short_for_the_answers_is_one_line(tmp_path, capfd, tiny_tokenizer):
+    """Issue 40: ``zones evaluate`` on a model with 16 positions failed with a bare
+    ``AssertionError`` (lm-eval keeps each answer whole in the window). One line names the model,
+    its positions and the positions the longest answer needs."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    pytest.importorskip("lm_eval")
+    config = LlamaConfig(vocab_size=len(tiny_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16)
+    torch.manual_seed(0)
+    model_dir = save_model(tmp_path / "short", AutoModelForCausalLM.from_config(config).eval(), tiny_tokenizer)
+    line = fails_cleanly(capfd, ["evaluate", "--model", str(model_dir), "--tasks", "zones_next_sentence", "--limit", "2",
+                                 "--device", "cpu"], tmp_path / "eval", str(model_dir), "16 positions", "at least")
+    assert "AssertionError" not in line and re.search(r"longest takes (\d+) tokens", line)
+
+
 # --- nothing lost: the book's chapters and its one build at a time ----------------------------------
 
 def micro_project(root: Path, body: str) -> Path:
