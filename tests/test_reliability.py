@@ -404,20 +404,38 @@ def test_a_rerun_export_keeps_a_users_folder_shaped_like_a_temporary(tmp_path, c
         ".smolp.draft.tmp", ".smolp.mybackup.tmp"]
 
 
-def test_evaluate_on_a_model_too_short_for_the_answers_is_one_line(tmp_path, capfd, tiny_tokenizer):
-    """Issue 40: ``zones evaluate`` on a model with 16 positions failed with a bare
-    ``AssertionError`` (lm-eval keeps each answer whole in the window). One line names the model,
-    its positions and the positions the longest answer needs."""
+@pytest.fixture(scope="module")
+def short_model_dir(tmp_path_factory, tiny_tokenizer) -> Path:
+    """A tiny Llama with 16 positions (``max_position_embeddings``) and its tokenizer."""
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    pytest.importorskip("lm_eval")
     config = LlamaConfig(vocab_size=len(tiny_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16)
     torch.manual_seed(0)
-    model_dir = save_model(tmp_path / "short", AutoModelForCausalLM.from_config(config).eval(), tiny_tokenizer)
+    return save_model(tmp_path_factory.mktemp("short") / "short", AutoModelForCausalLM.from_config(config).eval(),
+                      tiny_tokenizer)
+
+
+def test_evaluate_on_a_model_too_short_for_the_answers_is_one_line(tmp_path, capfd, short_model_dir):
+    """Issue 40: ``zones evaluate`` on a model with 16 positions failed with a bare
+    ``AssertionError`` (lm-eval keeps each answer whole in the window). One line names the model,
+    its positions and the positions the longest answer needs."""
+    pytest.importorskip("lm_eval")
+    model_dir = short_model_dir
     line = fails_cleanly(capfd, ["evaluate", "--model", str(model_dir), "--tasks", "zones_next_sentence", "--limit", "2",
                                  "--device", "cpu"], tmp_path / "eval", str(model_dir), "16 positions", "at least")
     assert "AssertionError" not in line and re.search(r"longest takes (\d+) tokens", line)
+
+
+def test_a_study_jobs_error_names_the_parameter_as_the_user_gave_it(tmp_path, capfd, short_model_dir):
+    """Issue 40: a study job's error named ``--seq-len`` where the user passed ``--param seq_len``.
+    A chapter parameter is named as the study takes it; the job's line says what to pass."""
+    code = main(["study", "--models", str(short_model_dir), "--only", "layer_ablation", "--param", "seq_len=32",
+                 "--param", "eval_tokens=62", "--out", str(tmp_path / "study")])
+    lines = messages(capfd.readouterr().err)
+    assert code == 1 and lines[-1].startswith("zones study: error: "), lines
+    assert "--param seq_len=32 exceeds the model's 16 positions" in lines[-1], lines[-1]
+    assert "pass --param seq_len=16 or less" in lines[-1] and "--seq-len" not in lines[-1]
 
 
 # --- nothing lost: the book's chapters and its one build at a time ----------------------------------
