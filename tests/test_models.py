@@ -265,14 +265,16 @@ def test_concurrent_first_conversions_both_succeed(tiny_gguf, tmp_path):
 
 
 def test_deleted_weights_and_killed_conversions_are_repaired(tiny_gguf, tmp_path, monkeypatch):
+    from zones.core.cache import mark_temporary
     from zones.core.models import converted_gguf_dir
 
     monkeypatch.setenv("ZONES_CACHE", str(tmp_path))
     target = converted_gguf_dir(tiny_gguf)
     fingerprint = load_model(str(tiny_gguf), device="cpu").fingerprint
     (target / "model.safetensors").unlink()  # cached weights deleted by hand
-    stale = target.parent / f".{target.name}.killed.tmp"  # a killed conversion's folder
+    stale = target.parent / f".{target.name}.killed.tmp"  # a killed conversion's folder, marked as zones'
     stale.mkdir()
+    mark_temporary(stale)
     assert load_model(str(tiny_gguf), device="cpu").fingerprint == fingerprint
     assert not stale.exists()
     weights = target / "model.safetensors"
@@ -298,6 +300,7 @@ def test_an_edited_converted_copy_is_converted_again_not_used(tiny_gguf, tmp_pat
     """Values edited in place (a whole, readable safetensors file) were used as they were."""
     from safetensors.torch import load_file, save_file
 
+    from zones.core.cache import mark_temporary
     from zones.core.models import converted_gguf_dir
 
     monkeypatch.setenv("ZONES_CACHE", str(tmp_path))

@@ -399,6 +399,9 @@ def test_crossover_and_summaries():
     assert comparison["ratio"].tolist() == pytest.approx([0.5, 2 / 3, 1.25, 2.25])
     assert crossover_k(comparison) == 3
     assert crossover_k(comparison.iloc[:2]) is None
+    # a tie after Last-N's last win does not move the crossover (the scorecard's rule: issue 40)
+    ties = pd.DataFrame(dict(k=[1, 2, 3, 4, 5], winner=["last_n", "zone_aware", "tie", "tie", "zone_aware"]))
+    assert crossover_k(ties) == 2
     best = compare.best_by_k(summary)
     assert best["best"].tolist() == ["last_n", "last_n", "zone_aware", "zone_aware"]
     assert best["worst"].tolist() == ["random"] * 4

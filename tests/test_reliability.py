@@ -377,12 +377,65 @@ def test_export_to_the_current_folder_is_refused_before_any_work(tmp_path, capfd
 
 def test_a_killed_exports_hidden_temporary_is_removed_by_the_next_export(tmp_path, capfd, tiny_model_dir):
     out = tmp_path / "pruned"
-    stale = tmp_path / ".pruned.k1ll3d.tmp"  # what atomic_directory leaves when its writer is killed
+    from zones.core.cache import mark_temporary
+
+    stale = tmp_path / ".pruned.k1ll3d.tmp"  # what atomic_directory leaves when its writer is killed: marked
     stale.mkdir()
+    mark_temporary(stale)
     (stale / "model.safetensors").write_bytes(b"\0" * 4096)
     assert main(export(tiny_model_dir, out, "--remove", "1")) == 0
     assert out.is_dir() and not stale.exists()
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".pruned")]
+
+
+def test_a_rerun_export_keeps_a_users_folder_shaped_like_a_temporary(tmp_path, capfd, tiny_model_dir):
+    """Issue 40: the clean-up removed every ``.NAME.*.tmp`` beside ``--out``, a user's backup
+    ``.smolp.mybackup.tmp`` too. Only temporaries zones marked as its own are removed."""
+    out = tmp_path / "smolp"
+    backup = tmp_path / ".smolp.mybackup.tmp"
+    backup.mkdir()
+    (backup / "notes.txt").write_text("mine")
+    mine = tmp_path / ".smolp.draft.tmp"
+    mine.write_text("a file of mine")
+    for _ in range(2):  # the first export and its rerun
+        assert main(export(tiny_model_dir, out, "--remove", "1")) == 0
+    assert (backup / "notes.txt").read_text() == "mine" and mine.read_text() == "a file of mine"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".smolp")) == [
+        ".smolp.draft.tmp", ".smolp.mybackup.tmp"]
+
+
+@pytest.fixture(scope="module")
+def short_model_dir(tmp_path_factory, tiny_tokenizer) -> Path:
+    """A tiny Llama with 16 positions (``max_position_embeddings``) and its tokenizer."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    config = LlamaConfig(vocab_size=len(tiny_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16)
+    torch.manual_seed(0)
+    return save_model(tmp_path_factory.mktemp("short") / "short", AutoModelForCausalLM.from_config(config).eval(),
+                      tiny_tokenizer)
+
+
+def test_evaluate_on_a_model_too_short_for_the_answers_is_one_line(tmp_path, capfd, short_model_dir):
+    """Issue 40: ``zones evaluate`` on a model with 16 positions failed with a bare
+    ``AssertionError`` (lm-eval keeps each answer whole in the window). One line names the model,
+    its positions and the positions the longest answer needs."""
+    pytest.importorskip("lm_eval")
+    model_dir = short_model_dir
+    line = fails_cleanly(capfd, ["evaluate", "--model", str(model_dir), "--tasks", "zones_next_sentence", "--limit", "2",
+                                 "--device", "cpu"], tmp_path / "eval", str(model_dir), "16 positions", "at least")
+    assert "AssertionError" not in line and re.search(r"longest takes (\d+) tokens", line)
+
+
+def test_a_study_jobs_error_names_the_parameter_as_the_user_gave_it(tmp_path, capfd, short_model_dir):
+    """Issue 40: a study job's error named ``--seq-len`` where the user passed ``--param seq_len``.
+    A chapter parameter is named as the study takes it; the job's line says what to pass."""
+    code = main(["study", "--models", str(short_model_dir), "--only", "layer_ablation", "--param", "seq_len=32",
+                 "--param", "eval_tokens=62", "--out", str(tmp_path / "study")])
+    lines = messages(capfd.readouterr().err)
+    assert code == 1 and lines[-1].startswith("zones study: error: "), lines
+    assert "--param seq_len=32 exceeds the model's 16 positions" in lines[-1], lines[-1]
+    assert "pass --param seq_len=16 or less" in lines[-1] and "--seq-len" not in lines[-1]
 
 
 # --- nothing lost: the book's chapters and its one build at a time ----------------------------------
@@ -625,6 +678,27 @@ def test_check_removed_refuses_bools_and_non_integers():
 
 # --- every bad value named before any work ------------------------------------------------------------
 
+@pytest.mark.parametrize("argv, expected", [
+    (["study", "--models", "m,m/", "--out", "study-out"], ("'m' and 'm/'", "list each model once")),
+    (["study", "--models", "m,./m", "--out", "study-out"], ("'m' and './m'",)),
+    (["book", "--models", "m,m"], ("'m' twice",)),
+    (["book", "--models", "gpt2,smollm2-135m,gpt2"], ("'gpt2' twice",)),
+], ids=["study-two-spellings", "study-dot-slash", "book-same-name", "book-hub-id"])
+def test_one_model_listed_twice_is_refused_naming_both_spellings(tmp_path, capfd, monkeypatch, argv, expected):
+    """Issue 40: ``zones study --models m,m/`` took one model under two spellings for two models,
+    and ``zones book --models m,m`` the exact duplicate. A local model is its resolved path, any
+    other its exact name; a model listed twice is one line naming both spellings."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m").mkdir()
+    line = one_error(capfd, argv, "--models", *expected)
+    assert "twice" in line
+    assert not (tmp_path / "study-out").exists()
+    from zones.study import StudyError, parse_models
+
+    with pytest.raises(StudyError, match="'m' and 'm/'"):
+        parse_models("m,m/")
+
+
 @pytest.mark.parametrize("command", [export, heal_cli], ids=["export", "heal"])
 @pytest.mark.parametrize("remove, expected", [
     ("", "names no block"), (",", "names no block"), ("1,1", "block 1 twice"), ("a", "'a'"),
@@ -640,6 +714,16 @@ def test_a_bad_remove_flag_is_named_before_the_model_loads(tmp_path, capfd, comm
 def test_a_bad_healing_option_is_named_before_the_model_loads(tmp_path, capfd, flag, value):
     line = one_error(capfd, heal_cli(NO_MODEL, tmp_path / "out", "--remove", "1", flag, value), flag)
     assert "max_tokens" not in line and "weights" not in line
+
+
+@pytest.mark.parametrize("flag, value, expected", [
+    ("--heal-tokens", "0", "got 0"), ("--lr", "inf", "finite"), ("--lr", "nan", "finite"), ("--lr", "0", "got 0")])
+def test_a_bad_healing_option_names_the_value_given(tmp_path, capfd, flag, value, expected):
+    """Issue 40: ``--heal-tokens 0`` said "got None" (0 read as the whole split, then refused), and
+    ``--lr inf`` "must be a number >= 0" (inf is one). The line names the value given, and says
+    finite where a value must be."""
+    line = one_error(capfd, heal_cli(NO_MODEL, tmp_path / "out", "--remove", "1", flag, value), flag, expected)
+    assert "None" not in line.split("got")[-1]
 
 
 def test_heal_refresh_heals_again_past_a_damaged_checkpoint(monkeypatch, one_thread):
@@ -755,13 +839,14 @@ def test_train_refresh_gets_past_damaged_tokenizer_and_token_caches(tmp_path, ca
 def test_a_killed_training_writers_temporary_is_removed_by_the_next_run(tmp_path, capfd, corpus_file):
     import shutil
 
-    from zones.core.cache import cache_dir
+    from zones.core.cache import cache_dir, mark_temporary
 
     assert main(train_argv(corpus_file, tmp_path / "first")) == 0
     (run,) = [p for p in (cache_dir() / "train").iterdir() if not p.name.startswith(".")]
     shutil.rmtree(run)
     stale = run.parent / f".{run.name}.k1ll3d.tmp"  # a writer killed while writing the finished run
     stale.mkdir()
+    mark_temporary(stale)
     (stale / "model.safetensors").write_bytes(b"\0" * 4096)
     assert main(train_argv(corpus_file, tmp_path / "again")) == 0
     capfd.readouterr()
@@ -769,12 +854,38 @@ def test_a_killed_training_writers_temporary_is_removed_by_the_next_run(tmp_path
 
 
 def test_a_killed_cache_writers_temporary_file_is_removed_by_the_next_write():
-    from zones.core.cache import entry_path, sidecar_path, write_entry
+    from zones.core.cache import entry_path, mark_temporary, sidecar_path, temporary_marker, write_entry
 
     parts = {"kind": "unit", "case": "killed writer"}
     path = entry_path("unit", parts, ext="bin")
+    path.parent.mkdir(parents=True, exist_ok=True)
     stale = [path.parent / f".{path.name}.k1ll3d.tmp", path.parent / f".{sidecar_path(path).name}.k1ll3d.tmp"]
     for file in stale:
         file.write_bytes(b"\0" * 4096)  # what a writer killed between its write and its rename leaves
+        mark_temporary(file)
     write_entry(path, parts, b"payload")
-    assert not any(file.exists() for file in stale) and path.read_bytes() == b"payload"
+    assert not any(file.exists() or temporary_marker(file).exists() for file in stale)
+    assert path.read_bytes() == b"payload"
+
+
+def test_a_killed_runs_cache_event_file_is_removed_by_the_next_count(tmp_path, monkeypatch):
+    """Issue 40: every ``zones-cache-events-*.tsv`` a killed run left stayed in /tmp for good. The
+    file is named with its process's id, and the next count removes those whose process is gone
+    (a live count's file is kept)."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from zones.core.cache import counting
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    killed = subprocess.run([sys.executable, "-c", "import os, signal\nfrom zones.core.cache import counting\n"
+                             "with counting():\n    os.kill(os.getpid(), signal.SIGKILL)"],
+                            env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert killed.returncode == -9 and len(list(tmp_path.glob("zones-cache-events-*"))) == 1  # what it left
+    with counting():
+        live = list(tmp_path.glob("zones-cache-events-*"))
+        assert len(live) == 1  # this count's own file only
+    assert not list(tmp_path.glob("zones-cache-events-*"))

@@ -513,6 +513,26 @@ def test_crossover_text_claims_only_separable_wins(winners, phrase):
     assert phrase in pruning.crossover_text(comparison, "zone_aware", "last_n")
 
 
+def test_the_page_and_the_scorecard_read_one_crossover_rule():
+    """Issue 40: the page counted a tie as a loss (``crossover_k``), the scorecard did not, so for
+    Last-N, zone-aware, tie, tie, zone-aware the page said "ahead from k = 5" and the scorecard
+    "holds" from k = 2. Both now read ``zones.pruning.compare.read_crossover``: over every
+    sequence of winners at k = 1..4, the page names a crossover exactly where the claim holds,
+    from zone-aware's first win."""
+    import itertools
+
+    from zones.report import pruning
+
+    comparison = pd.DataFrame(dict(k=[1, 2, 3, 4, 5], winner=["last_n", "zone_aware", "tie", "tie", "zone_aware"]))
+    assert "separably ahead of last_n from k = 2 up to k = 5" in pruning.crossover_text(comparison)
+    for winners in itertools.product(["last_n", "zone_aware", "tie"], repeat=4):
+        text = pruning.crossover_text(pd.DataFrame(dict(k=[1, 2, 3, 4], winner=winners)), "zone_aware", "last_n")
+        holds = verdicts.score_crossover(dict(enumerate(winners, start=1))) == claims.HOLDS
+        assert ("separably ahead of last_n from k =" in text) == holds, (winners, text)
+        if holds:
+            assert f"from k = {winners.index('zone_aware') + 1} up to k = 4" in text, (winners, text)
+
+
 @pytest.mark.parametrize("low, high, direction, magnitude", [
     (1.2, 2.0, "holds", "holds"), (0.5, 0.9, "does not hold", "does not hold"),
     (0.9, 1.6, "is inconclusive (the eval tokens", "is inconclusive (the eval tokens"),

@@ -182,7 +182,7 @@ def test_the_plan_runs_shared_work_first_and_trains_each_run_once(tiny_model_dir
     assert set(stages["depth_series"].after) == {s.name for s in trains}
     with pytest.raises(ValueError, match="unknown chapter parameter n_resamplez"):
         plan(models, dict(n_resamplez=3), root=ROOT)
-    with pytest.raises(ValueError, match="--models lists smollm2-135m twice"):
+    with pytest.raises(ValueError, match="--models lists 'smollm2-135m' twice"):
         plan(["smollm2-135m", "smollm2-135m"], root=ROOT)
 
 

@@ -245,6 +245,29 @@ def test_chapter_runs_on_a_model_directory(tiny_model_dir, tmp_path):
     assert "Spearman ρ" in result.numbers["block_agreement_text"]
 
 
+def test_chapter_uses_its_n_resamples_for_every_interval(tiny_model_dir, tmp_path, monkeypatch):
+    """Issue 40: ``run`` took ``n_resamples`` and dropped it in several calls, so the page's
+    intervals used the default whatever the budget said. Every bootstrap it draws (they all go
+    through ``scipy.stats.bootstrap``) now resamples ``n_resamples`` times."""
+    import scipy.stats
+
+    from zones.report import sublayers as chapter
+
+    seen = []
+    bootstrap = scipy.stats.bootstrap
+
+    def counting(*args, **kwargs):
+        seen.append(kwargs.get("n_resamples"))
+        return bootstrap(*args, **kwargs)
+
+    monkeypatch.setattr(scipy.stats, "bootstrap", counting)
+    chapter.run(models=[str(tiny_model_dir)], seq_len=32, eval_tokens=4 * 31, calibration_tokens=31, batch_size=4,
+                k_max=1, block_strategies=["zone_aware"], sublayer_strategies=["attn_drop", "zone_aware_attn"],
+                n_resamples=37, n_permutations=50, speed_repeats=1, block_agreement=True, profile=None,
+                out_dir=str(tmp_path / "out"), progress=False)
+    assert seen and set(seen) == {37}
+
+
 def test_notebook_executes_on_a_tiny_model(tmp_path, tiny_model_dir, monkeypatch):
     from zones.book import declared_parameters, project_root, run_notebook
 

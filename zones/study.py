@@ -55,6 +55,7 @@ import pandas as pd
 from zones.analysis.importance import model_labels
 from zones.book import (
     RUN_LAST,
+    book_wording,
     chapter_source,
     chapters,
     check_parameters,
@@ -76,7 +77,8 @@ from zones.core.cache import (
     write_entry,
     write_table,
 )
-from zones.core.executors import Job, check_executor, ray_connect, run_jobs
+from zones.core.checks import duplicate_models, duplicate_text
+from zones.core.executors import Job, JobFailed, check_executor, ray_connect, run_jobs
 from zones.core.glossary import DEFAULT_BUDGET, add_flag, check_value, default, preset, term
 from zones.core.models import BUILTIN_MODELS, resolve_source
 
@@ -227,14 +229,16 @@ def chapter_kwargs(call: dict[str, tuple[str, Any]], parameters: dict[str, Any])
 # --- the plan -----------------------------------------------------------------------------------------
 
 def parse_models(models: str | Sequence[str]) -> list[str]:
-    """``"a,b,c"`` or a list → the list; empty names and duplicates refused."""
+    """``"a,b,c"`` or a list → the list; empty names refused, and so is one model listed twice,
+    under one spelling or two (``m,m/``: a local model is identified by its resolved path;
+    ``zones.core.checks.duplicate_models``)."""
     names = [m.strip() for m in (models.split(",") if isinstance(models, str) else models)]
     if not names or any(not n for n in names):
         raise StudyError(f"--models must list models separated by commas, e.g. gpt2,EleutherAI/pythia-160m; got "
                          f"{models!r}")
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise StudyError(f"--models lists {', '.join(twice)} twice")
+    found = duplicate_models(names)
+    if found:
+        raise StudyError(duplicate_text("--models", found))
     return names
 
 
@@ -393,6 +397,18 @@ def remember_entries(stage: Stage, entries: Sequence[CapturedEntry]) -> None:
     write_entry(path, parts, json.dumps(sorted(e.path for e in entries)).encode())
 
 
+STUDY_FLAGS = ("models", "executor", "ray_address", "retries", "cpus_per_job", "gpus_per_job", "budget", "only",
+               "out")   # the study's own flags: a job's error naming one means that flag
+
+
+def study_wording(message: str, stages: Sequence[Stage]) -> str:
+    """A failed job's line as the study was given its parameters: a chapter parameter that the
+    chapter's error names as a command-line flag (``--seq-len 512``) is named as the study takes
+    it (``--param seq_len=512``; ``zones.book.book_wording``); the study's own flags stay."""
+    declared = {name for stage in stages for name in stage.kwargs if name not in STUDY_FLAGS}
+    return book_wording(message, declared)
+
+
 def _prepare_models(models: Sequence[str]) -> None:
     """Convert the GGUF models here (converted copies do not travel with the jobs' entries)."""
     for model in models:
@@ -443,8 +459,11 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
             if executor == "ray":
                 ray_connect(ray_address)  # an address that does not answer fails before any work
             _prepare_models(models)
-            run_jobs(jobs, executor, ray_address=ray_address, retries=retries, progress=progress,
-                     desc="zones study", events=events, prepare=prepare, on_result=take)
+            try:
+                run_jobs(jobs, executor, ray_address=ray_address, retries=retries, progress=progress,
+                         desc="zones study", events=events, prepare=prepare, on_result=take)
+            except JobFailed as err:
+                raise JobFailed(study_wording(str(err), stages)) from None
     finally:  # said also when a job failed: what the others did is in this cache
         tally = Tally()
         for result in [*results.values(), StageResult("", {}, [], here, "", 0.0)]:

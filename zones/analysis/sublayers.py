@@ -77,7 +77,7 @@ def sublayer_rho_table(long: pd.DataFrame, alphas: pd.DataFrame, *, estimators: 
     """Spearman ρ between a sublayer's ΔLoss and its α, per part × estimator × role (the
     parameter-weighted ``"weighted"`` and each of the part's own matrices). Columns:
     ``part, estimator, role, rho, ci_low, ci_high, p_value, n_layers``."""
-    table = summarize(long, parts=True, n_resamples=100)
+    table = summarize(long, parts=True, n_resamples=n_resamples, seed=seed)  # the budget's own resamples
     if estimators is None:
         estimators = [e for e in ESTIMATORS if e in alphas.columns and alphas[e].notna().any()]
     rows = []

@@ -29,6 +29,7 @@ import hashlib
 import io
 import json
 import os
+import secrets
 import shutil
 import tempfile
 import threading
@@ -118,24 +119,113 @@ def readable_mode(path: Path, directory: bool = False) -> None:
     os.chmod(path, (0o777 if directory else 0o666) & ~umask)
 
 
+# A temporary is zones' own only where its marker says so: ``.NAME.<random>.tmp`` (file or folder)
+# with ``.NAME.<random>.tmp.zones`` beside it, holding MARK_TEXT, written before the temporary exists
+# and removed after it is gone. Clean-up removes marked temporaries only: a user's own
+# ``.NAME.mybackup.tmp`` has no marker and is left alone.
+MARK_SUFFIX = ".zones"
+MARK_TEXT = b"zones: a temporary of an atomic write; the next write of the same name removes it\n"
+
+
+def temporary_marker(tmp: Path) -> Path:
+    """The marker beside the temporary ``tmp`` that says zones made it."""
+    tmp = Path(tmp)
+    return tmp.with_name(tmp.name + MARK_SUFFIX)
+
+
+def mark_temporary(tmp: Path) -> Path:
+    """Write ``tmp``'s marker (new: an existing file of that name is never overwritten)."""
+    marker = temporary_marker(tmp)
+    fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+    try:
+        os.write(fd, MARK_TEXT)
+    finally:
+        os.close(fd)
+    return marker
+
+
+def is_marked_temporary(tmp: Path) -> bool:
+    """Whether zones made ``tmp``: its marker exists and holds zones' words."""
+    marker = temporary_marker(tmp)
+    try:
+        return marker.is_file() and marker.read_bytes() == MARK_TEXT
+    except OSError:
+        return False
+
+
+def make_temporary(target: Path, *, directory: bool = False) -> Path:
+    """A new, empty temporary ``.NAME.<random>.tmp`` beside ``target`` (a folder with
+    ``directory``, else a file), marked first (:func:`mark_temporary`), so a killed writer's
+    leftovers are always recognisable as zones' own. Its mode is what the umask allows (not
+    ``mkstemp``'s 0600): the result is an ordinary file or folder."""
+    target = Path(target)
+    for _ in range(100):
+        tmp = target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            mark_temporary(tmp)
+        except FileExistsError:
+            continue
+        try:
+            if directory:
+                os.mkdir(tmp, 0o777)
+            else:
+                os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+            return tmp
+        except FileExistsError:  # somebody else's file of that name: leave it, pick another
+            temporary_marker(tmp).unlink(missing_ok=True)
+        except BaseException:
+            temporary_marker(tmp).unlink(missing_ok=True)
+            raise
+    raise FileExistsError(f"no free temporary name beside {target} after 100 tries")
+
+
+def remove_temporary(tmp: Path) -> None:
+    """Remove the temporary ``tmp`` (file or folder, if still there), then its marker."""
+    tmp = Path(tmp)
+    if tmp.is_dir() and not tmp.is_symlink():
+        shutil.rmtree(tmp, ignore_errors=True)
+    elif tmp.exists() or tmp.is_symlink():
+        tmp.unlink(missing_ok=True)
+    temporary_marker(tmp).unlink(missing_ok=True)
+
+
+def remove_stale_temporaries(target: Path, *, directory: bool | None = None) -> list[Path]:
+    """Remove what killed writers of ``target`` left: the marked temporaries ``.NAME.*.tmp``
+    (folders with ``directory=True``, files with ``False``, both with ``None``) and markers whose
+    temporary is gone. Call it only while holding the lock every writer of ``target`` holds.
+    Returns the temporaries removed; unmarked ones (not zones') are kept."""
+    removed = []
+    for stale in stale_temporaries(target, directory=directory):
+        remove_temporary(stale)
+        removed.append(stale)
+    target = Path(target)
+    if target.parent.exists():
+        for marker in target.parent.glob(f".{target.name}.*.tmp{MARK_SUFFIX}"):
+            tmp = marker.with_name(marker.name[: -len(MARK_SUFFIX)])
+            if not tmp.exists() and is_marked_temporary(tmp):  # its writer was killed after removing it
+                marker.unlink(missing_ok=True)
+    return removed
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file renamed into place: old or new, never
-    half. A full disk is a ``DiskFullError`` naming ``path``."""
+    """Write ``data`` to ``path`` through a marked temporary file (:func:`make_temporary`)
+    renamed into place: old or new, never half. A full disk is a ``DiskFullError`` naming
+    ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = None
     try:
-        with os.fdopen(fd, "wb") as handle:
+        tmp = make_temporary(path)
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_TRUNC), "wb") as handle:
             handle.write(data)
-        readable_mode(tmp)
         os.replace(tmp, path)
     except OSError as err:
         if is_disk_full(err):
             raise DiskFullError(path, f"writing {len(data)} bytes to") from err
         raise
     finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        if tmp is not None:
+            remove_temporary(tmp)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -187,17 +277,16 @@ def atomic_directory(target: Path, *, keep_existing: bool = False):
     aside, then removed) unless ``keep_existing`` (another process finished the same work
     first: its copy is kept and this one discarded). Writers of one folder take its lock
     (:func:`folder_lock`) for the whole write, so the temporary folders ``.<target>.*.tmp`` a
-    killed writer left are removed by the next writer of the same target. A full disk is a
-    ``DiskFullError`` naming ``target``.
+    killed writer left are removed by the next writer of the same target: only those zones
+    marked as its own (:func:`make_temporary`), never a user's folder of a similar name. A full
+    disk is a ``DiskFullError`` naming ``target``.
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     with folder_lock(target.parent):
-        for stale in stale_temporaries(target):  # every live writer of target would hold the lock
-            shutil.rmtree(stale, ignore_errors=True)
-        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
+        remove_stale_temporaries(target, directory=True)  # every live writer of target would hold the lock
+        tmp = make_temporary(target, directory=True)
         try:
-            readable_mode(tmp, directory=True)  # mkdtemp makes it private; the result is an ordinary folder
             try:
                 yield tmp
             except Exception as err:
@@ -207,25 +296,28 @@ def atomic_directory(target: Path, *, keep_existing: bool = False):
             if target.exists():
                 if keep_existing:
                     return
-                old = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
+                old = make_temporary(target, directory=True)
                 os.replace(target, old)  # a folder cannot be renamed onto a non-empty one
                 try:
                     os.replace(tmp, target)
                 finally:
-                    shutil.rmtree(old, ignore_errors=True)
+                    remove_temporary(old)
             else:
                 os.replace(tmp, target)
             note("computed", target)
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            remove_temporary(tmp)
 
 
-def stale_temporaries(target: Path) -> list[Path]:
-    """The temporary folders ``atomic_directory`` left beside ``target`` when its writer died."""
+def stale_temporaries(target: Path, *, directory: bool | None = True) -> list[Path]:
+    """The marked temporaries (:func:`make_temporary`) killed writers left beside ``target``:
+    folders (``directory=True``, what ``atomic_directory`` leaves), files (``False``) or both
+    (``None``). A ``.NAME.*.tmp`` without zones' marker is somebody else's, never listed."""
     target = Path(target)
     if not target.parent.exists():
         return []
-    return sorted(p for p in target.parent.glob(f".{target.name}.*.tmp") if p.is_dir())
+    return sorted(p for p in target.parent.glob(f".{target.name}.*.tmp")
+                  if (directory is None or p.is_dir() == directory) and is_marked_temporary(p))
 
 
 def write_table(df: pd.DataFrame, path: Path) -> Path:
@@ -281,9 +373,7 @@ def write_entry(path: Path, parts: dict[str, Any], data: bytes, **schema: Any) -
     sidecar = json.dumps({**json.loads(_canonical(parts)), ENTRY: record}, indent=2, sort_keys=True)
     with entry_lock(path):
         for written in (Path(path), sidecar_path(path)):  # every writer of the entry holds its lock: these are
-            for stale in written.parent.glob(f".{written.name}.*.tmp"):  # a killed writer's temporaries
-                if stale.is_file():
-                    stale.unlink(missing_ok=True)
+            remove_stale_temporaries(written, directory=False)  # a killed writer's temporaries
         atomic_write_bytes(path, data)
         atomic_write_text(sidecar_path(path), sidecar)
     note("computed", path)
@@ -641,14 +731,45 @@ class Tally:
         return f"{self.n_read} cached entr{'y' if self.n_read == 1 else 'ies'} read, {self.n_computed} computed"
 
 
+EVENTS_PREFIX = "zones-cache-events-"   # + the pid of the process that counts, so its leftovers can be told apart
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this machine (one of another user's counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_dead_event_files() -> list[Path]:
+    """Remove the event files (``zones-cache-events-PID-*.tsv`` in the temporary folder) that a
+    killed count left: those whose process is gone. A live count's file is kept. Returns the
+    files removed."""
+    removed = []
+    for path in Path(tempfile.gettempdir()).glob(f"{EVENTS_PREFIX}*-*.tsv"):
+        pid = path.name[len(EVENTS_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) > 0 and not _pid_alive(int(pid)):
+            with contextlib.suppress(OSError):  # another count may be removing it too
+                path.unlink()
+                removed.append(path)
+    return removed
+
+
 @contextlib.contextmanager
 def counting():
     """Tally the cache entries read and computed inside the block by this process and by every
     process started meanwhile (a notebook kernel, a local Ray worker: they inherit
-    ``$ZONES_CACHE_EVENTS``). Yields a ``Tally``, filled when the block ends."""
+    ``$ZONES_CACHE_EVENTS``). Yields a ``Tally``, filled when the block ends. The events go to
+    a file named with this process's id, removed when the block ends; one that a killed run left
+    is removed by the next count on this machine (:func:`remove_dead_event_files`)."""
     tally = Tally()
     outer = os.environ.get(EVENTS_ENV)
-    fd, events = tempfile.mkstemp(prefix="zones-cache-events-", suffix=".tsv")
+    remove_dead_event_files()
+    fd, events = tempfile.mkstemp(prefix=f"{EVENTS_PREFIX}{os.getpid()}-", suffix=".tsv")
     os.close(fd)
     os.environ[EVENTS_ENV] = events
     try:
@@ -722,8 +843,9 @@ def capture(carry: bool = True):
 
 
 def _scratch(rel: Path) -> bool:
-    """A lock file or a writer's temporary (``.NAME.*.tmp``): never part of an entry."""
-    return rel.name.endswith(".lock") or any(p.startswith(".") and p.endswith(".tmp") for p in rel.parts)
+    """A lock file, a writer's temporary (``.NAME.*.tmp``) or its marker: never part of an entry."""
+    return rel.name.endswith(".lock") or any(p.startswith(".") and p.endswith((".tmp", f".tmp{MARK_SUFFIX}"))
+                                             for p in rel.parts)
 
 
 def collect_entries(paths: Iterable[Path | str]) -> list[CapturedEntry]:

@@ -13,13 +13,15 @@ messages agree across the library:
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable
 from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
 
-__all__ = ["check_int", "check_float", "check_choice", "check_probability", "check_models"]
+__all__ = ["check_int", "check_float", "check_choice", "check_probability", "check_models", "model_identity",
+           "duplicate_models", "duplicate_text", "DuplicateModelError"]
 
 
 def _shown(value: Any) -> str:
@@ -109,11 +111,50 @@ def check_choice(value: Any, name: str, choices: Iterable[Any]) -> Any:
     return value
 
 
+def model_identity(name: str) -> str:
+    """What a model name refers to, so two spellings of one model compare equal: the resolved
+    path (``realpath``: ``m``, ``m/``, ``./m`` and a link to it alike) of a local file or folder,
+    else the exact name (an alias or a hub id)."""
+    path = os.path.expanduser(name)
+    return os.path.realpath(path) if os.path.exists(path) else name
+
+
+def duplicate_models(names: Iterable[str]) -> tuple[str, str, str] | None:
+    """The first two spellings in ``names`` that name one model (:func:`model_identity`), with
+    what they resolve to; ``None`` when every model is listed once."""
+    seen: dict[str, str] = {}
+    for name in names:
+        identity = model_identity(name)
+        if identity in seen:
+            return seen[identity], name, identity
+        seen[identity] = name
+    return None
+
+
+def duplicate_text(name: str, found: tuple[str, str, str]) -> str:
+    """The words of a duplicate (:func:`duplicate_models`): ``models lists one model twice: 'm'
+    and 'm/' (both /data/m); list it once``."""
+    first, second, identity = found
+    both = f"{first!r} twice" if first == second else \
+        f"one model twice: {first!r} and {second!r}" + (f" (both {identity})" if identity not in (first, second) else "")
+    return f"{name} lists {both}; list each model once"
+
+
+class DuplicateModelError(ValueError):
+    """A list of models names one model twice (the message names both spellings)."""
+
+
 def check_models(value: Any, name: str = "models") -> list[str]:
     """Return ``value`` as a list of model names: one string is one model, a list or tuple of
-    non-empty strings is kept in order; an empty list or anything else is refused."""
+    non-empty strings is kept in order; an empty list or anything else is refused, and so is a
+    model listed twice, under one spelling or two (:func:`duplicate_models`:
+    ``DuplicateModelError``)."""
     items = [value] if isinstance(value, str) else value
     if isinstance(items, (list, tuple)) and items and all(isinstance(m, str) and m.strip() for m in items):
-        return [str(m) for m in items]
+        names = [str(m) for m in items]
+        found = duplicate_models(names)
+        if found:
+            raise DuplicateModelError(duplicate_text(name, found))
+        return names
     raise _fail(name, "a model or a non-empty list of models (aliases, directories, .gguf files or hub ids)",
                 value)

@@ -28,7 +28,7 @@ from typing import Any, Mapping
 import numpy as np
 import yaml
 
-from zones.core.checks import check_float, check_int, check_models
+from zones.core.checks import DuplicateModelError, check_float, check_int, check_models
 
 BUDGETS = ("class", "cpu", "gpu")   # cpu is the default budget
 DEFAULT_BUDGET = "cpu"
@@ -71,7 +71,7 @@ _MISSING = _Missing()
 @dataclass(frozen=True)
 class Term:
     """One parameter: ``type`` (see ``TYPES``; ``tokens`` is a token budget: an int, or None
-    or 0 for the whole split), ``meaning`` (one line), ``defaults`` (budget → value or
+    or 0 for the whole split unless it has a ``minimum``), ``meaning`` (one line), ``defaults`` (budget → value or
     :class:`ByContext`; a budget not listed has the ``cpu`` default), and for checking:
     ``choices`` (of the value, or of each element of a list), ``minimum``, ``length`` (of a
     list), ``optional`` (None is a value: what it means is in ``meaning``)."""
@@ -103,7 +103,12 @@ class Term:
         text = {"tokens": "int (tokens)", "models": "list[str] (models)"}.get(self.type, self.type)
         if self.choices:
             text += " of " + "|".join(map(str, self.choices))
-        return text + (" or None" if self.optional or self.type == "tokens" else "")
+        return text + (" or None" if self.optional or self.whole_split else "")
+
+    @property
+    def whole_split(self) -> bool:
+        """A token budget that takes None (or 0) for the whole split: one without a minimum."""
+        return self.type == "tokens" and self.minimum is None
 
 
 def _terms(*terms: Term) -> dict[str, Term]:
@@ -164,7 +169,8 @@ TERMS: dict[str, Term] = _terms(
           "class": by(126, ablate=6120),
           "gpu": by(8160, predictors=8184, sublayers=2040, ablate=6120)}),
     Term("heal_tokens", "tokens", "healing budget: calibration tokens each pruned model is healed on",
-         {"cpu": by(1020, heal=8192), "class": by(252, heal=8192), "gpu": by(51000, heal=8192)}),
+         {"cpu": by(1020, heal=8192), "class": by(252, heal=8192), "gpu": by(51000, heal=8192)},
+         minimum=1),   # healing takes a budget, never "the whole split"
     Term("series_eval_tokens", "tokens", "held-out tokens scored per trained model of the depth series",
          {"cpu": by(2032, across_models=8128), "class": by(508, across_models=1016), "gpu": None}),
     Term("split", "str", "the windows zones ablate scores", {"cpu": "eval"}, choices=("eval", "calibration")),
@@ -353,8 +359,9 @@ def preset(budget: str, context: str, names) -> dict[str, Any]:
 def _what(t: Term) -> str:
     """How an error says what a term takes."""
     if t.type == "tokens":
-        return "a number of tokens (an integer >= 1), or None or 0 for the whole split"
-    text = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
+        return "a number of tokens (an integer >= " + (f"{t.minimum:g})" if t.minimum is not None else
+                                                       "1), or None or 0 for the whole split")
+    text = {"int": "an integer", "float": "a finite number", "bool": "true or false", "str": "a string",
             "dict": "a mapping such as {steps: 800}", "models": "a model or a list of models",
             "str | list[str]": "a string or a list of strings"}.get(t.type, f"a list of {t.type[5:-1]}s")
     if t.minimum is not None and t.type in ("int", "float", "list[int]", "list[float]"):
@@ -376,11 +383,13 @@ def check_value(name: str, value: Any) -> Any:
         return ValueError(f"parameter {t.name} must be {_what(t)}; got {value!r}")
 
     if value is None:
-        if t.optional or t.type == "tokens":
+        if t.optional or t.whole_split:
             return None
         raise fail()
     try:
         if t.type == "tokens":
+            if not t.whole_split:  # 0 stays 0, so the error names the value given
+                return check_int(value, t.name, min=int(t.minimum))
             return check_int(value, t.name, min=0) or None
         if t.type == "int":
             checked = check_int(value, t.name, min=None if t.minimum is None else int(t.minimum))
@@ -399,7 +408,10 @@ def check_value(name: str, value: Any) -> Any:
                 raise fail()
             checked = dict(value)
         elif t.type == "models":
-            return check_models(value, t.name)
+            try:
+                return check_models(value, t.name)
+            except DuplicateModelError as err:  # its own words: both spellings of the one model
+                raise ValueError(f"parameter {err}") from None
         elif t.type == "str | list[str]":
             if isinstance(value, str) and value:
                 return value
@@ -514,7 +526,7 @@ def problems(where: str, context: str | None, used: Mapping[str, Mapping[str, An
                          f"first, or use the glossary's name")
             continue
         t = TERMS[name]
-        allowed = KINDS[t.type] | ({"None"} if t.optional or t.type == "tokens" else set())
+        allowed = KINDS[t.type] | ({"None"} if t.optional or t.whole_split else set())
         kinds = set(use.get("kinds") or ())
         if "annotation" in use and use["annotation"] not in (None, ""):
             kinds |= annotation_kinds(use["annotation"]) - {"None"}

@@ -17,7 +17,6 @@ import hashlib
 import importlib.util
 import inspect
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,7 +35,7 @@ from zones.core.cache import (
     cache_dir,
     entry_lock,
     readable_mode,
-    stale_temporaries,
+    remove_stale_temporaries,
     verify_manifest,
     write_manifest,
 )
@@ -152,8 +151,7 @@ def _convert_gguf(gguf_path: Path, target: Path, parts: dict) -> None:
     killed conversion's temporary folder is removed by the next one.
     """
     with entry_lock(target.with_name(f".{target.name}.conversion")):  # the lock file: .<name>.lock
-        for stale in stale_temporaries(target):
-            shutil.rmtree(stale, ignore_errors=True)
+        remove_stale_temporaries(target, directory=True)  # zones' own only (marked)
         if _is_converted(target, parts):
             return  # another process converted it while this one waited
         _write_converted(gguf_path, target, parts)  # replaces an incomplete or damaged copy

@@ -23,6 +23,7 @@ from zones.pruning.compare import (
                       compare_strategies,
                       crossover_k,
                       pairwise_differences,
+                      read_crossover,
                       summarize_pruning,
 )
 from zones.pruning.strategies import (
@@ -68,7 +69,7 @@ from zones.pruning.sweep import (
 
 __all__ = [
     "COLLAPSE_RATIO", "best_by_k", "best_sets", "compare_strategies", "crossover_k", "pairwise_differences",
-    "summarize_pruning",
+    "read_crossover", "summarize_pruning",
     "BLOCK", "KINDS", "MIN_REMAINING", "STRATEGIES", "PruningContext", "Strategy", "StrategyError", "alpha_zones",
     "available_strategies", "bic_segment_count", "check_plans", "get_strategy", "greedy_order", "prefixes",
     "register_strategy", "segment_profile", "segmentation_cost", "strategy_names", "zone_aware_order",

@@ -5,12 +5,13 @@ of the eval windows.
 intervals (seeded strategies by their median over seeds, inside every resample too);
 ``pairwise_differences`` the difference of every pair of strategies; ``best_sets`` the
 strategies not separable from the best and from the worst; ``compare_strategies`` the ratio
-ΔPPL(a) / ΔPPL(b) with its interval and a winner; ``crossover_k`` and ``best_by_k`` read those; ``gain_share`` how much of zone-aware's advantage
+ΔPPL(a) / ΔPPL(b) with its interval and a winner; ``read_crossover`` (the one crossover rule), ``crossover_k`` and ``best_by_k`` read those; ``gain_share`` how much of zone-aware's advantage
 over a reference a baseline without α achieves.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -302,16 +303,61 @@ def worst_best_gaps(table: pd.DataFrame, window_losses: pd.DataFrame, best: pd.D
     return out.assign(worst_best_ratio=ratio, worst_best_ratio_low=low, worst_best_ratio_high=high, gap_status=status)
 
 
+CROSSES, NO_CROSSOVER, UNDECIDED = "crosses", "no crossover", "undecided"   # what read_crossover decides
+TIES = ("tie", "neither")   # compare_strategies' and reference_comparisons' word for "no separable winner"
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """Where ``ours`` overtakes a reference over k (:func:`read_crossover`): ``status``
+    (:data:`CROSSES`, :data:`NO_CROSSOVER` or :data:`UNDECIDED`), ``why`` (a few words: why not,
+    or what hides it), ``ahead_from`` (the k from which ours is ahead when it crosses, else
+    ``None``) and the k at which ours is ``ahead``, ``behind`` or ``tied`` (neither separable)."""
+
+    status: str
+    why: str
+    ahead_from: int | None
+    ahead: tuple[int, ...]
+    behind: tuple[int, ...]
+    tied: tuple[int, ...]
+
+
+def read_crossover(winners: Mapping[int, str], ours: str = "zone_aware", reference: str | None = None) -> Crossover:
+    """The one rule for a crossover, read from ``winners`` (k → the separable winner at k:
+    ``ours``, the reference, or a tie, :data:`TIES`). ``reference=None``: any other winner is
+    the reference. Ours *crosses* when the reference wins at some k, ours wins at the largest k,
+    and every win of ours comes after the reference's last win; a tie there does not break it
+    (an overtaking seen through intervals may pass through ties). No crossover when ours wins at
+    the smallest k and is never behind, when the reference wins at the largest k, or when a win
+    of ours comes before a win of the reference (they trade places). Undecided otherwise (ties
+    hide whether, or where, they cross). The pruning page and the scorecard
+    (``zones.report.verdicts.score_crossover``) both read it, so they say the same."""
+    ks = sorted(int(k) for k in winners)
+    word = {int(k): str(w) for k, w in winners.items()}
+    ahead = tuple(k for k in ks if word[k] == ours)
+    behind = tuple(k for k in ks if word[k] != ours and word[k] not in TIES
+                   and (reference is None or word[k] == reference))
+    tied = tuple(k for k in ks if k not in ahead and k not in behind)
+    found = dict(ahead=ahead, behind=behind, tied=tied, ahead_from=None)
+    if not ks:
+        return Crossover(UNDECIDED, "no k was compared", **found)
+    if behind and behind[-1] == ks[-1]:
+        return Crossover(NO_CROSSOVER, "behind at the largest k", **found)
+    if not behind and ahead and ahead[0] == ks[0]:
+        return Crossover(NO_CROSSOVER, "ahead from the smallest k, never behind", **found)
+    if behind and ahead and ahead[0] < behind[-1]:
+        return Crossover(NO_CROSSOVER, "they trade places", **found)
+    if behind and ahead and ahead[-1] == ks[-1]:
+        return Crossover(CROSSES, "", **dict(found, ahead_from=ahead[0]))
+    return Crossover(UNDECIDED, "ties hide whether, or where, they cross", **found)
+
+
 def crossover_k(comparison: pd.DataFrame, winner: str = "zone_aware") -> int | None:
-    """The smallest k from which ``winner`` wins at every larger k of the comparison, if it
-    loses somewhere before it; ``None`` when there is no such switch (it always or never
-    wins to the end)."""
-    wins = (comparison.sort_values("k")["winner"] == winner).to_numpy()
-    ks = comparison.sort_values("k")["k"].to_numpy()
-    if not wins[-1] or wins.all():
-        return None
-    last_loss = np.flatnonzero(~wins)[-1]
-    return int(ks[last_loss + 1])
+    """The k from which ``winner`` is ahead where it crosses over (:func:`read_crossover` of the
+    comparison's ``k`` → ``winner`` column; a tie after the other's last win does not move it);
+    ``None`` where it does not (always ahead, never ahead at the end, trading places) or where
+    ties leave it undecided."""
+    return read_crossover(dict(zip(comparison["k"], comparison["winner"])), winner).ahead_from
 
 
 def best_by_k(summary: pd.DataFrame, strategies: Sequence[str] | None = None) -> pd.DataFrame:

@@ -18,7 +18,9 @@ without zones.
 Nothing is lost: an ``out`` that exists is replaced only when it holds a previous export (its
 provenance lists every file in it); a folder with anything else in it, the current folder or
 one above it is refused before any work (:func:`check_out_folder`). A killed export's hidden
-temporary folder (``.NAME.*.tmp``) is removed by the next export to the same ``out``.
+temporary folder (``.NAME.*.tmp``, with zones' marker ``.NAME.*.tmp.zones`` beside it) is removed
+by the next export to the same ``out``; a folder of that shape without the marker is the user's,
+and kept.
 
 ``choose_removed(model, strategy, k, ...)`` asks a pruning strategy (``zones.pruning``) for
 its k blocks, as ``zones prune`` would.

@@ -49,12 +49,19 @@ from zones.pruning import (
     PruningContext,
     alpha_zones,
     best_sets,
-    crossover_k,
     pairwise_differences,
     pruning_sweep,
     summarize_pruning,
 )
-from zones.pruning.compare import SHARE_COLUMNS, SHARE_KS, gain_share, reference_comparisons, worst_best_gaps
+from zones.pruning.compare import (
+    CROSSES,
+    SHARE_COLUMNS,
+    SHARE_KS,
+    gain_share,
+    read_crossover,
+    reference_comparisons,
+    worst_best_gaps,
+)
 from zones.report.common import NAN, ChapterResult, precision_text, save
 from zones.report.format import fmt_interval, fmt_num, fmt_ratio
 from zones.report.verdicts import (
@@ -163,17 +170,20 @@ def ratio_text(row) -> str:
 
 def crossover_text(comparison: pd.DataFrame, ours: str = OURS, reference: str = "last_n") -> str:
     """Where ``ours`` is separably ahead of ``reference`` (``winner`` of ``compare_strategies``,
-    which needs the Δloss difference's interval to exclude 0), in words."""
+    which needs the Δloss difference's interval to exclude 0), in words. Whether it crosses over
+    is ``zones.pruning.compare.read_crossover``'s decision, the rule the scorecard's
+    ``score_crossover`` applies too: a tie after ``reference``'s last win does not move the k
+    from which ``ours`` is ahead."""
     c = comparison.sort_values("k")
     k_max = int(c["k"].max())
-    ahead = [int(k) for k in c.loc[c["winner"] == ours, "k"]]
-    behind = [int(k) for k in c.loc[c["winner"] == reference, "k"]]
-    tied = [int(k) for k in c.loc[~c["winner"].isin([ours, reference]), "k"]]
-    cross = crossover_k(c, ours)
+    found = read_crossover(dict(zip(c["k"], c["winner"])), ours, reference)
+    ahead, behind, tied = found.ahead, found.behind, found.tied
     ks = lambda values: ", ".join(map(str, values))
-    if cross is not None:
-        return (f"{ours} is separably ahead of {reference} from k = {cross} up to k = {k_max}, and behind or not "
-                f"separable before")
+    if found.status == CROSSES:
+        between = [k for k in tied if k > found.ahead_from]
+        return (f"{ours} is separably ahead of {reference} from k = {found.ahead_from} up to k = {k_max}"
+                + (f" (not separable from it at k = {ks(between)}, but never behind)" if between else "")
+                + ", and behind or not separable before")
     if len(ahead) == len(c):
         return f"{ours} is separably ahead of {reference} at every k from 1 to {k_max}: there is no crossover"
     if len(behind) == len(c):
@@ -184,7 +194,7 @@ def crossover_text(comparison: pd.DataFrame, ours: str = OURS, reference: str = 
     parts = [f"separably ahead of {reference} at k = {ks(ahead)}" if ahead else "",
              f"behind it at k = {ks(behind)}" if behind else "",
              f"not separable from it at k = {ks(tied)}" if tied else ""]
-    return f"{ours} is " + ", ".join(p for p in parts if p) + ": no lasting crossover"
+    return f"{ours} is " + ", ".join(p for p in parts if p) + f": no lasting crossover ({found.why})"
 
 
 def claim_text(comparison: pd.DataFrame, k_max: int, reference: str = "last_n") -> str:

@@ -178,13 +178,14 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = SEQ_LEN
         long = ablation_window_losses(subject, windows, parts=True, batch_size=batch_size, progress=progress)
         alphas = alpha_table(model)
         params = sublayer_params(model)
-        table = sublayer_importance(long, alphas, params, estimator=alpha_estimator, seed=seed).assign(model=label)
+        table = sublayer_importance(long, alphas, params, estimator=alpha_estimator, n_resamples=n_resamples,
+                                    seed=seed).assign(model=label)
         rho = sublayer_rho_table(long, alphas, n_resamples=n_resamples, n_permutations=n_permutations, seed=seed).assign(model=label)
         importance.append(table)
         rhos.append(rho)
         headline = {p: rho[(rho["part"] == p) & (rho["estimator"] == alpha_estimator) & (rho["role"] == "weighted")]
                     .iloc[0].to_dict() for p in ("attn", "mlp")}
-        asym = asymmetry(long, seed=seed)
+        asym = asymmetry(long, n_resamples=n_resamples, seed=seed)
         per_model.append(dict(model=label, name=name, n_blocks=int(long["layer"].nunique()),
                               n_tokens=int(windows.n_windows * (windows.seq_len - 1)),
                               attn=headline["attn"], mlp=headline["mlp"], asymmetry=asym,
@@ -196,9 +197,9 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = SEQ_LEN
                                sublayer_strategies=sublayer_strategies, batch_size=batch_size, progress=progress,
                                estimator=alpha_estimator)
             scored, agreement = score_plans(subject, windows, plans, batch_size=batch_size, progress=progress,
-                                            seed=seed)
+                                            n_resamples=n_resamples, seed=seed)
             scored = scored.assign(model=label)
-            diffs = compare_at_budget(scored, agreement, reference, seed=seed)
+            diffs = compare_at_budget(scored, agreement, reference, n_resamples=n_resamples, seed=seed)
             at_max = scored[scored["k"] == scored["k"].max()]
             speed = tokens_per_second(subject, windows, list(at_max["removed"]), batch_size=SPEED_WINDOWS,
                                       repeats=speed_repeats)
@@ -207,7 +208,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = SEQ_LEN
             if block_agreement:
                 blocks = summarize_agreement(agreement_window_losses(
                     subject, windows, [[i] for i in range(int(long["layer"].nunique()))], batch_size=batch_size,
-                    progress=progress), seed=seed)
+                    progress=progress), n_resamples=n_resamples, seed=seed)
                 agreement_by_block = blocks.assign(layer=blocks["removed"].astype(int), model=label)
                 kl_rho = spearman(agreement_by_block["kl"], agreement_by_block["delta_loss"], n_resamples=n_resamples,
                                   n_permutations=n_permutations, seed=seed)

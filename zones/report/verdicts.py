@@ -28,6 +28,7 @@ from zones.analysis.importance import delta_loss_bounds
 from zones.analysis.lifecycle import PAPER_DELTA_ALPHA_EXPONENT
 from zones.analysis.power import rho_rule_power
 from zones.pruning import COLLAPSE_RATIO
+from zones.pruning.compare import CROSSES, NO_CROSSOVER, read_crossover
 from zones.report.format import fmt_num, fmt_ratio, power_of_ten
 
 HOLDS, FAILS, OPEN, MISSING = "holds", "does not hold", "inconclusive", "not measured"
@@ -372,19 +373,14 @@ def score_crossover(winners: Mapping[int, str], ours: str = OURS, reference: str
     (``compare_strategies``' ``winner``: ``ours``, ``reference`` or ``tie``). A tie after
     Last-N's last win does not stop the claim from holding (an overtaking seen through
     intervals may pass through ties); a Last-N win after a zone-aware win does."""
-    ks = sorted(winners)
-    if not ks:
+    if not winners:
         return Verdict(OPEN, UNDEFINED)
-    ahead = [k for k in ks if winners[k] == ours]
-    behind = [k for k in ks if winners[k] == reference]
-    if behind and winners[ks[-1]] == reference:
-        return Verdict(FAILS)
-    if not behind and ahead and ahead[0] == ks[0]:
-        return Verdict(FAILS)
-    if behind and ahead and min(ahead) < max(behind):
-        return Verdict(FAILS)
-    if behind and ahead and winners[ks[-1]] == ours:
+    # the page's sentence reads the same rule (zones.pruning.compare.read_crossover): one decision
+    status = read_crossover(winners, ours, reference).status
+    if status == CROSSES:
         return Verdict(HOLDS)
+    if status == NO_CROSSOVER:
+        return Verdict(FAILS)
     return inconclusive("windows", tokens=tokens)
 
 

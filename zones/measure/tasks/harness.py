@@ -125,15 +125,41 @@ def task_manager(tasks: Sequence[str], include_path: Sequence[str] = (), include
     return manager
 
 
+class TooFewPositions(TaskError):
+    """The model's window cannot hold a task's longest answer: ``positions`` (lm-eval's
+    ``max_length``), ``needed`` (the longest answer, in tokens)."""
+
+    def __init__(self, positions: int, needed: int):
+        super().__init__(f"the model has {positions} positions; the longest answer takes {needed} tokens")
+        self.positions, self.needed = positions, needed
+
+
+def _check_answers_fit(lm) -> None:
+    """Make ``lm`` refuse, as :class:`TooFewPositions`, requests whose answer (continuation) is
+    longer than its window, before lm-eval's bare ``assert len(continuation_enc) <= max_length``:
+    lm-eval keeps each answer whole and cuts only the context."""
+    score = lm._loglikelihood_tokens
+
+    def checked(requests, *args, **kwargs):
+        longest = max((len(r[2]) for r in requests if isinstance(r, tuple) and len(r) == 3), default=0)
+        if longest > lm.max_length:
+            raise TooFewPositions(int(lm.max_length), int(longest))
+        return score(requests, *args, **kwargs)
+
+    lm._loglikelihood_tokens = checked
+
+
 def hflm(model: nn.Module, tokenizer, batch_size: int = 8):
     """lm-eval's ``HFLM`` around a model zones loaded (a copy of the tokenizer: lm-eval may set its
-    padding token)."""
+    padding token); an answer longer than the model's window is :class:`TooFewPositions`."""
     require_lm_eval()
     from lm_eval.models.huggingface import HFLM
 
     with _quiet():
-        return HFLM(pretrained=model, tokenizer=copy.deepcopy(tokenizer), batch_size=int(batch_size),
-                    device=str(model_device(model)))
+        lm = HFLM(pretrained=model, tokenizer=copy.deepcopy(tokenizer), batch_size=int(batch_size),
+                  device=str(model_device(model)))
+    _check_answers_fit(lm)
+    return lm
 
 
 def _examples(samples: list[dict], model_name: str, removed: str, task: str) -> pd.DataFrame:
@@ -206,8 +232,13 @@ def evaluate_tasks(model: nn.Module, tokenizer, tasks: str | Sequence[str], *, l
             found[task] = hit
     missing = [t for t in tasks if t not in found]
     if missing:
-        results, samples = _run(model, tokenizer, missing, limit=limit, batch_size=batch_size, dtype=dtype,
-                                include_path=include_path)
+        try:
+            results, samples = _run(model, tokenizer, missing, limit=limit, batch_size=batch_size, dtype=dtype,
+                                    include_path=include_path)
+        except TooFewPositions as err:
+            raise TaskError(f"model {model_name} has {err.positions} positions, too few for {', '.join(missing)}: "
+                            f"lm-eval keeps each answer whole in the window and the longest takes {err.needed} "
+                            f"tokens; evaluate a model with at least {err.needed} positions, or other tasks") from None
         for task in missing:
             answers = _examples(samples[task], "", "", task)
             summary = _table(results, "", "", task)
