@@ -330,8 +330,9 @@ HEALING_CLAIM = "spectral-guided pruning beats Last-N after healing"
 HEALING_PAPER = "1.1×–3.6× lower ΔPPL than Last-N (before healing; the paper does not heal)"
 
 
-@rule("d = Δloss(Last-N keeping the last block) − Δloss(zone-aware), both healed by the same method and token "
-      "budget, at the largest k, on the same eval windows; holds if its 95% interval lies above 0; does not hold "
+@rule("d = Δloss(Last-N keeping the last block) − Δloss(zone-aware), both healed by the same method with the "
+      "same repair capacity (the bridge: one d×d map per pruned model) and token budget, at the largest k, on the "
+      "same eval windows; holds if its 95% interval lies above 0; does not hold "
       "if it lies below 0; inconclusive (budget) otherwise")
 def score_after_healing(low: float, high: float, *, difference: float | None = None,
                         tokens: int | None = None) -> Verdict:
