@@ -9,8 +9,9 @@ from test_export import reload_elsewhere
 
 from zones.core.data import make_windows
 from zones.measure.evaluate import evaluate_loss
-from zones.pruning.export import read_provenance
-from zones.pruning.heal import HealError, _fold, export_healed, fit_bridge, heal
+from zones.core.adapters import get_adapter
+from zones.pruning.export import pruned_copy, read_provenance
+from zones.pruning.heal import BRIDGES, HealError, _capture, _fold, export_healed, fit_bridge, heal
 
 
 def calibration(n: int = 4, seq_len: int = 24, vocab: int = 256):
@@ -51,6 +52,8 @@ def test_healing_lowers_calibration_loss_and_exports(family, method, tmp_path, o
     assert found["cached"] == found["uncached"]
     record = read_provenance(out)
     assert record["removed"] == [2, 3] and record["kept"] == [0, 1, 4] and record["healing"]["method"] == method
+    assert record["healing"]["parameters"] == result.parameters > 0
+    assert method == "lora" or record["healing"]["bridges"] == "one"
 
 
 @pytest.mark.parametrize("method", ["lora", "bridge"])
@@ -67,6 +70,57 @@ def test_healing_is_cached_and_leaves_the_source_model(method, one_thread):
     assert method == "lora" or first.calibration_after < first.calibration_before  # a bridge was kept
     assert all(torch.equal(a, b) for a, b in zip(first.model.state_dict().values(), again.model.state_dict().values()))
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def changed_tensors(model, removed, healed) -> list[str]:
+    """The names of the healed model's tensors that differ from the plain pruned model's."""
+    plain = pruned_copy(model, removed).state_dict()
+    return [name for name, value in healed.state_dict().items() if not torch.equal(value, plain[name])]
+
+
+def test_the_default_bridge_gives_a_contiguous_and_a_scattered_removal_the_same_capacity(one_thread):
+    """Issue 36: with a bridge per removed span, zone-aware's scattered removals got k bridges and
+    Last-N's contiguous run one. The default heal gives every removal set of the same k one
+    bridge of d × d parameters, fitted on the same calibration tokens, in the last kept block."""
+    win = calibration()
+    model = trained_tiny("llama", win, n_layers=6)
+    d = model.config.hidden_size
+    contiguous, scattered = [3, 4], [1, 3]
+    healed = {tuple(r): heal(model, r, win, method="bridge", tokens=4 * 23, progress=False, cache=False)
+              for r in (contiguous, scattered)}
+    assert [h.parameters for h in healed.values()] == [d * d, d * d]
+    assert [h.tokens for h in healed.values()] == [4 * 23, 4 * 23]
+    for removed, result in healed.items():
+        assert not any("dropped" in n for n in result.notes), result.notes
+        changed = changed_tensors(model, list(removed), result.model)
+        assert changed == ["model.layers.3.mlp.down_proj.weight"], changed   # the last kept block, once
+    # The per-span fit stays available, and its capacity is unequal: one bridge per span.
+    per_span = {tuple(r): heal(model, r, win, method="bridge", tokens=4 * 23, bridges="per_span", progress=False,
+                               cache=False) for r in (contiguous, scattered)}
+    assert per_span[tuple(contiguous)].parameters == d * d and per_span[tuple(scattered)].parameters == 2 * d * d
+
+
+def test_the_one_bridge_pulls_the_last_hidden_state_towards_the_full_models(one_thread):
+    win = calibration()
+    model = trained_tiny("gpt2", win, n_layers=5)
+    removed = [1, 3]
+    target = _capture(model, win, dict(y=get_adapter(model).blocks()[-1]), 4)["y"]
+
+    def error(pruned) -> float:
+        last = _capture(pruned, win, dict(h=get_adapter(pruned).blocks()[-1]), 4)["h"]
+        return float(((last - target) ** 2).sum())
+
+    result = heal(model, removed, win, method="bridge", tokens=4 * 23, progress=False, cache=False)
+    assert result.key["bridges"] == "one" and result.key["version"] == "2"
+    assert error(result.model) < error(pruned_copy(model, removed).eval())
+
+
+def test_the_glossary_names_the_bridges_heal_knows():
+    from zones.core.glossary import HEALING_BRIDGES, default
+
+    assert HEALING_BRIDGES == BRIDGES and default("bridges") == "one"
+    with pytest.raises(HealError, match="bridges must be one of"):
+        heal(tiny_model("llama", n_layers=4), [1], calibration(), method="bridge", bridges="every", progress=False)
 
 
 def test_lora_resumes_from_its_checkpoint(monkeypatch, one_thread):
@@ -162,6 +216,9 @@ def test_healing_chapter_on_a_tiny_model(tiny_model_dir, tmp_path, one_thread):
                          out_dir=str(tmp_path / "healing"), progress=False)
     delta, comparison = result["delta"], result["comparison"]
     assert set(delta["stage"]) == {"pruned", "bridge"} and set(delta["k"]) == {1, 2}
+    healing = result["healing"]
+    assert healing["parameters"].nunique() == 1   # matched: every removal set got the same repair
+    assert result.numbers["capacity_text"].startswith("every strategy gets one bridge of d×d parameters")
     assert (delta["delta_loss_low"] <= delta["delta_loss"]).all()
     assert (delta["delta_loss"] <= delta["delta_loss_high"]).all()
     assert set(delta.loc[delta["strategy"] == "random_protected", "n_seeds"]) == {2}

@@ -353,24 +353,65 @@ def test_chapter_intervals_take_the_median_over_seeds_and_pair_every_difference(
     assert versus.loc[("last_n_keep_last", "all"), "difference_high"] < 0
     verdict = ta.verdict_table(found["between"], "m", 2, "bridge").iloc[0]
     assert verdict["verdict"] == "holds" and verdict["difference"] == pytest.approx(d["difference"])
+    # beside every interval of two variants that ran once, the exact McNemar test of their answers
+    wide = examples.pivot_table(index="removed", columns=["task", "example"], values="acc")
+    only_ours, only_last = int(((wide.loc["1,2"] == 1) & (wide.loc["3,4"] == 0)).sum()), \
+        int(((wide.loc["1,2"] == 0) & (wide.loc["3,4"] == 1)).sum())
+    assert (d["b"], d["c"]) == (only_ours, only_last) and d["p_exact"] < 1e-6
+    assert (verdict["b"], verdict["c"]) == (only_ours, only_last) and 0 < verdict["power"] <= 1
+    seeded = between.loc[("zone_aware", "random_protected", "all")]
+    assert np.isnan(seeded["b"]) and np.isnan(seeded["p_exact"])   # a median over seeds has no one answer vector
+    shown = ta.shown_differences(found["between"], OFFLINE_TASKS).loc["zone_aware − last_n_keep_last", "all"]
+    assert f"{only_ours} vs {only_last}, p < 0.001" in shown
 
 
 def test_the_task_accuracy_rule_branch_by_branch():
     from zones.report import task_accuracy as ta
     from zones.report.verdicts import score_task_accuracy
 
-    assert score_task_accuracy(0.01, 0.2) == "holds"
-    assert score_task_accuracy(-0.2, -0.01) == "does not hold"
-    open_ = score_task_accuracy(-0.1, 0.1, difference=0.02, n_examples=50)
-    assert open_ == "inconclusive" and open_.reason == "examples" and "50 task examples" in open_.detail
-    assert score_task_accuracy(float("nan"), 0.1).reason == "undefined"
-    # Last-N listed first: d is still zone-aware − Last-N
+    assert score_task_accuracy(9, 1, n_examples=40) == "holds"          # p = 22/1024 = 0.021
+    assert score_task_accuracy(1, 9, n_examples=40) == "does not hold"
+    # the issue's case: the bootstrap interval [+0.02, +0.28] excluded 0, the exact test does not
+    open_ = score_task_accuracy(7, 1, n_examples=40)
+    assert open_ == "inconclusive" and open_.reason == "examples"
+    assert "7 examples only zone-aware answered right, 1 only Last-N (exact McNemar p = 0.070)" in open_.detail
+    assert "at 40 examples this rule says holds with probability 0.17 when the true d is +0.10" in open_.detail
+    assert "0.20 of the examples are discordant" in open_.detail
+    assert score_task_accuracy(5, 5, n_examples=40) == "inconclusive"   # d = 0
+    assert "0.10 of the examples" in score_task_accuracy(0, 0, n_examples=40).detail  # the effect needs that many
+    assert score_task_accuracy(float("nan"), 1).reason == "undefined"
+    assert "McNemar" in score_task_accuracy.rule and "p < 0.05" in score_task_accuracy.rule
+    # Last-N listed first: d is still zone-aware − Last-N, and b, c swap with it
     between = pd.DataFrame([dict(strategy="last_n_keep_last", reference="zone_aware", task="all", difference=0.2,
-                                 difference_low=0.05, difference_high=0.35, n=80)])
+                                 difference_low=0.05, difference_high=0.35, n=80, b=18, c=2,
+                                 p_exact=ta.mcnemar_exact([1] * 18 + [0] * 2, [0] * 18 + [1] * 2).p_exact)])
     row = ta.verdict_table(between, "m", 8, "bridge").iloc[0]
     assert row["difference"] == -0.2 and (row["difference_low"], row["difference_high"]) == (-0.35, -0.05)
+    assert (row["b"], row["c"], row["discordance"]) == (2, 18, 0.25)
     assert row["verdict"] == "does not hold"
     assert ta.verdict_table(between.assign(strategy="greedy"), "m", 8, "bridge").empty
+    # the bootstrap interval does not decide: an interval above 0 with 7 vs 1 is inconclusive
+    issue = between.assign(strategy="zone_aware", reference="last_n_keep_last", difference=0.15, difference_low=0.02,
+                           difference_high=0.28, n=40, b=7, c=1, p_exact=0.0703125)
+    row = ta.verdict_table(issue, "m", 8, "bridge").iloc[0]
+    assert row["verdict"] == "inconclusive" and row["power"] == pytest.approx(0.1724, abs=1e-3)
+    said = ta.findings(pd.DataFrame(columns=ta.ACCURACY_COLUMNS), pd.DataFrame(columns=ta.DIFFERENCE_COLUMNS),
+                       issue, ta.verdict_table(issue, "m", 8, "bridge"))
+    said_text = said["verdict_text"]
+    assert "bootstrap interval [+0.02, +0.28]; the exact McNemar test, which decides: 7 examples" in said_text
+    assert said["verdict_text"].endswith("p = 0.070, so the claim is inconclusive at this budget")
+    assert (said["exact_b"], said["exact_c"], said["p_exact"], said["power"]) == (7, 1, "0.070", "0.17")
+    assert said["power_sizes_text"].startswith("100 examples: 0.54; 200 examples: 0.88; 400 examples: 0.99")
+
+
+def test_the_power_table_is_the_rules_power_at_each_budget():
+    from zones.analysis.paired import mcnemar_power
+    from zones.report import task_accuracy as ta
+
+    table = ta.power_table(0.2, [400, 40, 100, 40])
+    assert list(table["n_examples"]) == [40, 100, 400]
+    assert list(table["power"]) == [mcnemar_power(0.10, 0.2, n) for n in (40, 100, 400)]
+    assert ta.power_rate(1, 1, 40) == 0.10 and ta.power_rate(7, 1, 40) == pytest.approx(0.2)
 
 
 def test_the_scorecard_row_reads_the_chapters_verdict_table():
@@ -378,10 +419,17 @@ def test_the_scorecard_row_reads_the_chapters_verdict_table():
     from zones.report.verdicts import TASK_CLAIM
 
     verdict = pd.DataFrame([dict(model="m", k=8, method="bridge", difference=0.1, difference_low=0.02,
-                                 difference_high=0.18, n=80, verdict="holds", reason="")])
+                                 difference_high=0.18, n=80, b=12, c=4, p_exact=0.0768, power_effect=0.1,
+                                 verdict="inconclusive", reason="examples")])
     scores = claims.score_claims({"task_accuracy": {"verdict": verdict}})
     row = scores[scores["claim"] == TASK_CLAIM].iloc[0]
-    assert row["verdict"] == "holds" and row["chapter"] == "task_accuracy" and "80 examples" in row["ours"]
+    # the bootstrap interval lies above 0, but 12 vs 4 is p = 0.077 by the exact test, which decides
+    assert row["verdict"] == "inconclusive" and row["chapter"] == "task_accuracy" and "80 examples" in row["ours"]
+    assert "12 vs 4 discordant, exact McNemar p = 0.077" in row["ours"] and "at 80 examples" in row["reason"]
+    held = claims.score_claims({"task_accuracy": {"verdict": verdict.assign(b=14, c=2)}})
+    assert held[held["claim"] == TASK_CLAIM].iloc[0]["verdict"] == "holds"
+    older = claims.score_claims({"task_accuracy": {"verdict": verdict.drop(columns=["b", "c", "p_exact"])}})
+    assert older[older["claim"] == TASK_CLAIM].iloc[0]["verdict"] == "inconclusive"   # no counts: undefined
     missing = claims.score_claims({})
     assert missing[missing["claim"] == TASK_CLAIM].iloc[0]["verdict"] == "not measured"
 
@@ -397,6 +445,9 @@ def test_the_chapter_runs_on_a_tiny_model(tiny_model_dir, tmp_path, one_thread):
     assert (result["arms"]["k"] == 2).all()
     assert len(result["examples"]) == 3 * 6
     assert len(result["verdict"]) == 1 and result.numbers["verdict"] in ("holds", "does not hold", "inconclusive")
+    verdict = result["verdict"].iloc[0]
+    assert verdict["b"] + verdict["c"] <= verdict["n"] and 0 <= verdict["p_exact"] <= 1
+    assert verdict["n"] in set(result["power"]["n_examples"]) and "exact McNemar" in result.numbers["verdict_text"]
     assert float(result.summary["agreement_max_nats"]) < 2e-3
-    for name in ("accuracy", "versus_full", "between", "verdict", "examples", "tasks", "agreement"):
+    for name in ("accuracy", "versus_full", "between", "verdict", "examples", "tasks", "agreement", "power"):
         assert (tmp_path / "out" / f"{name}.csv").exists()

@@ -122,6 +122,7 @@ def _terms(*terms: Term) -> dict[str, Term]:
 
 ESTIMATOR_FLAGS = ("shape", "esd", "hill", "companions")
 HEALING_METHODS = ("lora", "bridge")
+HEALING_BRIDGES = ("one", "per_span")   # zones.pruning.heal.BRIDGES (tests/test_heal.py checks)
 PROFILE_NAMES = ("class", "cpu", "paper")  # zones.series.config.PROFILES (tests/test_glossary.py checks)
 QUANT_TYPE_NAMES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")  # zones.core.quantize.QUANT_TYPES (tests check)
 PRUNING_STRATEGIES = ["zone_aware", "last_n", "last_n_keep_last", "random", "random_protected", "alpha_lowest",
@@ -205,6 +206,9 @@ TERMS: dict[str, Term] = _terms(
     Term("methods", "list[str]", "healing methods compared: bridge (closed form), lora (peft; a GPU's job)",
          {"cpu": ["bridge"], "gpu": ["bridge", "lora"]}, choices=HEALING_METHODS),
     Term("method", "str", "the healing method", {"cpu": by("lora", task_accuracy="bridge")}, choices=HEALING_METHODS),
+    Term("bridges", "str", "where the bridge heal puts its linear maps: one (one d×d bridge per pruned model, at its "
+         "last kept block: every strategy gets the same repair capacity) or per_span (one per removed span: "
+         "unequal capacity)", {"cpu": "one"}, choices=HEALING_BRIDGES),
     # --- zero-shot tasks (lm-evaluation-harness) ------------------------------------------------
     Term("tasks", "list[str]", "lm-eval task names: zones' offline tasks (zones_next_sentence, zones_next_line; "
          "the group zones_offline) or any task lm-eval finds with its data",

@@ -8,24 +8,40 @@ disjoint from the eval windows every chapter scores on:
   blocks, trained with AdamW on next-token loss, ``ceil(tokens / (batch_size·(seq_len−1)))``
   steps over the calibration windows in order (cycling), then merged into the weights. The
   adapter and optimizer state are checkpointed in the cache every ``save_every`` steps, so an
-  interrupted run resumes where it stopped.
-* ``bridge``: a closed-form linear map over each removed span, fitted by least squares on
-  hidden states (the idea of LLM-Streamline, Chen et al. 2024, which replaces a pruned span by
-  a light trained layer; ReplaceMe, Shopkhoev et al. 2025, fits it linearly and folds it in).
-  For a span of removed blocks a..b, let h be the hidden state leaving block a−1 of the pruned
-  model and m that block's MLP output (so h = r + m, r the rest of the residual stream), and y
-  the hidden state leaving block b of the full model. The bridge T minimises
-  ‖y − r − m·T‖² + λ‖T − I‖² over the calibration tokens (ridge towards "no bridge",
-  λ = ``ridge``·tr(mᵀm)/d), so the pruned model's residual stream after the span is pulled
-  towards the full model's. Because m·T is linear in the MLP's last projection, T folds into
-  that projection's weight and bias (Llama ``down_proj``, GPT-NeoX ``dense_4h_to_h``, GPT-2
-  ``mlp.c_proj``): the exported directory stays a plain model of the same architecture. λ is
-  chosen per span from ``ridge`` × :data:`RIDGE_PATH` by squared error on held-out calibration
-  tokens (:func:`choose_bridge`). A span
-  that starts at block 0 has no preceding block and gets no bridge (folding into the
-  embedding would change the tied LM head too); ``HealResult.notes`` says so. If the bridges
-  together raise the calibration loss they are all dropped (noted too), so the bridge never
-  makes the calibration loss worse.
+  interrupted run resumes where it stopped. LoRA's capacity is matched across strategies
+  already: the same rank on every projection of every kept block, and at the same k every
+  strategy keeps L − k blocks, so every pruned model gets the same trainable parameters.
+* ``bridge``: a closed-form linear map fitted by least squares on hidden states (the idea of
+  LLM-Streamline, Chen et al. 2024, which replaces a pruned span by a light trained layer;
+  ReplaceMe, Shopkhoev et al. 2025, fits it linearly and folds it in). Let h be the hidden
+  state leaving a block of the pruned model and m that block's MLP output (so h = r + m, r the
+  rest of the residual stream), and y a hidden state of the full model. The bridge T
+  minimises ‖y − r − m·T‖² + λ‖T − I‖² over the calibration tokens (ridge towards "no
+  bridge", λ = ``ridge``·tr(mᵀm)/d). Because m·T is linear in the MLP's last projection, T
+  folds into that projection's weight and bias (Llama ``down_proj``, GPT-NeoX
+  ``dense_4h_to_h``, GPT-2 ``mlp.c_proj``): the exported directory stays a plain model of the
+  same architecture. λ is chosen per bridge from ``ridge`` × :data:`RIDGE_PATH` by squared
+  error on held-out calibration tokens (:func:`choose_bridge`). Where the bridges go is
+  ``bridges`` (:data:`BRIDGES`):
+
+  - ``one`` (the default; *matched*): one bridge per pruned model, in the MLP of its last
+    kept block, fitted so that the pruned model's last hidden state (the output of its last
+    kept block) is pulled towards the full model's (the output of its last block). Every
+    strategy then gets the same repair: one bridge of d × d parameters, fitted on the same
+    calibration tokens, whether its removals are contiguous or scattered.
+  - ``per_span`` (*unequal capacity*): one bridge per removed span a..b, in the MLP of block
+    a−1, pulling the pruned model's hidden state after the span towards the full model's after
+    block b (each span sees the bridges before it). A strategy that removes k scattered blocks
+    gets up to k bridges (k·d² parameters), one that removes a contiguous run gets one, so
+    their healed models are repaired with different capacity. A span that starts at block 0
+    has no preceding block and gets no bridge (folding into the embedding would change the
+    tied LM head too); ``HealResult.notes`` says so.
+
+  If the bridges together raise the calibration loss they are all dropped (noted too), so the
+  bridge never makes the calibration loss worse.
+
+``HealResult.parameters`` counts the repair's trainable parameters (what was fitted: LoRA's
+adapters, or d² per bridge), the capacity a comparison of strategies must hold equal.
 
 Every healed model is cached by its exact key (:func:`heal_key`: model fingerprint, removed
 blocks, method, budget, seed, hyper-parameters, calibration windows, version); a rerun
@@ -52,8 +68,11 @@ from zones.core.models import model_fingerprint
 from zones.measure.evaluate import evaluate_loss, model_device
 from zones.pruning.export import _spans, check_removed, provenance, pruned_copy, save_directory
 
-VERSION = "1"
+VERSION = "2"   # 2: the matched bridge (one per pruned model) is the default; bridges joins the key
 METHODS = ("lora", "bridge")
+BRIDGES = ("one", "per_span")   # one bridge per pruned model (matched), or one per removed span (unequal capacity)
+DEFAULT_BRIDGES = "one"
+LAST = "last"                   # the key of the one bridge, at the pruned model's last block
 DEFAULT_TOKENS = 8192
 DEFAULT_LR = 2e-4
 DEFAULT_RANK = 8
@@ -81,7 +100,8 @@ class HealResult:
 
     ``history`` columns: ``step`` (0 = before healing), ``tokens`` (calibration tokens seen),
     ``loss`` (mean calibration loss, nats: the training batch's for LoRA steps; the whole
-    calibration set for step 0 and the last row).
+    calibration set for step 0 and the last row). ``parameters``: the repair's trainable
+    parameters, its capacity (LoRA's adapter weights; d² per bridge fitted, kept or dropped).
     """
 
     model: nn.Module
@@ -95,6 +115,7 @@ class HealResult:
     calibration_after: float
     notes: list[str] = field(default_factory=list)
     from_cache: bool = False
+    parameters: int = 0
 
     def record(self) -> dict:
         """The ``healing`` entry of the exported provenance: what was used (``tokens``: the
@@ -102,7 +123,8 @@ class HealResult:
         return dict(method=self.method, tokens=self.tokens, tokens_budget=self.key["tokens"], seed=self.seed,
                     calibration=self.key["windows"], calibration_windows=self.key["n_windows"],
                     calibration_loss_before=self.calibration_before, calibration_loss_after=self.calibration_after,
-                    notes=self.notes, **{k: self.key[k] for k in ("lr", "rank", "ridge") if k in self.key})
+                    notes=self.notes, parameters=self.parameters,
+                    **{k: self.key[k] for k in ("lr", "rank", "ridge", "bridges") if k in self.key})
 
 
 def heal_key(fingerprint: str, removed: Sequence[int], method: str, tokens: int, seed: int,
@@ -114,18 +136,20 @@ def heal_key(fingerprint: str, removed: Sequence[int], method: str, tokens: int,
 
 
 PARAMETERS = dict(method="method", tokens="tokens (the healing budget)", lr="lr", rank="rank", ridge="ridge",
-                  seed="seed", batch_size="batch_size")
+                  seed="seed", batch_size="batch_size", bridges="bridges")
 
 
 def check_options(*, method: str = "lora", tokens=DEFAULT_TOKENS, lr=DEFAULT_LR, rank=DEFAULT_RANK,
-                  ridge=DEFAULT_RIDGE, seed=0, batch_size=4, names: dict[str, str] | None = None) -> None:
+                  ridge=DEFAULT_RIDGE, seed=0, batch_size=4, bridges=DEFAULT_BRIDGES,
+                  names: dict[str, str] | None = None) -> None:
     """Check healing's options before any work (``HealError``, one line naming the option as
     ``names`` spells it: the command line passes its flags, the library its parameter names):
-    ``method`` one of :data:`METHODS`, ``tokens``, ``rank`` and ``batch_size`` integers >= 1,
-    ``seed`` >= 0, ``lr`` and ``ridge`` finite and > 0."""
+    ``method`` one of :data:`METHODS`, ``bridges`` one of :data:`BRIDGES`, ``tokens``, ``rank``
+    and ``batch_size`` integers >= 1, ``seed`` >= 0, ``lr`` and ``ridge`` finite and > 0."""
     name = {**PARAMETERS, **(names or {})}
     try:
         check_choice(method, name["method"], METHODS)
+        check_choice(bridges, name["bridges"], BRIDGES)
         check_int(tokens, name["tokens"], min=1)
         check_int(batch_size, name["batch_size"], min=1)
         check_int(seed, name["seed"], min=0)
@@ -310,10 +334,30 @@ def choose_bridge(rest: torch.Tensor, mlp: torch.Tensor, target: torch.Tensor, n
     return fit_bridge(rest, mlp, target, chosen), chosen
 
 
+def _fit_and_fold(pruned: nn.Module, block: nn.Module, target: torch.Tensor, windows: Windows, *,
+                  batch_size: int, ridge: float) -> torch.Tensor:
+    """Fit the bridge in ``block``'s MLP (of ``pruned``) that pulls the block's output towards
+    ``target``, fold it in, and return it (float32, the stored precision)."""
+    module, conv1d = _mlp_out(pruned, block)
+    got = _capture(pruned, windows, dict(h=block, m=get_adapter(pruned).mlp(block)), batch_size)
+    bridge, _ = choose_bridge(got["h"] - got["m"], got["m"], target, windows.n_windows, ridge)
+    bridge = bridge.float()  # the stored precision: the cached model then equals this one bit for bit
+    _fold(module, conv1d, bridge.double())
+    return bridge
+
+
+def _bridge_last(pruned: nn.Module, full: nn.Module, windows: Windows, *, batch_size: int, ridge: float):
+    """The matched bridge: one, in the MLP of the pruned model's last block, pulling its output
+    towards the output of the full model's last block; returns ({:data:`LAST`: T}, notes)."""
+    target = _capture(full, windows, dict(y=get_adapter(full).blocks()[-1]), batch_size)["y"]
+    block = get_adapter(pruned).blocks()[-1]
+    return {LAST: _fit_and_fold(pruned, block, target, windows, batch_size=batch_size, ridge=ridge)}, []
+
+
 def _bridge_spans(pruned: nn.Module, full: nn.Module, removed: list[int], windows: Windows, *,
                   batch_size: int, ridge: float, progress: bool):
-    """Fit and fold a bridge per span, in depth order (each span sees the bridges before it);
-    returns ({span: T}, notes)."""
+    """Fit and fold a bridge per span (unequal capacity), in depth order (each span sees the
+    bridges before it); returns ({span: T}, notes)."""
     full_blocks = get_adapter(full).blocks()
     kept = [i for i in range(len(full_blocks)) if i not in set(removed)]
     spans = _spans(removed)
@@ -324,21 +368,19 @@ def _bridge_spans(pruned: nn.Module, full: nn.Module, removed: list[int], window
             notes.append(f"blocks {a}..{b}: no bridge (no block precedes the span)")
             continue
         block = get_adapter(pruned).blocks()[kept.index(a - 1)]
-        module, conv1d = _mlp_out(pruned, block)
-        got = _capture(pruned, windows, dict(h=block, m=get_adapter(pruned).mlp(block)), batch_size)
-        bridge, _ = choose_bridge(got["h"] - got["m"], got["m"], targets[f"{a}-{b}"], windows.n_windows, ridge)
-        bridge = bridge.float()  # the stored precision: the cached model then equals this one bit for bit
-        _fold(module, conv1d, bridge.double())
-        bridges[f"{a}-{b}"] = bridge
+        bridges[f"{a}-{b}"] = _fit_and_fold(pruned, block, targets[f"{a}-{b}"], windows, batch_size=batch_size,
+                                            ridge=ridge)
     return bridges, notes
 
 
 def _apply_bridges(pruned: nn.Module, removed: list[int], bridges: dict) -> nn.Module:
+    """Fold cached bridges back in: :data:`LAST` at the last block, a span ``"a-b"`` at block a−1."""
     n = len(removed) + get_adapter(pruned).n_blocks
     kept = [i for i in range(n) if i not in set(removed)]
+    blocks = get_adapter(pruned).blocks()
     for span, bridge in bridges.items():
-        a = int(span.split("-")[0])
-        module, conv1d = _mlp_out(pruned, get_adapter(pruned).blocks()[kept.index(a - 1)])
+        block = blocks[-1] if span == LAST else blocks[kept.index(int(span.split("-")[0]) - 1)]
+        module, conv1d = _mlp_out(pruned, block)
         _fold(module, conv1d, bridge.double())
     return pruned
 
@@ -371,22 +413,26 @@ def budget_notes(method: str, tokens: int, calibration: Windows, batch_size: int
 
 def heal(model: nn.Module, removed: Sequence[int], calibration: Windows, *, method: str = "lora",
          tokens: int = DEFAULT_TOKENS, seed: int = 0, lr: float = DEFAULT_LR, rank: int = DEFAULT_RANK,
-         ridge: float = DEFAULT_RIDGE, batch_size: int = 4, save_every: int = 25, cache: bool = True,
-         refresh: bool = False, progress: bool = True, fingerprint: str | None = None) -> HealResult:
+         ridge: float = DEFAULT_RIDGE, bridges: str = DEFAULT_BRIDGES, batch_size: int = 4, save_every: int = 25,
+         cache: bool = True, refresh: bool = False, progress: bool = True,
+         fingerprint: str | None = None) -> HealResult:
     """Remove ``removed`` from a copy of ``model`` and heal it on ``calibration`` (module docstring).
 
     ``model`` itself is never changed. ``tokens`` is the budget: LoRA trains on that many
     calibration tokens (cycling through the windows; whole steps, so a little more); the bridge
     fits on the first ``ceil(tokens / (seq_len − 1))`` calibration windows, or all of them when
-    the split holds fewer. ``HealResult.tokens`` is the number used (:func:`tokens_used`), and a
-    note says when it differs from the budget. ``refresh=True`` heals again, ignoring (and
+    the split holds fewer. ``bridges`` (the bridge only): ``"one"``, one bridge per pruned model
+    at its last block (the same capacity for every removal set), or ``"per_span"``, one per
+    removed span (unequal capacity; module docstring). ``HealResult.tokens`` is the number used
+    (:func:`tokens_used`), and a note says when it differs from the budget. ``refresh=True`` heals again, ignoring (and
     replacing) the cached result and any LoRA checkpoint. Returns a :class:`HealResult` whose
     ``model`` is a plain transformers model (adapters merged, bridges folded).
     """
-    _check(method, tokens, calibration, batch_size, lr=lr, rank=rank, ridge=ridge, seed=seed)
+    _check(method, tokens, calibration, batch_size, lr=lr, rank=rank, ridge=ridge, seed=seed, bridges=bridges)
     removed = check_removed(model, removed)
     fingerprint = fingerprint or model_fingerprint(model)
-    hyper = dict(lr=float(lr), rank=int(rank), batch_size=batch_size) if method == "lora" else dict(ridge=float(ridge))
+    hyper = (dict(lr=float(lr), rank=int(rank), batch_size=batch_size) if method == "lora"
+             else dict(ridge=float(ridge), bridges=bridges))
     key = heal_key(fingerprint, removed, method, tokens, seed, calibration, **hyper)
     path = entry_path("heal", key, "pt")
     pruned = pruned_copy(model, removed).eval()
@@ -407,34 +453,37 @@ def heal(model: nn.Module, removed: Sequence[int], calibration: Windows, *, meth
         history = pd.DataFrame(state["rows"], columns=HISTORY_COLUMNS)
         notes = budget + [n for n in state["notes"] if n not in budget and "tokens budgeted" not in n]
         return HealResult(healed, removed, method, used, seed, key, history, float(state["before"]),
-                          float(state["after"]), notes, from_cache=True)
+                          float(state["after"]), notes, from_cache=True, parameters=int(state["parameters"]))
     score_windows = calibration if method == "lora" else fit_windows
     before = evaluate_loss(pruned, score_windows, batch_size).loss
-    bridges: dict = {}
     notes: list[str] = []
     if method == "lora":
         steps = math.ceil(tokens / (batch_size * (calibration.seq_len - 1)))
         healed, lora, rows = _train_lora(pruned, calibration, key, steps=steps, batch_size=batch_size, lr=lr,
                                          rank=rank, seed=seed, save_every=save_every, cache=cache,
                                          progress=progress, resume=not refresh)
-        payload = dict(lora=lora)
+        payload, parameters = dict(lora=lora), sum(int(v.numel()) for v in lora.values())
     else:
-        bridges, notes = _bridge_spans(pruned, model, removed, fit_windows, batch_size=batch_size, ridge=ridge,
-                                       progress=progress)
+        fitted, notes = (_bridge_last(pruned, model, fit_windows, batch_size=batch_size, ridge=ridge)
+                         if bridges == "one" else
+                         _bridge_spans(pruned, model, removed, fit_windows, batch_size=batch_size, ridge=ridge,
+                                       progress=progress))
         healed, rows = pruned, []
-        payload = dict(bridges=bridges)
+        payload, parameters = dict(bridges=fitted), sum(int(t.numel()) for t in fitted.values())
     for p in healed.parameters():
         p.requires_grad_(False)
     after = evaluate_loss(healed, score_windows, batch_size).loss
-    if method == "bridge" and bridges and not after < before:
+    if method == "bridge" and payload["bridges"] and not after < before:
         notes.append(f"bridges dropped: they raised the calibration loss ({before:.4f} -> {after:.4f} nats)")
         healed, payload, after = pruned_copy(model, removed).eval(), dict(bridges={}), before
     rows = [(0, 0, before)] + rows + [(len(rows) + 1 if method == "bridge" else len(rows), used, after)]
     rows = [(int(s), int(t), float(v)) for s, t, v in rows]
     if cache:
-        write_entry(path, key, _to_bytes(dict(payload, rows=rows, before=before, after=after, notes=notes)))
+        write_entry(path, key, _to_bytes(dict(payload, rows=rows, before=before, after=after, notes=notes,
+                                              parameters=parameters)))
     history = pd.DataFrame(rows, columns=HISTORY_COLUMNS)
-    return HealResult(healed, removed, method, used, seed, key, history, before, after, budget + notes)
+    return HealResult(healed, removed, method, used, seed, key, history, before, after, budget + notes,
+                      parameters=parameters)
 
 
 def export_healed(result: HealResult, out: str | Path, *, tokenizer=None, source: str = "",

@@ -504,15 +504,21 @@ def _healing_rows(tables: Tables) -> list[dict]:
 
 
 def _task_rows(tables: Tables) -> list[dict]:
-    """One row per model, read from ``task_accuracy/verdict.csv``."""
+    """One row per model, read from ``task_accuracy/verdict.csv``: the exact McNemar test decides
+    (its discordant counts ``b``, ``c``; a table without them, from before the exact test, scores
+    undefined); the bootstrap interval of d is shown beside it."""
     rows = []
     for r in _records(tables, "task_accuracy", "verdict"):
+        b, c = r.get("b", float("nan")), r.get("c", float("nan"))
+        counted = (f"; {int(b)} vs {int(c)} discordant, exact McNemar {fmt_p(r.get('p_exact'))}"
+                   if finite(b, c) else "")
         ours = (f"accuracy({OURS}) − accuracy({LAST_N_KEEP_LAST}) after {r['method']} healing at k = {int(r['k'])}: "
-                f"{fmt_num(r['difference'], 2, signed=True)} on {int(r['n'])} examples")
-        rows.append(_row(ours, fmt_interval(None, r["difference_low"], r["difference_high"]), str(r["model"]),
-                         "zones' offline tasks", "task_accuracy",
-                         score_task_accuracy(float(r["difference_low"]), float(r["difference_high"]),
-                                             difference=float(r["difference"]), n_examples=int(r["n"]))))
+                f"{fmt_num(r['difference'], 2, signed=True)} on {int(r['n'])} examples{counted}")
+        effect = r.get("power_effect")
+        verdict = score_task_accuracy(b, c, n_examples=int(r["n"]),
+                                      **(dict(effect=float(effect)) if finite(effect) else {}))
+        rows.append(_row(ours, fmt_interval(None, r["difference_low"], r["difference_high"]) + " (bootstrap)",
+                         str(r["model"]), "zones' offline tasks", "task_accuracy", verdict))
     return rows
 
 

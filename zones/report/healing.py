@@ -6,6 +6,15 @@ then healed by each method of ``methods`` (``zones.pruning.heal``: the closed-fo
 or ``lora``) with the same budget of ``heal_tokens`` calibration tokens, and scored on the
 same eval windows, which neither planning nor healing ever sees, before and after healing.
 
+Matched repair. Every strategy gets the same repair capacity: with ``bridges="one"`` (the
+default) one bridge of d × d parameters per pruned model, in the MLP of its last kept block,
+fitted on the same calibration tokens to pull the pruned model's last hidden state towards the
+full model's, whether its removals are contiguous (Last-N) or scattered (zone-aware); LoRA is
+matched already (the same rank on every projection of the L − k kept blocks).
+``bridges="per_span"`` fits one bridge per removed span instead (unequal capacity: k scattered
+removals get up to k bridges, a contiguous run one), and the page says so. ``healing.csv``
+records each healed model's trainable parameters, and :func:`capacity_text` states them.
+
 Evidence. One paired bootstrap over eval windows (``zones.measure.stats.paired_bootstrap``) gives, from
 the same resamples, every interval of the chapter: Δloss against the full model of each
 strategy at each k before and after healing (the median over seeds for ``random_protected``),
@@ -24,7 +33,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from zones.core.adapters import get_adapter
-from zones.core.checks import check_models
+from zones.core.checks import check_choice, check_models
 from zones.core.data import corpus_windows, load_corpus
 from zones.core.models import load_model
 from zones.figures import BOOK_MODE_ENV
@@ -38,9 +47,9 @@ from zones.pruning import (
     plan_arms,
 )
 from zones.pruning.compare import PRUNED, healing_intervals
-from zones.pruning.heal import DEFAULT_LR, DEFAULT_RANK, METHODS, heal
+from zones.pruning.heal import BRIDGES, DEFAULT_BRIDGES, DEFAULT_LR, DEFAULT_RANK, METHODS, heal
 from zones.report.common import ChapterResult, precision_text, save
-from zones.report.format import fmt_interval, fmt_num
+from zones.report.format import fmt_int, fmt_interval, fmt_num
 from zones.report.verdicts import LAST_N_KEEP_LAST, OURS, score_after_healing
 from zones.spectra import alpha_table
 
@@ -82,9 +91,37 @@ def verdict_table(comparison: pd.DataFrame, methods: Sequence[str], model: str, 
 # Sentences
 # --------------------------------------------------------------------------------------------
 
+def capacity_text(healing_log: pd.DataFrame, bridges: str, hidden_size: int, heal_tokens: int,
+                  rank: int = DEFAULT_RANK) -> str:
+    """The repair every arm got, in words, from ``healing.csv`` (``method, parameters`` per healed
+    model): for the bridge with ``bridges="one"`` "every strategy gets one bridge of d×d
+    parameters fitted on the same N calibration tokens", with ``"per_span"`` the range of
+    parameters per model (unequal capacity), for LoRA its parameters per model (matched when every
+    arm has the same)."""
+    parts = []
+    tokens = fmt_int(heal_tokens)
+    for method, rows in healing_log.groupby("method", sort=False):
+        counts = sorted({int(n) for n in rows["parameters"]})
+        same = len(counts) == 1
+        if method == "bridge" and bridges == "one" and same:
+            parts.append(f"every strategy gets one bridge of d×d parameters (d = {hidden_size}: "
+                         f"{fmt_int(hidden_size ** 2)}) fitted on the same {tokens} calibration tokens")
+        elif method == "bridge":
+            parts.append(f"per-span bridges, unequal capacity: one d×d bridge per removed span (d = {hidden_size}), "
+                         f"from {fmt_int(counts[0])} to {fmt_int(counts[-1])} parameters per pruned model, fitted on "
+                         f"the same {tokens} calibration tokens")
+        else:
+            spread = fmt_int(counts[0]) if same else f"from {fmt_int(counts[0])} to {fmt_int(counts[-1])}"
+            parts.append(f"LoRA of rank {rank} on every projection of every kept block: {spread} trainable "
+                         f"parameters per pruned model{' for every strategy' if same else ''}, on the same "
+                         f"{tokens} calibration tokens")
+    return "; ".join(parts) or "no healing ran"
+
+
 def findings(delta: pd.DataFrame, gain: pd.DataFrame, comparison: pd.DataFrame, verdicts: pd.DataFrame,
-             methods: Sequence[str]) -> dict[str, Any]:
-    """The numbers and sentences the page glues."""
+             methods: Sequence[str], bridges: str = DEFAULT_BRIDGES) -> dict[str, Any]:
+    """The numbers and sentences the page glues (with ``bridges="per_span"`` the verdict says
+    that the bridges' capacity was unequal)."""
     out: dict[str, Any] = {}
     k_max = int(delta["k"].max())
     for stage in [PRUNED, *methods]:
@@ -115,7 +152,8 @@ def findings(delta: pd.DataFrame, gain: pd.DataFrame, comparison: pd.DataFrame, 
         phrase = {"holds": "holds", "does not hold": "does not hold"}.get(
             v["verdict"], "is inconclusive at this budget (the interval resamples eval windows)")
         d = fmt_interval(v["difference"], v["difference_low"], v["difference_high"], unit="nats", signed=True)
-        out["verdict_text"] = f"at k = {int(v['k'])} after {v['method']} healing, d = {d}: the claim {phrase}"
+        unequal = " (per-span bridges: unequal capacity)" if v["method"] == "bridge" and bridges == "per_span" else ""
+        out["verdict_text"] = f"at k = {int(v['k'])} after {v['method']} healing{unequal}, d = {d}: the claim {phrase}"
     else:
         out["verdict"], out["verdict_text"] = "not measured", "not measured (no healing method ran)"
     return out
@@ -129,12 +167,14 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
         eval_tokens: int = DEFAULT_EVAL_TOKENS, calibration_tokens: int = DEFAULT_CALIBRATION_TOKENS,
         heal_tokens: int = DEFAULT_HEAL_TOKENS, k_values: Sequence[int] = DEFAULT_K, seeds: int = DEFAULT_SEEDS,
         strategies: Sequence[str] = DEFAULT_STRATEGIES, methods: Sequence[str] = DEFAULT_METHODS,
-        batch_size: int = 8, lr: float = DEFAULT_LR, rank: int = DEFAULT_RANK, out_dir: str = "results/healing", *,
-        dtype: str = DEFAULT_DTYPE, progress: bool | None = None) -> ChapterResult:
+        batch_size: int = 8, lr: float = DEFAULT_LR, rank: int = DEFAULT_RANK, bridges: str = DEFAULT_BRIDGES,
+        out_dir: str = "results/healing", *, dtype: str = DEFAULT_DTYPE, progress: bool | None = None) -> ChapterResult:
     """The chapter: plan, heal, score → ``arms.csv`` (strategy, seed, k, removed), ``window_losses.csv``
     (per stage, removal set and eval window), ``delta.csv``, ``gain.csv``, ``comparison.csv``
     (``zones.pruning.compare.healing_intervals``), ``verdict.csv`` (:func:`verdict_table`), ``healing.csv`` (the
-    calibration loss before and after each healing) and ``summary.json``. ``models``: a list (or
+    calibration loss before and after each healing, and the repair's trainable parameters) and ``summary.json``.
+    ``bridges``: ``"one"`` (matched: one d×d bridge per pruned model) or ``"per_span"`` (unequal
+    capacity; ``zones.pruning.heal``). ``models``: a list (or
     one model); this chapter shows the first in detail. ``dtype``: the scoring precision of the
     planning and of every loss (the healing itself runs in float32); every loss is read from, or
     kept in, the per-window loss store, so the pruning chapter's sets on the same eval batches are
@@ -148,6 +188,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
     bad = [m for m in methods if m not in METHODS]
     if bad or not methods:
         raise ValueError(f"methods must be a non-empty list of {METHODS}; got {list(methods)}")
+    check_choice(bridges, "bridges", BRIDGES)
     k_values = sorted({int(k) for k in k_values})
     progress = os.environ.get(BOOK_MODE_ENV) != "1" if progress is None else progress
     loaded = load_model(model)
@@ -172,18 +213,23 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
     for method in methods:
         for s in sets:
             healed = heal(loaded.model, as_list(s), heal_windows, method=method, tokens=heal_tokens, lr=lr, rank=rank,
-                          progress=progress, fingerprint=loaded.fingerprint)
+                          bridges=bridges, progress=progress, fingerprint=loaded.fingerprint)
             result = evaluate_loss(healed.model, eval_windows, batch_size, dtype=subject.dtype, cache=True)
             long += [dict(stage=method, removed=s, window=w, nll=float(v), n_tokens=n_tok)
                      for w, v in enumerate(result.window_nll)]
             healing_log.append(dict(method=method, removed=s, calibration_before=healed.calibration_before,
-                                    calibration_after=healed.calibration_after, notes="; ".join(healed.notes)))
+                                    calibration_after=healed.calibration_after, parameters=healed.parameters,
+                                    notes="; ".join(healed.notes)))
             del healed
     window_losses = pd.DataFrame(long)
     stages = [PRUNED, *methods]
     found = healing_intervals(arms, window_losses, stages, reference=REFERENCE, ours=OURS)
     verdicts = verdict_table(found["comparison"], methods, model, corpus)
-    numbers = dict(findings(found["delta"], found["gain"], found["comparison"], verdicts, methods),
+    hidden_size = int(loaded.model.get_input_embeddings().embedding_dim)
+    numbers = dict(findings(found["delta"], found["gain"], found["comparison"], verdicts, methods, bridges),
+                   capacity_text=capacity_text(pd.DataFrame(healing_log), bridges, hidden_size,
+                                               heal_windows.n_scored_tokens, rank),
+                   hidden_size=hidden_size, bridges=bridges,
                    model_name=model, n_blocks=get_adapter(loaded.model).n_blocks,
                    base_loss=fmt_num(scored[0].loss, 4), n_windows=eval_windows.n_windows,
                    n_tokens=eval_windows.n_scored_tokens, heal_tokens=heal_windows.n_scored_tokens,
