@@ -714,7 +714,9 @@ def test_with_two_seeds_one_statistic_decides_and_the_words_follow_it():
     assert row["winner"] == "random" and row["ratio"] < 1 and row["ratio_high"] < 1
     words = chapter.behind_text(comparison)
     assert "random at k = 1" in words and "×)" in words
-    assert "median Δloss" in chapter.seeds_text(summarize_pruning(table, window_losses, n_resamples=300), 1)
+    said = chapter.seeds_text(summarize_pruning(table, window_losses, n_resamples=300), 1)
+    # two seeds: a median, but no "interquartile range" (its ends would not even be the two seeds)
+    assert "median Δloss" in said and "interquartile" not in said and "2 seeds cannot estimate one" in said
 
 
 # --- protection and spreading without α ----------------------------------------------------------

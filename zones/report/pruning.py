@@ -281,6 +281,9 @@ def recipe_text(pairwise: pd.DataFrame, k: int, recipe: Sequence[str], ours: str
     return f"At k = {k}: " + "; ".join(effects) + "." if effects else ""
 
 
+MIN_SPREAD_SEEDS = 5   # fewer seeds give no interquartile range worth printing (2 seeds: its ends are not the seeds)
+
+
 def seeds_text(summary: pd.DataFrame, k: int, seeded: Sequence[str] = ("random", "random_protected")) -> str:
     """Each seeded strategy at k: its median Δloss over seeds (the statistic every comparison
     decides by), the ΔPPL at that median, and the interquartile range of the seeds' ΔPPL."""
@@ -291,10 +294,13 @@ def seeds_text(summary: pd.DataFrame, k: int, seeded: Sequence[str] = ("random",
             continue
         r = row.iloc[0]
         dloss = fmt_interval(r["delta_loss"], r["delta_loss_low"], r["delta_loss_high"], unit="nats")
+        n = int(r["n_seeds"])
+        spread = (f"interquartile range of ΔPPL over its {n} seeds {fmt_num(r['delta_ppl_q25'])} to "
+                  f"{fmt_num(r['delta_ppl_q75'])}" if n >= MIN_SPREAD_SEEDS else
+                  f"no spread over seeds is shown: {n} seed{'s' if n != 1 else ''} cannot estimate one (it takes "
+                  f"{MIN_SPREAD_SEEDS}; the GPU budget runs 20)")
         parts.append(f"{name}: median Δloss {dloss}, ΔPPL at that median "
-                     f"{fmt_interval(r['delta_ppl'], r['delta_ppl_low'], r['delta_ppl_high'])}; interquartile range "
-                     f"of ΔPPL over its {int(r['n_seeds'])} seeds {fmt_num(r['delta_ppl_q25'])} to "
-                     f"{fmt_num(r['delta_ppl_q75'])}")
+                     f"{fmt_interval(r['delta_ppl'], r['delta_ppl_low'], r['delta_ppl_high'])}; {spread}")
     return "; ".join(parts)
 
 
