@@ -489,3 +489,16 @@ def test_cpu_profile_seeds_and_flops_per_token():
         train.series_configs("cpu", [8], seeds=[0, 1])
     config = configs[0]
     assert train.flops_per_token(config) == 6 * train.parameter_count(config) + 12 * 8 * 64 * config.seq_len
+
+
+def test_snapshots_are_denser_early_where_a_wave_would_run():
+    # the cpu profile's first snapshot after initialisation was step 48 of 240: a wave in the first
+    # 48 steps could not be seen; the schedule now snapshots every 8 steps up to step 64
+    from zones.series.config import PROFILES, TrainConfig
+
+    fields = {k: v for k, v in PROFILES["cpu"].items() if k not in ("depths", "seeds")}
+    config = TrainConfig(depth=8, **fields)
+    steps = [s for s in range(1, config.steps + 1) if config.is_snapshot(s)]
+    assert steps[:8] == [8, 16, 24, 32, 40, 48, 56, 64] and steps[-1] == config.steps and 96 in steps
+    assert config.snapshot_text() == "every 48 steps (every 8 up to step 64)"
+    assert not TrainConfig(depth=2, steps=10, snapshot_every=5).is_snapshot(3)

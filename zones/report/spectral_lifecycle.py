@@ -177,6 +177,7 @@ def _series_snapshots(profile, depths, train_overrides, checkpoints, seeds=None)
         depth_list = sorted(int(d) for d in snapshots["depth"].unique())
         return snapshots, dict(depths=depth_list, steps=steps[-1],
                                snapshot_every=int(np.median(gaps)) if len(gaps) else 0,
+                               snapshot_schedule=f"every {int(np.median(gaps)) if len(gaps) else 0} steps (the median gap)",
                                snapshot_fraction=NAN, final_heldout_loss={}, seeds_trained={d: 1 for d in depth_list},
                                tokens_per_run=None)
     # one training run per depth (seed 0: the depth series' first seed, read from its cache);
@@ -189,7 +190,8 @@ def _series_snapshots(profile, depths, train_overrides, checkpoints, seeds=None)
     trained = Counter(c.depth for c in series_configs(profile, depths, None if one_seed else seeds, **overrides))
     return series_snapshots(runs), dict(
         depths=[int(d) for d in series["depth"]], steps=int(runs[0].config.steps),
-        snapshot_every=int(runs[0].config.snapshot_every), snapshot_fraction=float(series["snapshot_fraction"].max()),
+        snapshot_every=int(runs[0].config.snapshot_every), snapshot_schedule=runs[0].config.snapshot_text(),
+        snapshot_fraction=float(series["snapshot_fraction"].max()),
         final_heldout_loss={int(d): float(v) for d, v in zip(series["depth"], series["final_heldout_loss"])},
         seeds_trained={int(d): int(n) for d, n in trained.items()},
         tokens_per_run=int(runs[0].config.steps * runs[0].config.tokens_per_step))
@@ -237,7 +239,7 @@ def run(profile: str = "cpu", depths=None, train_overrides: dict | None = None, 
     chosen = deltas[deltas["group"] == delta_group]
     deep_wave = wave_claim.set_index("depth").loc[deepest]
     numbers = dict(depths=", ".join(map(str, depth_list)), steps=steps,
-                   snapshot_every=facts["snapshot_every"], n_snapshots=int(snapshots["step"].nunique()),
+                   snapshot_every=facts["snapshot_every"], snapshot_schedule=facts["snapshot_schedule"], n_snapshots=int(snapshots["step"].nunique()),
                    snapshot_percent=100 * facts["snapshot_fraction"], deepest=deepest,
                    wave_text=wave_sentence(waves, gradient, deepest), n_reversed=int(waves["reversed"].sum()),
                    n_waves=int(len(waves)),

@@ -41,8 +41,22 @@ class TrainConfig:
     eval_every: int = 25
     eval_windows: int = 32
     snapshot_every: int = 25
+    early_snapshot_every: int = 0    # denser snapshots early in training, where a compression wave would run (0: none)
+    early_snapshot_until: int = 0    # ... up to and including this step
     checkpoint_every: int = 50
     precision: str = "fp32"
+
+    def is_snapshot(self, step: int) -> bool:
+        """Whether the loop takes a spectral snapshot after ``step``: every ``snapshot_every`` steps,
+        every ``early_snapshot_every`` steps up to ``early_snapshot_until``, and at the last step."""
+        early = self.early_snapshot_every and step <= self.early_snapshot_until and step % self.early_snapshot_every == 0
+        return bool(step % self.snapshot_every == 0 or step == self.steps or early)
+
+    def snapshot_text(self) -> str:
+        """The snapshot schedule in words: "every 48 steps (every 8 up to step 64)"."""
+        early = (f" (every {self.early_snapshot_every} up to step {self.early_snapshot_until})"
+                 if self.early_snapshot_every and self.early_snapshot_until else "")
+        return f"every {self.snapshot_every} steps{early}"
 
     def __post_init__(self):
         for name in ("depth", "width_per_layer", "head_dim", "mlp_ratio", "batch_size", "steps",
@@ -51,6 +65,8 @@ class TrainConfig:
         check_int(self.seq_len, "seq_len", min=2)
         check_int(self.vocab_size, "vocab_size (256 bytes + specials)", min=260)
         check_int(self.heldout_every, "heldout_every", min=2)
+        check_int(self.early_snapshot_every, "early_snapshot_every", min=0)
+        check_int(self.early_snapshot_until, "early_snapshot_until", min=0)
         check_int(self.seed, "seed", min=0)
         if self.width is not None:
             check_int(self.width, "width", min=1)
@@ -101,15 +117,16 @@ PROFILES: dict[str, dict[str, Any]] = {
     # runs cost about 75 reference forwards cold, a quarter of the book's budget.
     "cpu": dict(depths=(8, 12, 16), seeds={8: 2, 12: 1, 16: 1}, width_per_layer=8, head_dim=16,
                 vocab_size=1024, seq_len=128, batch_size=16, steps=240, lr=3e-3, eval_every=24, eval_windows=32,
-                snapshot_every=48, checkpoint_every=120),
+                snapshot_every=48, early_snapshot_every=8, early_snapshot_until=64, checkpoint_every=120),
     # A tiny series for a class (zones book --budget class): D4/D6/D8 at width 8·depth, two seeds
     # of D4 (so that seeds can be compared) and one of the others, half the cpu profile's steps.
     "class": dict(depths=(4, 6, 8), seeds={4: 2, 6: 1, 8: 1}, width_per_layer=8, head_dim=16, vocab_size=1024,
                   seq_len=128, batch_size=16, steps=120, lr=3e-3, eval_every=24, eval_windows=16,
-                  snapshot_every=24, checkpoint_every=60),
+                  snapshot_every=24, early_snapshot_every=8, early_snapshot_until=40, checkpoint_every=60),
     # The paper's series D8/D12/D16 at width 64·depth (512, 768, 1024), for a GPU.
     "paper": dict(depths=(8, 12, 16), seeds=1, width_per_layer=64, head_dim=64, vocab_size=5120,
                   seq_len=512, batch_size=32, steps=2000, lr=6e-4, eval_windows=64, checkpoint_every=250,
+                  early_snapshot_every=5, early_snapshot_until=100,
                   precision="bf16"),
 }
 SERIES_KEYS = ("depths", "seeds")  # profile entries that shape the series, not one config

@@ -207,7 +207,7 @@ class _Training:
         config = self.config
         if step % config.eval_every == 0 or step == config.steps:
             self.evaluate(step)
-        if step % config.snapshot_every == 0 or step == config.steps:
+        if config.is_snapshot(step):
             self.snapshot(step)
         if step == stop_after:
             self.save_checkpoint()
