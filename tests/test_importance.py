@@ -329,3 +329,21 @@ def test_pooled_models_are_partialled_on_relative_depth():
     expected = partial_spearman(frame["alpha"], frame["delta_loss"], depth, n_resamples=200, n_permutations=200)
     assert pooled["rho"] == pytest.approx(expected.rho)
     assert len(depth_table(a, n_resamples=50, n_permutations=50)) == 3   # one model: no pooled row
+
+
+def test_pooled_seeds_count_their_shared_positions_once():
+    # two seeds of one depth that agree block for block are one run's evidence, not twice as much:
+    # the pooled interval and p treat a position as the unit (the old pooling treated 16 blocks as 16)
+    from zones.analysis.importance import spearman
+    from zones.analysis.pooled import rho_pooled
+
+    rng = np.random.default_rng(3)
+    alpha, delta = rng.normal(size=8), rng.normal(size=8)
+    delta = delta + 0.8 * alpha
+    run = pd.DataFrame(dict(depth=8, layer=range(8), alpha=alpha, delta_loss=delta))
+    frame = pd.concat([run.assign(seed=s, model=f"D8 s{s}") for s in (0, 1)], ignore_index=True)
+    pooled = rho_pooled(frame, n_resamples=500, n_permutations=2000).set_index("depth").loc["8"]
+    one = spearman(alpha, delta, n_resamples=500, n_permutations=2000)
+    assert pooled["rho"] == pytest.approx(one.rho)
+    assert pooled["p_value"] == pytest.approx(one.p_value, abs=0.03)
+    assert pooled["ci_high"] - pooled["ci_low"] == pytest.approx(one.ci_high - one.ci_low, abs=0.15)

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import rankdata
 
-from zones.analysis.importance import spearman
+from zones.analysis.importance import Correlation, spearman, spearman_rho
 from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES
 
 RHO_RUN_COLUMNS = ["depth", "seed", "model", "n_blocks", "rho", "ci_low", "ci_high", "half_width", "p_value"]
@@ -46,19 +46,57 @@ def within_model_ranks(importance: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def clustered_spearman(part: pd.DataFrame, *, n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS,
+                       seed: int = 0) -> Correlation:
+    """Spearman ρ of ``alpha_rank`` and ``delta_rank`` over the pooled blocks of several runs,
+    without treating them as independent: two seeds of one depth have a block 3 each, and those
+    two blocks share their position. The interval resamples *positions* (a position's blocks in
+    every run of that depth go together: cluster bootstrap), and the p permutes *positions*
+    (one permutation of a depth's positions moves α in each of its runs alike), so the pooled
+    blocks count as what they are: two identical seeds give the interval and p of one."""
+    a, d = rankdata(part["alpha_rank"].to_numpy(float)), rankdata(part["delta_rank"].to_numpy(float))
+    n = int(len(part))
+    rho = spearman_rho(a, d)
+    nan = float("nan")
+    if not np.isfinite(rho):
+        return Correlation(nan, nan, nan, nan, n)
+    rng = np.random.default_rng(seed)
+    codes = pd.factorize(part["depth"].astype(str) + ":" + part["layer"].astype(str))[0]
+    members = [np.flatnonzero(codes == c) for c in range(codes.max() + 1)]
+    boots = np.array([spearman_rho(a[idx], d[idx]) for idx in
+                      (np.concatenate([members[i] for i in rng.integers(0, len(members), len(members))])
+                       for _ in range(n_resamples))])
+    low, high = (np.nanpercentile(boots, [2.5, 97.5]) if np.isfinite(boots).sum() >= n_resamples // 2
+                 else (nan, nan))
+    perm = np.tile(np.arange(n), (n_permutations, 1))
+    depth, layer, model = (part[c].to_numpy() for c in ("depth", "layer", "model"))
+    for value in pd.unique(depth):   # one permutation of a depth's positions, applied to each of its runs
+        layers = np.sort(pd.unique(layer[depth == value]))
+        shuffle = rng.permuted(np.tile(np.arange(layers.size), (n_permutations, 1)), axis=1)
+        for run in pd.unique(model[depth == value]):
+            rows = np.array([np.flatnonzero((model == run) & (layer == lay))[0] for lay in layers])
+            perm[:, rows] = rows[shuffle]
+    shuffled = a[perm]
+    shuffled = shuffled - shuffled.mean(1, keepdims=True)
+    dc = d - d.mean()
+    null = (shuffled @ dc) / np.sqrt((shuffled ** 2).sum(1) * (dc ** 2).sum())
+    p_value = (1 + int((np.abs(null) >= abs(rho) - 1e-12).sum())) / (1 + n_permutations)
+    return Correlation(rho, float(low), float(high), float(p_value), n)
+
+
 def rho_pooled(importance: pd.DataFrame, *, n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS,
                seed: int = 0) -> pd.DataFrame:
     """ρ pooled over runs: per depth (its seeds) and over every run (``depth = "all"``).
 
     Ranks are taken within each model first (:func:`within_model_ranks`), so pooling compares
-    blocks only with blocks of their own model; ρ is then Spearman's over the pooled blocks, its
-    interval resamples blocks and its p permutes them. Columns ``POOLED_COLUMNS``."""
+    blocks only with blocks of their own model; ρ is then Spearman's over the pooled blocks, with
+    the interval and p of :func:`clustered_spearman` (positions resampled and permuted
+    together). Columns ``POOLED_COLUMNS``."""
     ranked = within_model_ranks(importance)
     groups = [(str(int(d)), part) for d, part in ranked.groupby("depth", sort=True)] + [("all", ranked)]
     rows = []
     for depth, part in groups:
-        c = spearman(part["alpha_rank"], part["delta_rank"], n_resamples=n_resamples, n_permutations=n_permutations,
-                     seed=seed)
+        c = clustered_spearman(part, n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
         rows.append(dict(depth=depth, n_runs=int(part["model"].nunique()), n_blocks=c.n, rho=c.rho, ci_low=c.ci_low,
                          ci_high=c.ci_high, half_width=(c.ci_high - c.ci_low) / 2, p_value=c.p_value))
     return pd.DataFrame(rows, columns=POOLED_COLUMNS)
