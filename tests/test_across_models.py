@@ -82,9 +82,14 @@ def test_profiles_on_relative_depth(chapter):
 
 
 def test_labels_are_unique_when_names_collide(tiny_model_dir, micro_corpus, tmp_path):
+    import shutil
+
     from zones.report import across_models
 
-    result = across_models.run(models=[str(tiny_model_dir), str(tiny_model_dir)], profile=None, seq_len=32,
+    # two models whose folders share a name (the same model listed twice is refused: test_reliability)
+    twin = tmp_path / "elsewhere" / tiny_model_dir.name
+    shutil.copytree(tiny_model_dir, twin)
+    result = across_models.run(models=[str(tiny_model_dir), str(twin)], profile=None, seq_len=32,
                                eval_tokens=31 * 4, pruning_eval_tokens=31 * 4, batch_size=4, n_resamples=50,
                                n_permutations=50, out_dir=str(tmp_path / "out"), progress=False)
     labels = result["models"]["model"].tolist()

@@ -63,11 +63,13 @@ def test_teaching_chapter_executes_where_the_book_runs_it(tmp_path, monkeypatch)
     assert times["chapter"].tolist()[:2] == ["primer", "teaching"]  # the book's chapters, in its order
 
 
-def test_without_a_class_build_the_page_shows_the_last_builds_measured_times(tmp_path):
+def test_without_a_class_build_the_page_shows_the_last_builds_measured_times(tmp_path, monkeypatch):
     # a default book builds no class budget: the page showed "n/a" in every cell; it now shows the
     # measured times of the build it belongs to, and says which budget they are
     from zones.book import _store_timing
     from zones.report import teaching
+
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "cache"))   # only this test's build is recorded
 
     _store_timing({"models": ["tiny-for-teaching"]}, "primer", 60.0)
     result = teaching.run(timed_budget="class", chapters=["primer"], out_dir=str(tmp_path / "out"))

@@ -20,7 +20,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def micro_config(corpus: str, depth: int = 2, **overrides) -> train.TrainConfig:
     settings = dict(width=32, head_dim=16, vocab_size=300, seq_len=32, batch_size=8, steps=40, lr=3e-3,
-                    eval_every=10, snapshot_every=10, checkpoint_every=15, eval_windows=8, corpus=corpus)
+                    eval_every=10, snapshot_every=10, early_snapshot_every=0, checkpoint_every=15, eval_windows=8,
+                    corpus=corpus)
     settings.update(overrides)
     return profile_config("cpu", depth, **settings)
 
@@ -181,7 +182,8 @@ def test_cli_train_writes_the_series_tables(micro_runs, micro_corpus, tmp_path):
 
 def micro_notebook_parameters(corpus: str, out_dir) -> dict:
     overrides = dict(width=32, head_dim=16, vocab_size=300, seq_len=32, batch_size=8, steps=40, lr=3e-3,
-                     eval_every=10, snapshot_every=10, checkpoint_every=15, eval_windows=8, corpus=corpus, seed=0)
+                     eval_every=10, snapshot_every=10, early_snapshot_every=0, checkpoint_every=15, eval_windows=8,
+                     corpus=corpus, seed=0)
     return dict(depths=[2, 3], train_overrides=overrides, out_dir=str(out_dir))
 
 
