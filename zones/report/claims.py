@@ -692,23 +692,25 @@ def findings(scores: pd.DataFrame, tables: Tables) -> str:
                  f"Of the paper's {len(paper)} claims, {len(held)} hold: {_listed_or_none(held)}.",
                  f"{len(failed)} do not hold ({_listed_or_none(failed)}), and {len(other)} are inconclusive or differ "
                  f"between models ({_listed_or_none(other)}); Methods gives each rule's power at these sizes."]
-    rho = scores[(scores["claim"] == CLAIMS["rho"]) & (scores["chapter"] == "importance_vs_alpha")]
-    depth = scores[scores["claim"] == CLAIMS["rho_depth"]]
-    if not rho.empty:
-        r = rho.iloc[0]
-        low, high = (float(v) for v in str(r["interval"]).strip("[]").replace("−", "-").split(", ")) \
-            if str(r["interval"]).startswith("[") else (math.nan, math.nan)
-        side = interval_side(low, high, 0.0)
-        meaning = {"above": "α detectably predicts a block's importance", "below": "α orders importance the other way",
-                   "straddles": "α does not detectably predict a block's importance"}.get(side, "ρ is undefined")
-        beyond = depth[depth["model"] == r["model"]]
-        extra = (f"; with block index held fixed ρ is {beyond.iloc[0]['interval']} ({beyond.iloc[0]['verdict']})"
-                 if not beyond.empty else "")
-        sentences.append(f"On {r['model']}, {meaning}: {r['ours'].split(' (')[0]}, interval {r['interval']}{extra}.")
+    found = tables.get("importance_vs_alpha", {})
+    if "rho" in found:
+        summary = found.get("summary", {})
+        estimator, role = summary.get("alpha_estimator", "alpha_shape"), summary.get("alpha_role", "weighted")
+        chosen = found["rho"][(found["rho"]["estimator"] == estimator) & (found["rho"]["role"] == role)]
+        if not chosen.empty:
+            r = chosen.iloc[0]
+            meaning = {"above": "α detectably predicts a block's importance",
+                       "below": "α orders the blocks' importance the other way",
+                       "straddles": "α does not detectably predict a block's importance"}.get(
+                interval_side(float(r["ci_low"]), float(r["ci_high"]), 0.0), "ρ is undefined")
+            depth = scores[(scores["claim"] == CLAIMS["rho_depth"]) & (scores["model"] == str(r["model"]))]
+            extra = (f"; with the block index held fixed ρ is {depth.iloc[0]['interval']} ({depth.iloc[0]['verdict']})"
+                     if not depth.empty else "")
+            sentences.append(f"On {Path(str(r['model'])).name}, {meaning}: ρ({role} {estimator}, ΔLoss) = "
+                             f"{fmt_interval(r['rho'], r['ci_low'], r['ci_high'], signed=True)}{extra}.")
     share = str(_summary(tables, "pruning").get("share_text", ""))
-    if share:
-        sentences.append(f"What zone-aware's pruning gain is made of: {share.split(' At k = ')[-1] if share.count('At k = ') > 1 else share}"
-                         .replace(": At k", ": at k"))
+    if "At k = " in share:   # the largest k's sentence: what protection and spreading alone achieve there
+        sentences.append("What zone-aware's pruning gain is made of: at k = " + share.rsplit("At k = ", 1)[1])
     return " ".join(sentences)
 
 
