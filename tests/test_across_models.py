@@ -96,6 +96,11 @@ def test_labels_are_unique_when_names_collide(tiny_model_dir, micro_corpus, tmp_
     assert len(labels) == len(set(labels)) == 2
     assert set(result["alpha_profiles"]["model"]) == set(labels)
     assert "nothing is pooled" not in result.numbers["pooled_text"]
+    # attribution on every model: ρ partialled on block index, without the end blocks, with the Q-projection α
+    models = result["models"]
+    assert {"rho_partial", "rho_inner", "rho_q", "rank_trend"} <= set(models.columns)
+    assert models["rho_partial_low"].le(models["rho_partial_high"]).all()
+    assert result.numbers["attribution_text"].count("partialled on block index") == 2
 
 
 def test_figures_build(chapter):

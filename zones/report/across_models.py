@@ -266,13 +266,7 @@ def run(models=("smollm2-135m",), profile: str | None = "cpu", depths: Sequence[
                   series_eval_tokens=series_eval_tokens, profile=profile, alpha_estimator=alpha_estimator,
                   alpha_role=alpha_role, role=role, dtype=dtype, n_resamples=n_resamples,
                   n_permutations=n_permutations, seed=seed, agree=pooled["agree"], part=pooled["part"],
-                  pooled_text=pooled["text"],
-        attribution_text="; ".join(
-            f"{r['model']}: raw {fmt_interval(r['rho'], r['rho_low'], r['rho_high'], signed=True)}, partialled on "
-            f"block index {fmt_interval(r['rho_partial'], r['rho_partial_low'], r['rho_partial_high'], signed=True)}, "
-            f"without the end blocks {fmt_interval(r['rho_inner'], r['rho_inner_low'], r['rho_inner_high'], signed=True)}, "
-            f"{role}-projection α {fmt_interval(r['rho_q'], r['rho_q_low'], r['rho_q_high'], signed=True)}"
-            for r in rows))
+                  pooled_text=pooled["text"])
     tables = dict(models=table[COLUMNS], alpha_profiles=pd.concat(alpha_parts, ignore_index=True),
                   delta_profiles=pd.concat(delta_parts, ignore_index=True))
     out = save(out_dir, tables, record)
