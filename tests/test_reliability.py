@@ -889,3 +889,23 @@ def test_a_killed_runs_cache_event_file_is_removed_by_the_next_count(tmp_path, m
         live = list(tmp_path.glob("zones-cache-events-*"))
         assert len(live) == 1  # this count's own file only
     assert not list(tmp_path.glob("zones-cache-events-*"))
+
+
+def test_a_damaged_converted_model_is_named_once_on_stderr_before_it_is_converted_again(capfd, tiny_gguf):
+    """Issue 40: a damaged converted copy of a GGUF model (the default model is one) was converted
+    again with no line naming the file (a deleted manifest), or with its message twice on stdout
+    telling the user to delete what zones was about to replace. One line on stderr names the
+    damaged file and says that the model is converted again."""
+    from zones.core.cache import MANIFEST
+    from zones.core.models import converted_gguf_dir, load_model
+
+    fingerprint = load_model(str(tiny_gguf), device="cpu").fingerprint
+    target = converted_gguf_dir(tiny_gguf)
+    weights = target / "model.safetensors"
+    for damage, named in ((lambda: weights.write_bytes(weights.read_bytes()[:1000]), weights),
+                          (lambda: (target / MANIFEST).unlink(), target / MANIFEST)):
+        damage()
+        capfd.readouterr()
+        assert load_model(str(tiny_gguf), device="cpu").fingerprint == fingerprint
+        lines = [line for line in messages(capfd.readouterr().err) if "damaged" in line]
+        assert len(lines) == 1 and str(named) in lines[0] and f"converting {tiny_gguf.name} again" in lines[0], lines

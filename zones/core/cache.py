@@ -50,7 +50,13 @@ ROW_KEY = "_key"  # a journal row's key: the cache key its journal was written u
 
 
 class CacheError(RuntimeError):
-    """A cache file is damaged or does not belong to its key (the message names it and the remedy)."""
+    """A cache file is damaged or does not belong to its key (the message names it and the remedy).
+    ``path`` and ``cause``, where given: the damaged file and what is wrong with it, for a caller
+    that repairs the entry itself and says so in its own words."""
+
+    def __init__(self, message: str, *, path: Path | None = None, cause: str | None = None):
+        super().__init__(message)
+        self.path, self.cause = path, cause
 
 
 class DiskFullError(OSError):
@@ -493,26 +499,28 @@ def verify_manifest(directory: Path, parts: dict[str, Any]) -> bool:
     try:
         stored = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as err:
-        raise CacheError(f"cache manifest {path} is not valid JSON ({err}); {remedy}") from None
+        raise CacheError(f"cache manifest {path} is not valid JSON ({err}); {remedy}", path=path,
+                         cause=f"not valid JSON: {err}") from None
     if not isinstance(stored, dict) or not isinstance(stored.get(FILES), dict):
-        raise CacheError(f"cache manifest {path} lists no files; {remedy}")
+        raise CacheError(f"cache manifest {path} lists no files; {remedy}", path=path, cause="it lists no files")
     files = stored.pop(FILES)
     if stored != json.loads(_canonical(parts)):
         raise CacheError(f"cache manifest {path} describes another computation than this folder's key; "
-                         f"{remedy}")
+                         f"{remedy}", path=path, cause="it describes another computation")
     present = {p.relative_to(directory).as_posix(): p for p in _directory_files(directory)}
     for name, record in sorted(files.items()):
         file = directory / name
         if name not in present:
-            raise CacheError(f"cache entry {directory} is damaged ({name} is missing); {remedy}")
+            raise CacheError(f"cache entry {directory} is damaged ({name} is missing); {remedy}", path=file,
+                             cause="missing")
         size = file.stat().st_size
         if not isinstance(record, dict) or size != record.get("bytes") or file_sha256(file) != record.get("sha256"):
-            raise CacheError(f"cache file {file} is damaged ({size} bytes whose sha256 differs from the "
-                             f"one its manifest recorded); {remedy}")
+            cause = f"{size} bytes whose sha256 differs from the one its manifest recorded"
+            raise CacheError(f"cache file {file} is damaged ({cause}); {remedy}", path=file, cause=cause)
     extra = sorted(set(present) - set(files))
     if extra:
         raise CacheError(f"cache entry {directory} is damaged ({directory / extra[0]} is not in its "
-                         f"manifest); {remedy}")
+                         f"manifest); {remedy}", path=directory / extra[0], cause="not in its manifest")
     note("read", directory)
     return True
 
