@@ -422,8 +422,8 @@ def test_evaluate_on_a_model_too_short_for_the_answers_is_one_line(tmp_path, cap
     its positions and the positions the longest answer needs."""
     pytest.importorskip("lm_eval")
     model_dir = short_model_dir
-    line = fails_cleanly(capfd, ["evaluate", "--model", str(model_dir), "--tasks", "zones_next_sentence", "--limit", "2",
-                                 "--device", "cpu"], tmp_path / "eval", str(model_dir), "16 positions", "at least")
+    argv = ["evaluate", "--model", str(model_dir), "--tasks", "zones_next_sentence", "--limit", "2", "--device", "cpu"]
+    line = fails_cleanly(capfd, argv, tmp_path / "eval", str(model_dir), "16 positions", "at least")
     assert "AssertionError" not in line and re.search(r"longest takes (\d+) tokens", line)
 
 
@@ -758,6 +758,63 @@ def test_alpha_refresh_replaces_a_damaged_cached_table(tmp_path, capfd, tiny_mod
     capfd.readouterr()
     first, again = (pd.read_csv(tmp_path / d / "alpha.csv") for d in ("first", "again"))
     pd.testing.assert_frame_equal(first, again)
+
+
+def _damage_first_row(journal: Path) -> None:
+    """Drop the loss of a journal's first row (its checksum no longer matches)."""
+    lines = journal.read_text().splitlines()
+    row = json.loads(lines[0])
+    row.pop("nll")
+    lines[0] = json.dumps(row)
+    journal.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("command, table", [(ablate, "ablation.csv"), (prune, "pruning.csv")],
+                         ids=["ablate", "prune"])
+def test_refresh_replaces_a_damaged_loss_store_for_ablate_and_prune(tmp_path, capfd, tiny_model_dir, corpus_file,
+                                                                   command, table):
+    """Issue 40: ``zones ablate`` and ``zones prune`` had no ``--refresh``, so a damaged loss store
+    could only be deleted by hand. ``--refresh`` scores again what the cache held and replaces it,
+    and the next plain run reads the new rows."""
+    from zones.core.cache import cache_dir
+
+    assert main(command(tiny_model_dir, corpus_file, "--out", str(tmp_path / "first"))) == 0
+    (journal,) = (cache_dir() / "window-losses").glob("*.jsonl")
+    _damage_first_row(journal)
+    capfd.readouterr()
+    fails_cleanly(capfd, command(tiny_model_dir, corpus_file), tmp_path / "damaged", str(journal), "line 1")
+    assert main(command(tiny_model_dir, corpus_file, "--refresh", "--out", str(tmp_path / "refreshed"))) == 0
+    assert main(command(tiny_model_dir, corpus_file, "--out", str(tmp_path / "again"))) == 0
+    capfd.readouterr()
+    first, refreshed, again = (pd.read_csv(tmp_path / d / table) for d in ("first", "refreshed", "again"))
+    pd.testing.assert_frame_equal(first, refreshed)
+    pd.testing.assert_frame_equal(first, again)
+
+
+@pytest.mark.parametrize("command", ["sweep", "study"])
+def test_refresh_replaces_a_damaged_alpha_table_for_sweep_and_study(tmp_path, capfd, tiny_model_dir, command):
+    """Issue 40: ``zones sweep`` and ``zones study`` had no ``--refresh``: a damaged cached α table
+    stopped them until deleted by hand. With ``--refresh`` the jobs compute it again."""
+    from zones.core.cache import cache_dir
+
+    def argv(out: Path, *extra) -> list[str]:
+        only = ["--only", "alpha_profile"] if command == "study" else []
+        return [command, "--models", str(tiny_model_dir), *only, *extra, "--out", str(out)]
+
+    assert main(argv(tmp_path / "first")) == 0
+    (cached,) = (cache_dir() / "alpha").glob("*.parquet")
+    cached.write_bytes(cached.read_bytes()[:-100])
+    capfd.readouterr()
+    assert main(argv(tmp_path / "damaged")) == 1
+    assert str(cached) in messages(capfd.readouterr().err)[-1]
+    assert main(argv(tmp_path / "refreshed", "--refresh")) == 0
+    assert main(argv(tmp_path / "again")) == 0
+    capfd.readouterr()
+    found = {d: sorted(p.relative_to(tmp_path / d) for p in (tmp_path / d).rglob("*.csv")) for d in ("first", "again")}
+    assert found["first"] == found["again"] and found["first"]
+    for name in found["first"]:
+        if name.name != "jobs.csv":  # where and how long each job ran
+            pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "first" / name), pd.read_csv(tmp_path / "again" / name))
 
 
 @pytest.mark.parametrize("content, expected", [(b"", "is empty"), (b"PK\x03\x04" + b"\0" * 60, "not a GGUF file")],

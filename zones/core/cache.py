@@ -347,6 +347,58 @@ def read_table(path: Path) -> pd.DataFrame:
     return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
 
 
+# --- refreshing: recompute instead of reading ------------------------------------------------------
+
+REFRESH_ENV = "ZONES_REFRESH_SINCE"  # set inside refreshing(): what was written before it is not read
+
+
+def refresh_since() -> int | None:
+    """The start of the refresh this process is inside (the cache filesystem's clock, ns), or None."""
+    value = os.environ.get(REFRESH_ENV, "")
+    return int(value) if value.isdigit() else None
+
+
+def _filesystem_now() -> int:
+    """The cache filesystem's clock now (ns): the time stamp a file written now gets, which is
+    what the entries written later are compared with (the kernel's file clock is coarser than
+    ``time.time_ns``)."""
+    fd, probe = tempfile.mkstemp(dir=cache_dir(), prefix=".refresh-clock.")
+    try:
+        return os.fstat(fd).st_mtime_ns
+    finally:
+        os.close(fd)
+        os.remove(probe)
+
+
+@contextlib.contextmanager
+def refreshing(on: bool = True, since: int | None = None):
+    """``--refresh``: inside the block, every cache entry and journal written before it began is
+    recomputed instead of read, and replaced; those written inside are read as usual, so each is
+    computed once. Processes started inside (notebook kernels, local Ray workers) inherit it
+    (``$ZONES_REFRESH_SINCE``); ``since`` carries a driver's start to a job elsewhere. A block
+    inside another refresh keeps the outer start. Converted models and trained runs (checksummed
+    folders) are read as usual: ``zones train --refresh`` retrains."""
+    if not on or refresh_since() is not None:
+        yield
+        return
+    os.environ[REFRESH_ENV] = str(since if since is not None else _filesystem_now())
+    try:
+        yield
+    finally:
+        os.environ.pop(REFRESH_ENV, None)
+
+
+def written_before_refresh(path: Path) -> bool:
+    """Whether ``path`` exists and was written before the refresh this process is inside."""
+    since = refresh_since()
+    if since is None:
+        return False
+    try:
+        return Path(path).stat().st_mtime_ns < since
+    except OSError:
+        return False
+
+
 # --- verified entries ------------------------------------------------------------------------------
 
 @contextlib.contextmanager
@@ -387,13 +439,16 @@ def write_entry(path: Path, parts: dict[str, Any], data: bytes, **schema: Any) -
 
 def read_entry(path: Path, parts: dict[str, Any]) -> tuple[bytes, dict[str, Any]] | None:
     """The verified payload at ``path`` and its sidecar record, or None when there is no
-    verifiable entry (no payload, or no sidecar with a checksum: recompute it).
+    verifiable entry (no payload, or no sidecar with a checksum: recompute it), or when it was
+    written before the refresh this process is inside (:func:`refreshing`).
 
     Raises ``CacheError`` when the sidecar is unreadable or belongs to other parts, or the
     payload's size or sha256 differs from the sidecar's.
     """
     path = Path(path)
     side = sidecar_path(path)
+    if written_before_refresh(path):  # --refresh: recomputed, then replaced by its writer
+        return None
     with entry_lock(path, shared=True):
         if not path.exists() or not side.exists():
             return None
@@ -541,14 +596,18 @@ class Journal:
     ``required`` field, or one that names another key (a journal copied or renamed from another
     computation: another model's, say) raises ``CacheError`` naming the file and the line: the
     journal is never silently half-used, nor borrowed. A journal whose rows name no key (written
-    by an older zones) cannot be checked and is started again.
+    by an older zones) cannot be checked and is started again, and so is one written before the
+    refresh this process is inside (:func:`refreshing`), unless ``keep_stale`` (a journal shared
+    by many computations, which skips the rows it held itself: the loss store).
     """
 
-    def __init__(self, path: Path, required: Sequence[str] = ()):
+    def __init__(self, path: Path, required: Sequence[str] = (), *, keep_stale: bool = False):
         self.path = Path(path)
         self.required = tuple(required)
         self.key = self.path.name.split(".", 1)[0]
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not keep_stale and written_before_refresh(self.path):  # --refresh: its rows are computed again
+            self.discard()
         self._drop_torn_tail()
         self._drop_unkeyed()
 
