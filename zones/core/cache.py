@@ -33,6 +33,7 @@ import secrets
 import shutil
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -359,12 +360,20 @@ def refresh_since() -> int | None:
 
 
 def _filesystem_now() -> int:
-    """The cache filesystem's clock now (ns): the time stamp a file written now gets, which is
-    what the entries written later are compared with (the kernel's file clock is coarser than
-    ``time.time_ns``)."""
+    """The cache filesystem's clock at its next tick (ns): the time stamp of a file written then,
+    which what is written later reaches and what was written before does not (the kernel's file
+    clock is coarser than ``time.time_ns``: a file written a moment ago may share the current
+    tick, so the refresh starts at the next one, a few milliseconds away)."""
     fd, probe = tempfile.mkstemp(dir=cache_dir(), prefix=".refresh-clock.")
     try:
-        return os.fstat(fd).st_mtime_ns
+        first = os.fstat(fd).st_mtime_ns
+        for _ in range(1000):  # a tick is 1-10 ms; give up after about a second
+            time.sleep(0.001)
+            os.utime(probe)
+            now = os.stat(probe).st_mtime_ns
+            if now > first:
+                return now
+        return first + 1
     finally:
         os.close(fd)
         os.remove(probe)
