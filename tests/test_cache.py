@@ -254,3 +254,28 @@ def test_zones_cache_pointing_at_a_file_is_one_error_naming_the_variable(tmp_pat
     monkeypatch.setenv("ZONES_CACHE", str(file / "below"))
     with pytest.raises(CacheError, match="ZONES_CACHE="):  # was: [Errno 20] Not a directory
         cache_dir()
+
+
+def test_inside_a_refresh_what_was_cached_before_is_computed_once_again(monkeypatch, tmp_path):
+    """``refreshing()`` (``--refresh``): an entry or journal written before the block is computed
+    again and replaced; one written inside it is read, so each is computed once per refresh."""
+    from zones.core.cache import refreshing
+
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path))
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return pd.DataFrame({"a": [len(calls)]})
+
+    parts = {"kind": "unit", "case": "refresh"}
+    cached_table("unit", parts, compute)
+    journal = Journal(tmp_path / "sweep.partial.jsonl")
+    journal.append({"_task": "old"})
+    with refreshing():
+        assert cached_table("unit", parts, compute)["a"].tolist() == [2]   # computed again ...
+        assert cached_table("unit", parts, compute)["a"].tolist() == [2]   # ... once
+        assert Journal(tmp_path / "sweep.partial.jsonl").rows() == []      # its old rows: not read
+    assert cached_table("unit", parts, compute)["a"].tolist() == [2] and len(calls) == 2  # the replacement stays
+    with refreshing(on=False):
+        assert cached_table("unit", parts, compute)["a"].tolist() == [2]

@@ -137,6 +137,16 @@ def test_flags_take_the_glossarys_values():
     assert lab.budget == "class" and lab.lab_args == ["--no-browser"]
 
 
+@pytest.mark.parametrize("argv", [["alpha"], ["ablate"], ["prune"], ["export", "--out", "x"], ["heal", "--out", "x"],
+                                  ["train"], ["lifecycle", "--revisions", "step0"], ["sweep", "--models", "a"], ["book"], ["evaluate"],
+                                  ["study", "--models", "a"]], ids=lambda argv: argv[0])
+def test_every_command_that_reads_the_cache_takes_refresh(argv):
+    """Issue 40: the README promises --refresh on every command, but ablate, prune, sweep and
+    study (and export, book) lacked it. Every command that reads the cache takes it, off by
+    default (the glossary's term)."""
+    assert parse_args(argv).refresh is False and parse_args([*argv, "--refresh"]).refresh is True
+
+
 def test_unknown_options_are_refused_except_for_lab(capsys):
     with pytest.raises(SystemExit):
         main(["alpha", "--no-browser"])

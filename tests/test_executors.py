@@ -134,8 +134,10 @@ def test_cli_sweep_stacks_the_alpha_tables_of_several_models(tiny_model_dir, tin
         expected = alpha_table(load_model(name, device="cpu").model)
         got = table[table["model"] == name]
         assert got["alpha_shape"].to_numpy() == pytest.approx(expected["alpha_shape"].to_numpy(), rel=1e-9)
-    with pytest.raises(ValueError, match="listed twice"):
+    with pytest.raises(ValueError, match="twice; list each model once"):
         alpha_sweep(models + models[:1])
+    with pytest.raises(ValueError, match="one model twice"):  # one model under two spellings (issue 40)
+        alpha_sweep(models + [models[0] + "/"])
 
 
 # --- deterministic errors are not retried; impossible requests fail at once -------------------------

@@ -300,7 +300,6 @@ def test_an_edited_converted_copy_is_converted_again_not_used(tiny_gguf, tmp_pat
     """Values edited in place (a whole, readable safetensors file) were used as they were."""
     from safetensors.torch import load_file, save_file
 
-    from zones.core.cache import mark_temporary
     from zones.core.models import converted_gguf_dir
 
     monkeypatch.setenv("ZONES_CACHE", str(tmp_path))
@@ -310,5 +309,6 @@ def test_an_edited_converted_copy_is_converted_again_not_used(tiny_gguf, tmp_pat
     weights = {name: tensor * 10 for name, tensor in weights.items()}
     save_file(weights, target / "model.safetensors", metadata={"format": "pt"})
     assert load_model(str(tiny_gguf), device="cpu").fingerprint == fingerprint
-    assert "model.safetensors is damaged" in capsys.readouterr().out
+    said = capsys.readouterr().err  # one line naming the damaged file, on stderr (issue 40)
+    assert f"is damaged: {target / 'model.safetensors'}" in said and f"converting {tiny_gguf.name} again" in said
     assert (target / "zones-manifest.json").exists()

@@ -422,8 +422,8 @@ def test_evaluate_on_a_model_too_short_for_the_answers_is_one_line(tmp_path, cap
     its positions and the positions the longest answer needs."""
     pytest.importorskip("lm_eval")
     model_dir = short_model_dir
-    line = fails_cleanly(capfd, ["evaluate", "--model", str(model_dir), "--tasks", "zones_next_sentence", "--limit", "2",
-                                 "--device", "cpu"], tmp_path / "eval", str(model_dir), "16 positions", "at least")
+    argv = ["evaluate", "--model", str(model_dir), "--tasks", "zones_next_sentence", "--limit", "2", "--device", "cpu"]
+    line = fails_cleanly(capfd, argv, tmp_path / "eval", str(model_dir), "16 positions", "at least")
     assert "AssertionError" not in line and re.search(r"longest takes (\d+) tokens", line)
 
 
@@ -760,6 +760,63 @@ def test_alpha_refresh_replaces_a_damaged_cached_table(tmp_path, capfd, tiny_mod
     pd.testing.assert_frame_equal(first, again)
 
 
+def _damage_first_row(journal: Path) -> None:
+    """Drop the loss of a journal's first row (its checksum no longer matches)."""
+    lines = journal.read_text().splitlines()
+    row = json.loads(lines[0])
+    row.pop("nll")
+    lines[0] = json.dumps(row)
+    journal.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("command, table", [(ablate, "ablation.csv"), (prune, "pruning.csv")],
+                         ids=["ablate", "prune"])
+def test_refresh_replaces_a_damaged_loss_store_for_ablate_and_prune(tmp_path, capfd, tiny_model_dir, corpus_file,
+                                                                   command, table):
+    """Issue 40: ``zones ablate`` and ``zones prune`` had no ``--refresh``, so a damaged loss store
+    could only be deleted by hand. ``--refresh`` scores again what the cache held and replaces it,
+    and the next plain run reads the new rows."""
+    from zones.core.cache import cache_dir
+
+    assert main(command(tiny_model_dir, corpus_file, "--out", str(tmp_path / "first"))) == 0
+    (journal,) = (cache_dir() / "window-losses").glob("*.jsonl")
+    _damage_first_row(journal)
+    capfd.readouterr()
+    fails_cleanly(capfd, command(tiny_model_dir, corpus_file), tmp_path / "damaged", str(journal), "line 1")
+    assert main(command(tiny_model_dir, corpus_file, "--refresh", "--out", str(tmp_path / "refreshed"))) == 0
+    assert main(command(tiny_model_dir, corpus_file, "--out", str(tmp_path / "again"))) == 0
+    capfd.readouterr()
+    first, refreshed, again = (pd.read_csv(tmp_path / d / table) for d in ("first", "refreshed", "again"))
+    pd.testing.assert_frame_equal(first, refreshed)
+    pd.testing.assert_frame_equal(first, again)
+
+
+@pytest.mark.parametrize("command", ["sweep", "study"])
+def test_refresh_replaces_a_damaged_alpha_table_for_sweep_and_study(tmp_path, capfd, tiny_model_dir, command):
+    """Issue 40: ``zones sweep`` and ``zones study`` had no ``--refresh``: a damaged cached α table
+    stopped them until deleted by hand. With ``--refresh`` the jobs compute it again."""
+    from zones.core.cache import cache_dir
+
+    def argv(out: Path, *extra) -> list[str]:
+        only = ["--only", "alpha_profile"] if command == "study" else []
+        return [command, "--models", str(tiny_model_dir), *only, *extra, "--out", str(out)]
+
+    assert main(argv(tmp_path / "first")) == 0
+    (cached,) = (cache_dir() / "alpha").glob("*.parquet")
+    cached.write_bytes(cached.read_bytes()[:-100])
+    capfd.readouterr()
+    assert main(argv(tmp_path / "damaged")) == 1
+    assert str(cached) in messages(capfd.readouterr().err)[-1]
+    assert main(argv(tmp_path / "refreshed", "--refresh")) == 0
+    assert main(argv(tmp_path / "again")) == 0
+    capfd.readouterr()
+    found = {d: sorted(p.relative_to(tmp_path / d) for p in (tmp_path / d).rglob("*.csv")) for d in ("first", "again")}
+    assert found["first"] == found["again"] and found["first"]
+    for name in found["first"]:
+        if name.name != "jobs.csv":  # where and how long each job ran
+            pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "first" / name), pd.read_csv(tmp_path / "again" / name))
+
+
 @pytest.mark.parametrize("content, expected", [(b"", "is empty"), (b"PK\x03\x04" + b"\0" * 60, "not a GGUF file")],
                          ids=["empty", "zip"])
 def test_a_gguf_file_that_cannot_be_one_is_named(tmp_path, capfd, content, expected):
@@ -889,3 +946,23 @@ def test_a_killed_runs_cache_event_file_is_removed_by_the_next_count(tmp_path, m
         live = list(tmp_path.glob("zones-cache-events-*"))
         assert len(live) == 1  # this count's own file only
     assert not list(tmp_path.glob("zones-cache-events-*"))
+
+
+def test_a_damaged_converted_model_is_named_once_on_stderr_before_it_is_converted_again(capfd, tiny_gguf):
+    """Issue 40: a damaged converted copy of a GGUF model (the default model is one) was converted
+    again with no line naming the file (a deleted manifest), or with its message twice on stdout
+    telling the user to delete what zones was about to replace. One line on stderr names the
+    damaged file and says that the model is converted again."""
+    from zones.core.cache import MANIFEST
+    from zones.core.models import converted_gguf_dir, load_model
+
+    fingerprint = load_model(str(tiny_gguf), device="cpu").fingerprint
+    target = converted_gguf_dir(tiny_gguf)
+    weights = target / "model.safetensors"
+    for damage, named in ((lambda: weights.write_bytes(weights.read_bytes()[:1000]), weights),
+                          (lambda: (target / MANIFEST).unlink(), target / MANIFEST)):
+        damage()
+        capfd.readouterr()
+        assert load_model(str(tiny_gguf), device="cpu").fingerprint == fingerprint
+        lines = [line for line in messages(capfd.readouterr().err) if "damaged" in line]
+        assert len(lines) == 1 and str(named) in lines[0] and f"converting {tiny_gguf.name} again" in lines[0], lines

@@ -44,7 +44,7 @@ from tqdm import tqdm
 
 from zones import __version__, evaluate, study
 from zones.book import build_book, lab_folder, name_values, project_root
-from zones.core.cache import write_table
+from zones.core.cache import refreshing, write_table
 from zones.core.data import CorpusError, corpus_windows, load_corpus
 from zones.core.executors import check_executor
 from zones.core.glossary import add_flag, default, term
@@ -154,6 +154,7 @@ def ablate_arguments(p: argparse.ArgumentParser) -> None:
     add_flag(p, "split", "ablate")
     add_flag(p, "ablation_method", "ablate")
     add_flag(p, "parts", "ablate")
+    add_flag(p, "refresh", "ablate")
     add_flag(p, "out", "ablate")
 
 
@@ -170,9 +171,10 @@ def ablate_run(args) -> None:
     tokens = _split_budget(args)
     corpus = load_corpus(args.corpus)  # an unknown or empty corpus fails before the model loads
     loaded = _load(args)
-    windows = corpus_windows(corpus, loaded.tokenizer, args.seq_len, args.split, tokens)
-    table = ablation_table(loaded.model, windows, parts=args.parts, method=args.ablation_method,
-                           batch_size=args.batch_size, dtype=args.dtype)
+    with refreshing(args.refresh):  # the loss store's rows are scored again, and replace the old ones
+        windows = corpus_windows(corpus, loaded.tokenizer, args.seq_len, args.split, tokens)
+        table = ablation_table(loaded.model, windows, parts=args.parts, method=args.ablation_method,
+                               batch_size=args.batch_size, dtype=args.dtype)
     _write(table, args.out, "ablation.csv")
 
 
@@ -188,6 +190,7 @@ def prune_arguments(p: argparse.ArgumentParser) -> None:
     add_flag(p, "calibration_tokens", "prune")
     add_flag(p, "dtype", "prune")
     add_flag(p, "list_strategies", "prune")
+    add_flag(p, "refresh", "prune")
     add_flag(p, "out", "prune")
 
 
@@ -198,10 +201,11 @@ def prune_run(args) -> None:
     names = check_strategy_names(args.strategies)  # fail before the model loads
     corpus = load_corpus(args.corpus)
     loaded = _load(args)
-    eval_windows = corpus_windows(corpus, loaded.tokenizer, args.seq_len, "eval", args.eval_tokens)
-    calibration = corpus_windows(corpus, loaded.tokenizer, args.seq_len, "calibration", args.calibration_tokens)
-    table = pruning_table(loaded.model, eval_windows, calibration, strategies=names, k_max=args.k_max,
-                          seeds=args.seeds, batch_size=args.batch_size, model_name=args.model, dtype=args.dtype)
+    with refreshing(args.refresh):  # the strategies' inputs and every scored set are computed again
+        eval_windows = corpus_windows(corpus, loaded.tokenizer, args.seq_len, "eval", args.eval_tokens)
+        calibration = corpus_windows(corpus, loaded.tokenizer, args.seq_len, "calibration", args.calibration_tokens)
+        table = pruning_table(loaded.model, eval_windows, calibration, strategies=names, k_max=args.k_max,
+                              seeds=args.seeds, batch_size=args.batch_size, model_name=args.model, dtype=args.dtype)
     _write(table, args.out, "pruning.csv")
 
 
@@ -220,6 +224,7 @@ def _pruning_flags(p: argparse.ArgumentParser, context: str) -> None:
 
 def export_arguments(p: argparse.ArgumentParser) -> None:
     _pruning_flags(p, "export")
+    add_flag(p, "refresh", "export", help="recompute what a strategy plans on instead of reading the cache")
     add_flag(p, "out", "export", required=True, help="output model directory (written atomically)")
 
 
@@ -241,8 +246,9 @@ def _calibration(args, loaded):
 def export_run(args) -> None:
     removed = check_request(args.out, args.remove, args.strategy, args.k, args.seed)  # before the model loads
     loaded = _load(args)
-    calibration = _calibration(args, loaded) if args.strategy else None
-    removed, strategy = _pruned_blocks(args, loaded, calibration, removed)
+    with refreshing(args.refresh):
+        calibration = _calibration(args, loaded) if args.strategy else None
+        removed, strategy = _pruned_blocks(args, loaded, calibration, removed)
     out = export_model(loaded.model, removed, args.out, tokenizer=loaded.tokenizer, source=args.model,
                        strategy=strategy, seed=args.seed if strategy else None, fingerprint=loaded.fingerprint)
     print(f"wrote {out} (blocks {sorted(removed)} removed; loads with AutoModelForCausalLM.from_pretrained)")
@@ -277,10 +283,12 @@ def heal_run(args) -> None:
                   names=dict(tokens="--heal-tokens", lr="--lr", rank="--rank", seed="--seed",
                              batch_size="--batch-size", method="--method", bridges="--bridges"))
     loaded = _load(args)
-    removed, strategy = _pruned_blocks(args, loaded, _calibration(args, loaded) if args.strategy else None, removed)
-    healed = heal(loaded.model, removed, _heal_windows(args, loaded), method=args.method, tokens=args.heal_tokens,
-                  seed=args.seed, lr=args.lr, rank=args.rank, bridges=args.bridges, batch_size=args.batch_size,
-                  refresh=args.refresh, fingerprint=loaded.fingerprint)
+    with refreshing(args.refresh):  # what a strategy plans on, and the healing, computed again
+        removed, strategy = _pruned_blocks(args, loaded, _calibration(args, loaded) if args.strategy else None,
+                                           removed)
+        healed = heal(loaded.model, removed, _heal_windows(args, loaded), method=args.method, tokens=args.heal_tokens,
+                      seed=args.seed, lr=args.lr, rank=args.rank, bridges=args.bridges, batch_size=args.batch_size,
+                      refresh=args.refresh, fingerprint=loaded.fingerprint)
     out = export_healed(healed, args.out, tokenizer=loaded.tokenizer, source=args.model, strategy=strategy)
     first, last = healed.history["loss"].iloc[0], healed.history["loss"].iloc[-1]
     print(f"calibration loss {first:.4f} -> {last:.4f} nats ({args.method}); wrote {out}")
@@ -363,13 +371,15 @@ def sweep_arguments(p: argparse.ArgumentParser) -> None:
     _executor_flags(p, "sweep")
     add_flag(p, "device", "sweep")
     add_flag(p, "trust_remote_code", "sweep")
+    add_flag(p, "refresh", "sweep")
     add_flag(p, "out", "sweep")
 
 
 def sweep_run(args) -> None:
     check_executor(args.executor)
     table = alpha_sweep(args.models, args.executor, ray_address=args.ray_address, retries=args.retries,
-                        cpus_per_job=args.cpus_per_job, device=args.device, trust_remote_code=args.trust_remote_code)
+                        cpus_per_job=args.cpus_per_job, device=args.device, trust_remote_code=args.trust_remote_code,
+                        refresh=args.refresh)
     _write(table, args.out, "alpha.csv")
 
 
@@ -384,13 +394,15 @@ def book_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--param", action="append", default=default("param", context="book"), metavar="NAME=VALUE",
                    help=term("param").meaning + "; --param wins over --budget")
     add_flag(p, "no_execute", "book")
+    add_flag(p, "refresh", "book", help="recompute every cached result the chapters read, and replace it")
 
 
 def book_run(args) -> None:
     models = [args.model] if args.model else args.models
     texts = name_values(args.param, "--param")  # YAML texts, checked against the glossary before any chapter runs
-    index = build_book(texts, only=args.only or None, execute=not args.no_execute, models=models,
-                       budget=args.budget, from_text=True)
+    with refreshing(args.refresh):  # the chapters' kernels inherit it
+        index = build_book(texts, only=args.only or None, execute=not args.no_execute, models=models,
+                           budget=args.budget, from_text=True)
     print(f"book: {index}")
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from zones.core.cache import write_table
+from zones.core.cache import refreshing, write_table
 from zones.core.data import corpus_windows
 from zones.core.glossary import add_flag
 from zones.core.models import DEFAULT_MODEL, load_model
@@ -94,7 +94,8 @@ def run(args) -> None:
     for i, name in enumerate(models):
         loaded = load_model(name, device=args.device, trust_remote_code=args.trust_remote_code,
                             tokenizer=args.tokenizer)
-        sets = _removal_sets(args, loaded) if i == 0 else []
+        with refreshing(args.refresh):  # what a strategy plans on, computed again too
+            sets = _removal_sets(args, loaded) if i == 0 else []
         record(evaluate_tasks(loaded.model, loaded.tokenizer, tasks, model_name=name,
                               removed=_provenance_removed(name), fingerprint=loaded.fingerprint, **common))
         for removed, strategy in sets:

@@ -73,6 +73,8 @@ from zones.core.cache import (
     counting,
     entry_path,
     read_entry,
+    refresh_since,
+    refreshing,
     store_captured,
     write_entry,
     write_table,
@@ -339,10 +341,17 @@ def _node(on_ray: bool) -> tuple[str, dict[str, float]]:
     return os.uname().nodename, {}
 
 
-def run_stage(stage: Stage, inputs: Sequence[CapturedEntry] = (), carry: bool = True) -> StageResult:
+def run_stage(stage: Stage, inputs: Sequence[CapturedEntry] = (), carry: bool = True,
+              refresh_since: int | None = None) -> StageResult:
     """Run one stage where this job landed: take ``inputs`` into this machine's cache, run the
     chapter (or train the run) inside a cache capture, and return its tables and, with ``carry``,
-    the cache entries it read or wrote."""
+    the cache entries it read or wrote. ``refresh_since``: the driver's ``--refresh`` began then
+    (``zones.core.cache.refreshing``): what this machine's cache held before is computed again."""
+    with refreshing(refresh_since is not None, since=refresh_since):
+        return _run_stage(stage, inputs, carry)
+
+
+def _run_stage(stage: Stage, inputs: Sequence[CapturedEntry], carry: bool) -> StageResult:
     from transformers.utils import logging as transformers_logging
 
     started = time.time()
@@ -420,9 +429,11 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
           ray_address: str | None = None, retries: int = 2, cpus_per_job: float = 1,
           gpus_per_job: float | None = None, out: str | Path | None = None, only: Sequence[str] | None = None,
           budget: str = DEFAULT_BUDGET, from_text: bool = False, root: Path | None = None, progress: bool = True,
-          log=print) -> StudyResult:
+          refresh: bool = False, log=print) -> StudyResult:
     """Run the study (see the module's docstring) and return it; ``JobFailed`` names every job that
-    failed, after the others finished (their entries are stored here already)."""
+    failed, after the others finished (their entries are stored here already). ``refresh``: every
+    job computes again what the caches held before the study began (``zones.core.cache.refreshing``),
+    and is sent none of the entries it used the last time."""
     check_executor(executor)
     stages = plan(models, parameters, root=root, only=only, budget=budget, from_text=from_text)
     models = parse_models(models)
@@ -434,9 +445,9 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
     def prepare(job: Job, before: dict[str, StageResult]) -> Job:
         if not carry:  # local jobs use this cache itself
             return job
-        inputs = {entry.path: entry for entry in last_entries(by_name[job.name])}
+        inputs = {} if refresh else {entry.path: entry for entry in last_entries(by_name[job.name])}
         inputs.update({entry.path: entry for result in before.values() for entry in result.entries})
-        return replace(job, args=(by_name[job.name], list(inputs.values()), carry))
+        return replace(job, args=(by_name[job.name], list(inputs.values()), carry, since))
 
     def take(job: Job, result: StageResult) -> None:
         nonlocal stored, present
@@ -448,8 +459,10 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
         if not any(job.name in s.after for s in stages):  # no job needs its entries any more
             result.entries = []
 
-    jobs = [Job(stage.name, run_stage, (stage, [], carry), cpus=cpus_per_job, gpus=gpus_per_job, after=stage.after)
-            for stage in stages]
+    with refreshing(refresh):  # the start of the refresh, on this machine's clock, for every job
+        since = refresh_since()
+    jobs = [Job(stage.name, run_stage, (stage, [], carry, since), cpus=cpus_per_job, gpus=gpus_per_job,
+                after=stage.after) for stage in stages]
     events: list = []
     log(f"zones study: {len(models)} model{'s' if len(models) > 1 else ''}, {len(jobs)} jobs ({executor})")
     started = time.time()
@@ -515,6 +528,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "files or hub ids); every machine running jobs must be able to load each")
     for name in ("executor", "ray_address", "retries", "cpus_per_job", "gpus_per_job", "budget"):
         add_flag(parser, name, "study")
+    add_flag(parser, "refresh", "study", help="recompute every cached result the jobs read, and replace it")
     add_flag(parser, "only", "study", nargs="*", type=str, metavar="CHAPTER")
     parser.add_argument("--param", action="append", default=default("param", context="study"), metavar="NAME=VALUE",
                         help=term("param").meaning + "; --param wins over --budget")
@@ -525,7 +539,7 @@ def run(args: argparse.Namespace) -> None:
     """``zones study``: plan, run, store, write."""
     result = study(args.models, name_values(args.param), executor=args.executor, ray_address=args.ray_address,
                    retries=args.retries, cpus_per_job=args.cpus_per_job, gpus_per_job=args.gpus_per_job,
-                   out=args.out, only=args.only or None, budget=args.budget, from_text=True,
+                   out=args.out, only=args.only or None, budget=args.budget, from_text=True, refresh=args.refresh,
                    log=lambda message: print(message, file=sys.stderr, flush=True))
     print(f"study: {result.out} ({len(result.jobs)} jobs); zones book --models {','.join(args.models)} with the same "
           f"parameters now reads them from the cache")

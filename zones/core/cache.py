@@ -33,6 +33,7 @@ import secrets
 import shutil
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -50,7 +51,13 @@ ROW_KEY = "_key"  # a journal row's key: the cache key its journal was written u
 
 
 class CacheError(RuntimeError):
-    """A cache file is damaged or does not belong to its key (the message names it and the remedy)."""
+    """A cache file is damaged or does not belong to its key (the message names it and the remedy).
+    ``path`` and ``cause``, where given: the damaged file and what is wrong with it, for a caller
+    that repairs the entry itself and says so in its own words."""
+
+    def __init__(self, message: str, *, path: Path | None = None, cause: str | None = None):
+        super().__init__(message)
+        self.path, self.cause = path, cause
 
 
 class DiskFullError(OSError):
@@ -341,6 +348,66 @@ def read_table(path: Path) -> pd.DataFrame:
     return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
 
 
+# --- refreshing: recompute instead of reading ------------------------------------------------------
+
+REFRESH_ENV = "ZONES_REFRESH_SINCE"  # set inside refreshing(): what was written before it is not read
+
+
+def refresh_since() -> int | None:
+    """The start of the refresh this process is inside (the cache filesystem's clock, ns), or None."""
+    value = os.environ.get(REFRESH_ENV, "")
+    return int(value) if value.isdigit() else None
+
+
+def _filesystem_now() -> int:
+    """The cache filesystem's clock at its next tick (ns): the time stamp of a file written then,
+    which what is written later reaches and what was written before does not (the kernel's file
+    clock is coarser than ``time.time_ns``: a file written a moment ago may share the current
+    tick, so the refresh starts at the next one, a few milliseconds away)."""
+    fd, probe = tempfile.mkstemp(dir=cache_dir(), prefix=".refresh-clock.")
+    try:
+        first = os.fstat(fd).st_mtime_ns
+        for _ in range(1000):  # a tick is 1-10 ms; give up after about a second
+            time.sleep(0.001)
+            os.utime(probe)
+            now = os.stat(probe).st_mtime_ns
+            if now > first:
+                return now
+        return first + 1
+    finally:
+        os.close(fd)
+        os.remove(probe)
+
+
+@contextlib.contextmanager
+def refreshing(on: bool = True, since: int | None = None):
+    """``--refresh``: inside the block, every cache entry and journal written before it began is
+    recomputed instead of read, and replaced; those written inside are read as usual, so each is
+    computed once. Processes started inside (notebook kernels, local Ray workers) inherit it
+    (``$ZONES_REFRESH_SINCE``); ``since`` carries a driver's start to a job elsewhere. A block
+    inside another refresh keeps the outer start. Converted models and trained runs (checksummed
+    folders) are read as usual: ``zones train --refresh`` retrains."""
+    if not on or refresh_since() is not None:
+        yield
+        return
+    os.environ[REFRESH_ENV] = str(since if since is not None else _filesystem_now())
+    try:
+        yield
+    finally:
+        os.environ.pop(REFRESH_ENV, None)
+
+
+def written_before_refresh(path: Path) -> bool:
+    """Whether ``path`` exists and was written before the refresh this process is inside."""
+    since = refresh_since()
+    if since is None:
+        return False
+    try:
+        return Path(path).stat().st_mtime_ns < since
+    except OSError:
+        return False
+
+
 # --- verified entries ------------------------------------------------------------------------------
 
 @contextlib.contextmanager
@@ -381,13 +448,16 @@ def write_entry(path: Path, parts: dict[str, Any], data: bytes, **schema: Any) -
 
 def read_entry(path: Path, parts: dict[str, Any]) -> tuple[bytes, dict[str, Any]] | None:
     """The verified payload at ``path`` and its sidecar record, or None when there is no
-    verifiable entry (no payload, or no sidecar with a checksum: recompute it).
+    verifiable entry (no payload, or no sidecar with a checksum: recompute it), or when it was
+    written before the refresh this process is inside (:func:`refreshing`).
 
     Raises ``CacheError`` when the sidecar is unreadable or belongs to other parts, or the
     payload's size or sha256 differs from the sidecar's.
     """
     path = Path(path)
     side = sidecar_path(path)
+    if written_before_refresh(path):  # --refresh: recomputed, then replaced by its writer
+        return None
     with entry_lock(path, shared=True):
         if not path.exists() or not side.exists():
             return None
@@ -493,26 +563,28 @@ def verify_manifest(directory: Path, parts: dict[str, Any]) -> bool:
     try:
         stored = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as err:
-        raise CacheError(f"cache manifest {path} is not valid JSON ({err}); {remedy}") from None
+        raise CacheError(f"cache manifest {path} is not valid JSON ({err}); {remedy}", path=path,
+                         cause=f"not valid JSON: {err}") from None
     if not isinstance(stored, dict) or not isinstance(stored.get(FILES), dict):
-        raise CacheError(f"cache manifest {path} lists no files; {remedy}")
+        raise CacheError(f"cache manifest {path} lists no files; {remedy}", path=path, cause="it lists no files")
     files = stored.pop(FILES)
     if stored != json.loads(_canonical(parts)):
         raise CacheError(f"cache manifest {path} describes another computation than this folder's key; "
-                         f"{remedy}")
+                         f"{remedy}", path=path, cause="it describes another computation")
     present = {p.relative_to(directory).as_posix(): p for p in _directory_files(directory)}
     for name, record in sorted(files.items()):
         file = directory / name
         if name not in present:
-            raise CacheError(f"cache entry {directory} is damaged ({name} is missing); {remedy}")
+            raise CacheError(f"cache entry {directory} is damaged ({name} is missing); {remedy}", path=file,
+                             cause="missing")
         size = file.stat().st_size
         if not isinstance(record, dict) or size != record.get("bytes") or file_sha256(file) != record.get("sha256"):
-            raise CacheError(f"cache file {file} is damaged ({size} bytes whose sha256 differs from the "
-                             f"one its manifest recorded); {remedy}")
+            cause = f"{size} bytes whose sha256 differs from the one its manifest recorded"
+            raise CacheError(f"cache file {file} is damaged ({cause}); {remedy}", path=file, cause=cause)
     extra = sorted(set(present) - set(files))
     if extra:
         raise CacheError(f"cache entry {directory} is damaged ({directory / extra[0]} is not in its "
-                         f"manifest); {remedy}")
+                         f"manifest); {remedy}", path=directory / extra[0], cause="not in its manifest")
     note("read", directory)
     return True
 
@@ -533,14 +605,18 @@ class Journal:
     ``required`` field, or one that names another key (a journal copied or renamed from another
     computation: another model's, say) raises ``CacheError`` naming the file and the line: the
     journal is never silently half-used, nor borrowed. A journal whose rows name no key (written
-    by an older zones) cannot be checked and is started again.
+    by an older zones) cannot be checked and is started again, and so is one written before the
+    refresh this process is inside (:func:`refreshing`), unless ``keep_stale`` (a journal shared
+    by many computations, which skips the rows it held itself: the loss store).
     """
 
-    def __init__(self, path: Path, required: Sequence[str] = ()):
+    def __init__(self, path: Path, required: Sequence[str] = (), *, keep_stale: bool = False):
         self.path = Path(path)
         self.required = tuple(required)
         self.key = self.path.name.split(".", 1)[0]
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not keep_stale and written_before_refresh(self.path):  # --refresh: its rows are computed again
+            self.discard()
         self._drop_torn_tail()
         self._drop_unkeyed()
 

@@ -135,9 +135,10 @@ def duplicate_text(name: str, found: tuple[str, str, str]) -> str:
     """The words of a duplicate (:func:`duplicate_models`): ``models lists one model twice: 'm'
     and 'm/' (both /data/m); list it once``."""
     first, second, identity = found
-    both = f"{first!r} twice" if first == second else \
-        f"one model twice: {first!r} and {second!r}" + (f" (both {identity})" if identity not in (first, second) else "")
-    return f"{name} lists {both}; list each model once"
+    if first == second:
+        return f"{name} lists {first!r} twice; list each model once"
+    resolved = f" (both {identity})" if identity not in (first, second) else ""
+    return f"{name} lists one model twice: {first!r} and {second!r}{resolved}; list each model once"
 
 
 class DuplicateModelError(ValueError):

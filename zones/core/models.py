@@ -17,6 +17,7 @@ import hashlib
 import importlib.util
 import inspect
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,14 +123,23 @@ def _plain_model(model: nn.Module) -> nn.Module:
     return plain.to(torch.float32)
 
 
-def _is_converted(target: Path, parts: dict) -> bool:
+def _is_converted(target: Path, parts: dict, source: Path | None = None) -> bool:
     """A finished, intact conversion: every file matches the manifest written with it (a
-    copy with files deleted, torn or edited, or written before copies had manifests, is not)."""
+    copy with files deleted, torn or edited, or written before copies had manifests, is not).
+    With ``source`` (the GGUF file), a copy that exists but is not intact is one line on stderr
+    naming the damaged file and saying that it is converted again."""
+    damaged = cause = None
     try:
-        return verify_manifest(target, parts)
+        if verify_manifest(target, parts):
+            return True
+        if target.is_dir():  # a folder without its manifest; no folder at all is a first conversion
+            damaged, cause = target / MANIFEST, "missing: a killed conversion, or a copy older than manifests"
     except CacheError as err:
-        print(f"zones: {err}; converting it again instead", flush=True)
-        return False
+        damaged, cause = err.path or target, err.cause or str(err)
+    if source is not None and damaged is not None:
+        print(f"zones: the converted copy of {source.name} is damaged: {damaged} ({cause}); converting {source.name} "
+              f"again", file=sys.stderr, flush=True)
+    return False
 
 
 def _readable_safetensors(path: Path) -> str | None:
@@ -206,7 +216,7 @@ def converted_gguf_dir(gguf_path: Path) -> Path:
     tag = hashlib.sha256(identity.encode()).hexdigest()[:12]
     target = cache_dir() / "models" / f"{gguf_path.stem}-{tag}"
     parts = dict(kind="converted_gguf", source=identity)
-    if not _verified_before(target, parts):
+    if not _verified_before(target, parts, gguf_path):  # a damaged copy is said once, here
         _convert_gguf(gguf_path, target, parts)
         _VERIFIED.add(_stamp(target))
     return target
@@ -223,12 +233,12 @@ def _stamp(target: Path) -> tuple:
     return (str(target), *((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files))
 
 
-def _verified_before(target: Path, parts: dict) -> bool:
+def _verified_before(target: Path, parts: dict, source: Path | None = None) -> bool:
     """Verify a converted copy once per process (its sha256 reads ~0.5 GB for the default
     model); a copy whose files changed since (size or time) is verified again."""
     if _stamp(target) in _VERIFIED:
         return True
-    if _is_converted(target, parts):
+    if _is_converted(target, parts, source):
         _VERIFIED.add(_stamp(target))
         return True
     return False

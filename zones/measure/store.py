@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from zones.core.cache import Journal, atomic_write_text, entry_path
+from zones.core.cache import CacheError, Journal, atomic_write_text, entry_path, refresh_since
 
 VERSION = "1"
 METRICS = ("nll", "kl", "top1")
@@ -46,20 +46,34 @@ class LossStore:
     def __init__(self, key: dict):
         self.key = dict(kind="window-losses", version=VERSION, **key)
         self.path = entry_path("window-losses", self.key, ext="jsonl")
-        self.journal = Journal(self.path, required=("chunk", "removed", "nll"))
+        self.journal = Journal(self.path, required=("chunk", "removed", "nll"), keep_stale=True)  # shared
         sidecar = self.path.with_suffix(".json")  # the key, for people to read
         if not sidecar.exists():
             atomic_write_text(sidecar, json.dumps(self.key, indent=2, sort_keys=True) + "\n")
         self.rows: dict[tuple[str, str], dict] = {}
         self._size = -1
+        self._since: int | None = None  # the refresh (zones.core.cache.refreshing) the rows were read under
+        self._skip = 0                  # rows written before it: not read, so computed again and appended
         self.refresh()
 
     def refresh(self) -> None:
-        """Read rows other processes appended since the last read."""
+        """Read rows other processes appended since the last read. Inside a refresh, the rows the
+        journal held when this process first read it in that refresh are skipped: they are
+        computed again, and the new rows (read after the old ones) replace them for every reader."""
         size = self.path.stat().st_size if self.path.exists() else 0
-        if size == self._size:
+        since = refresh_since()
+        if size == self._size and since == self._since:
             return
-        self.rows = {(row["chunk"], row["removed"]): row for row in self.journal.rows()}
+        try:
+            rows = self.journal.rows()
+        except CacheError:
+            if since is None or since == self._since:
+                raise
+            self.journal.discard()  # --refresh replaces a damaged journal: its rows would be skipped anyway
+            rows, size = [], 0
+        if since != self._since:
+            self._since, self._skip = since, (len(rows) if since is not None else 0)
+        self.rows = {(row["chunk"], row["removed"]): row for row in rows[self._skip:]}
         self._size = size
 
     def get(self, chunk: str, removed: str, metrics: tuple[str, ...]) -> dict | None:

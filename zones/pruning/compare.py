@@ -5,8 +5,9 @@ of the eval windows.
 intervals (seeded strategies by their median over seeds, inside every resample too);
 ``pairwise_differences`` the difference of every pair of strategies; ``best_sets`` the
 strategies not separable from the best and from the worst; ``compare_strategies`` the ratio
-ΔPPL(a) / ΔPPL(b) with its interval and a winner; ``read_crossover`` (the one crossover rule), ``crossover_k`` and ``best_by_k`` read those; ``gain_share`` how much of zone-aware's advantage
-over a reference a baseline without α achieves.
+ΔPPL(a) / ΔPPL(b) with its interval and a winner; ``read_crossover`` (the one crossover rule),
+``crossover_k`` and ``best_by_k`` read those; ``gain_share`` how much of zone-aware's advantage over a
+reference a baseline without α achieves.
 """
 from __future__ import annotations
 
