@@ -7,9 +7,10 @@ The work of ``zones book --models a,b,c`` with the same parameters, cut into job
 nothing from each other: one job per model and chapter (``alpha_profile · m``,
 ``pruning · m``, ...), one per trained run of the depth series (``train · depth 8, seed 0``),
 and one per chapter that takes no model (``depth_series``, ``spectral_lifecycle``). A job calls
-the chapter's ``zones.report.<chapter>.run`` exactly as its notebook does (the call is read
-from ``notebooks/<chapter>.md``; the parameters are the notebook's, overridden by ``--param``
-and ``--budget`` as in ``zones book``), with ``models=[m]``, into a temporary folder.
+the chapter's ``zones.report.<chapter>.run`` with the chapter's parameters that ``run`` takes
+(``zones.report.chapter_arguments``: the names its page passes; the values are its parameters
+cell's, overridden by ``--param`` and ``--budget`` as in ``zones book``; no notebook code is
+read), with ``models=[m]``, into a temporary folder.
 
 Each job runs on the machine it lands on, with that machine's cache (its ``$ZONES_CACHE``),
 inside ``zones.core.cache.capture``: every cache entry it read or wrote travels back with its
@@ -49,7 +50,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-import jupytext
 import pandas as pd
 
 from zones.analysis.importance import model_labels
@@ -81,6 +81,7 @@ from zones.core.checks import duplicate_models, duplicate_text
 from zones.core.executors import Job, JobFailed, check_executor, ray_connect, run_jobs
 from zones.core.glossary import DEFAULT_BUDGET, add_flag, check_value, default, preset, term
 from zones.core.models import BUILTIN_MODELS, resolve_source
+from zones.report import chapter_arguments
 
 TRAIN = "train"  # the stage that trains one run of the depth series
 RECORDS = "study"  # cache kind of the records of which entries each stage read or wrote (bookkeeping)
@@ -144,58 +145,7 @@ class StudyResult:
     out: Path | None
 
 
-# --- the chapters' calls, as their notebooks make them ------------------------------------------------
-
-def chapter_call(source: Path) -> dict[str, tuple[str, Any]]:
-    """The keyword arguments of the chapter's ``run(...)`` call in its notebook (``report.NAME.run``,
-    or ``X.run`` where ``X`` is ``zones.report.NAME`` imported under a name):
-    ``{argument: ("parameter", name)}`` for ``argument=name`` and ``{argument: ("value", v)}``
-    for a literal. Anything else (a positional argument, an expression) is a ``StudyError``:
-    the study must call ``run`` exactly as the page does."""
-    name = Path(source).stem
-    module = f"zones.report.{name}"
-    trees = []
-    for cell in jupytext.read(source).cells:
-        if cell.cell_type == "code":
-            try:
-                trees.append(ast.parse(cell.source))
-            except SyntaxError:  # IPython magics: not a cell with the call
-                continue
-    aliases, reports = set(), set()  # names bound to the chapter's module, and to zones.report
-    for node in (n for tree in trees for n in ast.walk(tree)):
-        if isinstance(node, ast.ImportFrom) and node.module == "zones.report":
-            aliases |= {a.asname or a.name for a in node.names if a.name == name}
-        elif isinstance(node, ast.ImportFrom) and node.module == "zones":
-            reports |= {a.asname or a.name for a in node.names if a.name == "report"}
-        elif isinstance(node, ast.Import):
-            aliases |= {a.asname for a in node.names if a.name == module and a.asname}
-    for node in (n for tree in trees for n in ast.walk(tree)):
-        func = getattr(node, "func", None)
-        if not (isinstance(node, ast.Call) and isinstance(func, ast.Attribute) and func.attr == "run"):
-            continue
-        target = func.value
-        if ((isinstance(target, ast.Name) and target.id in aliases)
-                or (isinstance(target, ast.Attribute) and target.attr == name and isinstance(target.value, ast.Name)
-                    and target.value.id in reports)):
-            return _call_arguments(node, source)
-    raise StudyError(f"{source} has no call of {module}.run(...); the study runs a chapter through it")
-
-
-def _call_arguments(call: ast.Call, source: Path) -> dict[str, tuple[str, Any]]:
-    if call.args or any(k.arg is None for k in call.keywords):
-        raise StudyError(f"{source}: the run(...) call passes positional or ** arguments; pass each by name")
-    found = {}
-    for keyword in call.keywords:
-        if isinstance(keyword.value, ast.Name):
-            found[keyword.arg] = ("parameter", keyword.value.id)
-        else:
-            try:
-                found[keyword.arg] = ("value", ast.literal_eval(keyword.value))
-            except ValueError:
-                raise StudyError(f"{source}: the run(...) call passes {keyword.arg}={ast.unparse(keyword.value)}, "
-                                 f"an expression the study cannot reproduce; pass a parameter") from None
-    return found
-
+# --- the chapters' calls: zones.report.<chapter>.run with the chapter's parameters ------------------------
 
 def chapter_defaults(source: Path, declared: dict[str, Any] | None = None) -> dict[str, Any]:
     """The values of a chapter's parameters cell (``declared``: its ``declared_parameters``)."""
@@ -208,22 +158,6 @@ def chapter_defaults(source: Path, declared: dict[str, Any] | None = None) -> di
             raise StudyError(f"{source}: parameter {name} = {info['default']} is not a literal value; the study "
                              f"reads the parameters cell as the book passes it") from None
     return values
-
-
-def chapter_kwargs(call: dict[str, tuple[str, Any]], parameters: dict[str, Any]) -> dict[str, Any]:
-    """The arguments of a chapter's ``run`` for these parameter values (``out_dir`` left out)."""
-    kwargs = {}
-    for argument, (kind, value) in call.items():
-        if argument == "out_dir":
-            continue
-        if kind == "parameter":
-            if value not in parameters:
-                raise StudyError(f"the chapter's run(...) call passes {argument}={value}, which its parameters "
-                                 f"cell does not declare")
-            kwargs[argument] = parameters[value]
-        else:
-            kwargs[argument] = value
-    return kwargs
 
 
 # --- the plan -----------------------------------------------------------------------------------------
@@ -284,7 +218,7 @@ def book_calls(models: Sequence[str], parameters: dict[str, Any] | None = None, 
             params["models"] = list(models)
         elif "model" in params:
             params["model"] = models[0]
-        calls.append((name, chapter_kwargs(chapter_call(chapter_source(root, name)), params)))
+        calls.append((name, chapter_arguments(name, params)))
     return calls
 
 
@@ -307,7 +241,6 @@ def plan(models: Sequence[str], parameters: dict[str, Any] | None = None, root: 
     trains: dict[Any, Stage] = {}  # one stage per distinct training run
     stages: list[Stage] = []
     for name, params in values.items():
-        call = chapter_call(chapter_source(root, name))
         configs = _train_configs(params) if SERIES_PARAMETER in params else []
         for config in configs:
             if config not in trains:
@@ -316,14 +249,14 @@ def plan(models: Sequence[str], parameters: dict[str, Any] | None = None, root: 
         series = tuple(trains[config].name for config in configs)
         per_model = [p for p in MODEL_PARAMETERS if p in params]
         if not per_model:
-            stages.append(Stage(name, None, "", chapter_kwargs(call, params), series))
+            stages.append(Stage(name, None, "", chapter_arguments(name, params), series))
             continue
         for index, model in enumerate(models):
             given = dict(params, **{per_model[0]: [model] if per_model[0] == "models" else model})
             if index > 0 and configs and name not in SERIES_IN_EVERY_JOB:  # the series' part: once, in the first job
                 given[SERIES_PARAMETER] = None
             shared = tuple(f"{other} · {labels[model]}" for other in SHARES.get(name, ()) if other in names)
-            stages.append(Stage(name, model, labels[model], chapter_kwargs(call, given),
+            stages.append(Stage(name, model, labels[model], chapter_arguments(name, given),
                                 shared + (series if index == 0 else ())))
     return list(trains.values()) + stages
 
