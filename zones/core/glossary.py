@@ -135,7 +135,7 @@ TERMS: dict[str, Term] = _terms(
     # --- what is measured ---------------------------------------------------------------------
     Term("models", "models", "the models a chapter measures (aliases, directories, .gguf files or hub ids); one "
          "string is one model; chapters that show one model in detail show the first",
-         {"cpu": by([MODEL], book=None, sweep=None)}),
+         {"cpu": by([MODEL], book=None, sweep=None, study=None)}),
     Term("pruning_eval_tokens", "tokens", "eval tokens per model of a pruning comparison read beside other "
          "measurements (the pruning chapter's eval_tokens, so its scored removals are reused); None (or 0): the "
          "whole split", {"cpu": 2040, "class": 504, "gpu": 16320}),
@@ -296,6 +296,8 @@ TERMS: dict[str, Term] = _terms(
     Term("cpus_per_job", "float", "CPUs each job asks for", {"cpu": 1.0}, minimum=0),
     Term("gpus_per_job", "float", "GPUs each job asks for (None: 1 where the cluster has GPUs, else 0)",
          {"cpu": None}, minimum=0, optional=True),
+    Term("status", "str", "a study's --out folder: list its jobs (done, running, failed, waiting) from the state "
+         "file the study keeps there, and exit (None: run the study)", {"cpu": None}, optional=True),
     # --- where results go, and what is recomputed ---------------------------------------------
     Term("out_dir", "str", "where a chapter writes its tables", {"cpu": by("results/{context}")}),
     Term("out", "str", "output folder, checked before any work (zones export and heal: the model directory)",
