@@ -266,3 +266,14 @@ def test_study_status_lists_done_running_failed_and_waiting(tmp_path, capsys):
     with pytest.raises(SystemExit):  # a study is run or looked at, not both
         parse_args(["study", "--models", "m", "--status", str(out)])
 
+
+def test_evaluate_help_says_the_default_model_once_and_models_is_not_overridden(capsys):
+    """``zones evaluate --help`` printed "(default: smollm2-135m)" twice for --model (and once for
+    --models, which has no default: --model's default used to win over it)."""
+    with pytest.raises(SystemExit):
+        main(["evaluate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert text.count("(default: smollm2-135m)") == 1
+    args = parse_args(["evaluate", "--models", "a,b"])
+    assert args.model is None and args.models == ["a", "b"]
+    assert parse_args(["evaluate"]).model is None  # zones.evaluate uses smollm2-135m then
