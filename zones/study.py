@@ -62,6 +62,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from zones import callable_module
 from zones.analysis.importance import model_labels
 from zones.book import (
     RUN_LAST,
@@ -757,3 +758,6 @@ def run(args: argparse.Namespace) -> int | None:
         return stopped.exit_code
     print(f"study: {result.out} ({len(result.jobs)} jobs); zones book --models {','.join(args.models)} with the same "
           f"parameters now reads them from the cache")
+
+
+callable_module(__name__)  # zones.study(...) is zones.api.study(...): the Python API's function

@@ -85,8 +85,9 @@ def run_jobs(jobs: Sequence[Job], executor: str = "local", *, ray_address: str |
     and returns the job to run (its arguments completed from theirs). A job runs even when one it comes after
     failed (that one is reported). ``on_result(job, result)`` is called here as each job
     succeeds, ``on_failure(job, why, attempts)`` as each job fails for good (both as they happen,
-    so a caller can record every outcome before the last job ends). ``events``, when given, receives ``(job name, "retry", why)`` for every attempt
-    that failed and was tried again (a transient error, or on Ray a worker or node that died)."""
+    so a caller can record every outcome before the last job ends). ``events``, when given,
+    receives ``(job name, "retry", why)`` for every attempt that failed and was tried again (a
+    transient error, or on Ray a worker or node that died)."""
     check_executor(executor)
     retries = check_int(retries, "retries", min=0)
     for job in jobs:
