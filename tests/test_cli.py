@@ -231,3 +231,59 @@ def test_ablate_passes_dtype_and_budget_to_the_library(tiny_model_dir, tmp_path,
     assert written["n_tokens"].tolist() == [93] * len(expected)
     assert written["delta_loss"].round(6).tolist() == expected["delta_loss"].round(6).tolist()
     assert main(["ablate", "--split", "calibration", "--eval-tokens", "93", "--out", str(tmp_path)]) == 1
+
+
+# --- zones study --status, zones evaluate --help ---------------------------------------------------------
+
+def test_study_status_lists_done_running_failed_and_waiting(tmp_path, capsys):
+    """``zones study --status OUT`` reads the state file a study keeps in OUT as it runs (before,
+    there was no way to see a running or stopped study's jobs)."""
+    from zones.core.cache import Tally
+    from zones.study import STATE_FILE, Ledger, Stage, StageResult
+
+    out = tmp_path / "study"
+    stages = [Stage("pruning", "m", "m", {}), Stage("healing", "m", "m", {}), Stage("alpha_profile", "m", "m", {}),
+              Stage("predictors", "m", "m", {})]
+    ledger = Ledger(stages, out, command="zones study --models m --out study", executor="local", cpus_per_job=1,
+                    events=[], log=lambda _: None)
+    for name in ("pruning · m", "healing · m", "alpha_profile · m"):
+        ledger.start(name)
+    ledger.finish(stages[0], StageResult("pruning · m", {"pruning.csv": b"k\n1\n"}, [], Tally(computed={"x"}), "node",
+                                         422.0))
+    ledger.fail("healing · m", "ValueError: no such strategy", 1)
+    assert (out / "pruning" / "m" / "pruning.csv").read_bytes() == b"k\n1\n"
+
+    assert main(["study", "--status", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"zones study in {out}: running (process {os.getpid()} on ")
+    assert lines[0].endswith("4 jobs: 1 done, 1 running, 1 failed, 1 waiting")
+    assert [line.split()[:2] for line in lines[1:5]] == [["done", "pruning"], ["running", "alpha_profile"],
+                                                         ["failed", "healing"], ["waiting", "predictors"]]
+    assert "7 m 02 s  computed" in lines[1] and lines[3].endswith("ValueError: no such strategy")
+    assert lines[-1] == "resume (computes only what is missing): zones study --models m --out study"
+
+    # the study's process is gone without a word (killed): its running job is said to be stopped
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    state = json.loads((out / STATE_FILE).read_text())
+    (out / STATE_FILE).write_text(json.dumps(dict(state, pid=int(gone.stdout))))
+    assert main(["study", "--status", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f"stopped (its process {int(gone.stdout)} is gone)" in lines[0] and "0 running" in lines[0]
+    assert lines[4].split()[:2] == ["stopped", "alpha_profile"]
+
+    assert main(["study", "--status", str(tmp_path / "nothing")]) == 1
+    assert "holds no study (study-state.json is missing)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a study is run or looked at, not both
+        parse_args(["study", "--models", "m", "--status", str(out)])
+
+
+def test_evaluate_help_says_the_default_model_once_and_models_is_not_overridden(capsys):
+    """``zones evaluate --help`` printed "(default: smollm2-135m)" twice for --model (and once for
+    --models, which has no default: --model's default used to win over it)."""
+    with pytest.raises(SystemExit):
+        main(["evaluate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert text.count("(default: smollm2-135m)") == 1
+    args = parse_args(["evaluate", "--models", "a,b"])
+    assert args.model is None and args.models == ["a", "b"]
+    assert parse_args(["evaluate"]).model is None  # zones.evaluate uses smollm2-135m then

@@ -9,12 +9,15 @@ from conftest import tiny_model
 from scipy.stats import spearmanr
 
 from zones.analysis.predictors import (
+    PREDICTORS,
     alpha_vs_best,
+    available_predictors,
     best_simple,
     block_frobenius,
     position_predictors,
     predictor_rho,
     predictor_table,
+    register_predictor,
     rho_difference,
 )
 from zones.spectra import alpha_table
@@ -104,16 +107,76 @@ def test_chapter_sentence_follows_the_verdict():
     assert n_detectable(rhos) == 2
 
 
-def test_chapter_runs_on_a_model_directory(tiny_model_dir, tmp_path):
+@pytest.fixture
+def registered():
+    """Predictors a test registers, removed afterwards."""
+    names = []
+    yield names
+    for name in names:
+        PREDICTORS.pop(name, None)
+
+
+def test_a_registered_predictor_is_a_column_of_the_table_and_a_row_of_rho(registered):
+    """Predictors were a fixed list in ``predictor_table``; now a registered one joins the table,
+    after the built-in ones, with its kind."""
+    model = tiny_model("llama")
+    alphas = alpha_table(model, cache=False)
+    ablation = pd.DataFrame(dict(layer=range(4), delta_loss=[0.4, 0.1, 0.2, 0.3]))
+    built_in = list(predictor_table(ablation, alphas).columns)
+    assert list(available_predictors()["predictor"])[-2:] == ["block_index", "relative_depth"]
+
+    @register_predictor("query_norm", kind="spectral")
+    def query_norm(inputs):
+        """Frobenius norm of the block's query matrix"""
+        if inputs.model is None:  # what it reads was not given: no column
+            return None
+        return pd.Series({layer: float(block.self_attn.q_proj.weight.detach().norm())
+                          for layer, block in enumerate(inputs.model.model.layers)})
+
+    @register_predictor("reverse_index", description="the index counted from the last block")
+    def reverse_index(inputs):
+        return inputs.layers.to_numpy()[::-1]
+
+    registered += ["query_norm", "reverse_index"]
+    listed = available_predictors().set_index("predictor")
+    assert listed.loc["query_norm", "description"] == "Frobenius norm of the block's query matrix"
+    assert listed.loc["reverse_index", "kind"] == "simple"
+    table = predictor_table(ablation, alphas, model=model)
+    assert [c for c in table.columns if c not in built_in] == ["frobenius", "query_norm", "reverse_index"]
+    assert list(table.columns[-2:]) == ["query_norm", "reverse_index"]  # registered after the built-in ones
+    assert table["query_norm"][2] == pytest.approx(float(model.model.layers[2].self_attn.q_proj.weight.detach().norm()))
+    assert list(table["reverse_index"]) == [3, 2, 1, 0]
+    rhos = predictor_rho(table, n_resamples=50, n_permutations=50).set_index("predictor")
+    assert rhos.loc["query_norm", "kind"] == "spectral" and rhos.loc["reverse_index", "kind"] == "simple"
+    assert rhos.loc["reverse_index", "rho"] == pytest.approx(-rhos.loc["block_index", "rho"])
+    assert list(predictor_table(ablation, alphas).columns) == [*built_in, "reverse_index"]  # no model: no query_norm
+    with pytest.raises(ValueError, match="predictor 'reverse_index' is already registered"):
+        register_predictor("reverse_index")(reverse_index)
+    with pytest.raises(ValueError, match="predictor kind must be one of spectral, simple"):
+        register_predictor("x", kind="other")
+    register_predictor("short", description="two values")(lambda inputs: [1.0, 2.0])
+    registered.append("short")
+    with pytest.raises(ValueError, match="predictor short gave 2 values for 4 blocks"):
+        predictor_table(ablation, alphas)
+
+
+def test_chapter_runs_on_a_model_directory(tiny_model_dir, tmp_path, registered):
     from zones.report import predictors as chapter
 
+    # a predictor registered before the chapter runs is one of its rows
+    register_predictor("mlp_norm", description="Frobenius norm of the MLP's matrices")(
+        lambda inputs: pd.Series({layer: float(sum(p.detach().norm() ** 2 for p in block.mlp.parameters()) ** 0.5)
+                                  for layer, block in enumerate(inputs.model.model.layers)}))
+    registered.append("mlp_norm")
     result = chapter.run(models=[str(tiny_model_dir)], seq_len=32, eval_tokens=4 * 31, calibration_tokens=2 * 31,
                          batch_size=4, n_resamples=100, n_permutations=100, out_dir=str(tmp_path / "out"), progress=False)
     rho = result["rho"]
     assert {"alpha_shape", "frobenius", "block_influence", "angular", "calibration_ablation", "block_index",
-            "relative_depth"} <= set(rho["predictor"])
+            "relative_depth", "mlp_norm"} <= set(rho["predictor"])
+    assert "mlp_norm" in pd.read_csv(tmp_path / "out" / "rho.csv")["predictor"].tolist()
     assert result["difference"]["second"].iloc[0] in {"frobenius", "block_influence", "angular",
-                                                      "calibration_ablation", "block_index", "relative_depth"}
+                                                      "calibration_ablation", "block_index", "relative_depth",
+                                                      "mlp_norm"}  # a registered predictor competes too
     assert (tmp_path / "out" / "rho.csv").exists()
 
 

@@ -31,7 +31,7 @@ from conftest import autogroup_nice, tiny_model
 ray = pytest.importorskip("ray", reason='the cluster test needs Ray: pip install "zones[ray]"')
 
 from zones.core.cache import counting  # noqa: E402
-from zones.study import book_calls, plan, stable_view, study, volatile  # noqa: E402
+from zones.study import STATE_FILE, book_calls, plan, stable_view, study, volatile  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sys.platform.startswith("linux"),
                                                    reason="finds the cluster's processes in /proc")]
@@ -168,11 +168,11 @@ def study_parameters(corpus: str) -> dict:
 
 
 def read_tables(out: Path) -> dict[str, object]:
-    """Every file the study wrote (``jobs.csv`` aside): tables as frames, summaries as dicts."""
+    """Every file the study wrote (``jobs.csv`` and the state file aside): tables as frames, summaries as dicts."""
     tables = {}
     for path in sorted(out.rglob("*")):
         name = path.relative_to(out).as_posix()
-        if not path.is_file() or name == "jobs.csv":
+        if not path.is_file() or name in ("jobs.csv", STATE_FILE):
             continue
         if path.suffix == ".csv":
             tables[name] = stable_view(pd.read_csv(path))

@@ -3,14 +3,19 @@ read and computed, jobs in order, the Ray executor's requests and retries, and R
 do not answer. The study on a real multi-node cluster is ``test_ray_cluster.py``."""
 from __future__ import annotations
 
+import ast
 import importlib
+import json
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 import types
 from pathlib import Path
 
@@ -34,7 +39,8 @@ from zones.core.cache import (
     write_manifest,
 )
 from zones.core.executors import Job, JobFailed, check_ray_address, check_resources, run_jobs, task_resources
-from zones.study import ABOUT_THE_BOOK, book_calls, chapter_call, chapter_kwargs, plan, study
+from zones.report import chapter_arguments
+from zones.study import ABOUT_THE_BOOK, STATE_FILE, book_calls, plan, status, study
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -150,20 +156,73 @@ def test_counting_sees_reads_and_computations_of_processes_started_inside(tmp_pa
 
 # --- the study's plan: each chapter called as its page calls it -------------------------------------------
 
-def test_every_chapter_the_study_runs_calls_run_with_its_declared_parameters():
-    """The study reproduces each page's ``run(...)`` call from its notebook: a call it could not
-    reproduce (an expression, a parameter the cell does not declare) would make the book compute
-    what the study did not."""
-    names = [n for n in chapters(ROOT) if n not in RUN_LAST + ABOUT_THE_BOOK]
-    assert names
-    for name in names:
-        source = chapter_source(ROOT, name)
-        call = chapter_call(source)
-        declared = declared_parameters(source)
-        kwargs = chapter_kwargs(call, {k: f"<{k}>" for k in declared})
-        assert "out_dir" not in kwargs
-        assert any(p in kwargs for p in ("model", "models", "profile")) or not any(
-            p in declared for p in ("model", "models", "profile")), name
+def page_call(source: Path) -> dict[str, str]:
+    """The keyword arguments of the page's ``run(...)`` call of its chapter (``report.NAME.run`` or
+    ``X.run`` with ``X`` the chapter's module under another name): argument -> the source of its
+    value. Read here, by the test only: the study itself never reads a notebook's code."""
+    import jupytext
+
+    name = Path(source).stem
+    trees = []
+    for cell in jupytext.read(source).cells:
+        if cell.cell_type == "code":
+            try:
+                trees.append(ast.parse(cell.source))
+            except SyntaxError:  # IPython magics
+                continue
+    nodes = [n for tree in trees for n in ast.walk(tree)]
+    aliases = {a.asname or a.name for n in nodes if isinstance(n, ast.ImportFrom) and n.module == "zones.report"
+               for a in n.names if a.name == name}
+    for node in nodes:
+        func = getattr(node, "func", None)
+        if not (isinstance(node, ast.Call) and isinstance(func, ast.Attribute) and func.attr == "run"):
+            continue
+        target = func.value
+        if (isinstance(target, ast.Name) and target.id in aliases) or (
+                isinstance(target, ast.Attribute) and target.attr == name):
+            assert not node.args and all(k.arg for k in node.keywords), f"{source}: pass run's arguments by name"
+            return {k.arg: ast.unparse(k.value) for k in node.keywords}
+    raise AssertionError(f"{source} has no call of zones.report.{name}.run(...)")
+
+
+def study_chapters() -> list[str]:
+    return [n for n in chapters(ROOT) if n not in RUN_LAST + ABOUT_THE_BOOK]
+
+
+@pytest.mark.parametrize("name", study_chapters())
+def test_every_page_calls_run_with_exactly_what_the_study_passes(name):
+    """The study calls ``zones.report.<chapter>.run`` with the chapter's parameters that ``run``
+    takes (``chapter_arguments``); the page passes the same names, each its own parameter, so the
+    book and the study compute the same thing."""
+    source = chapter_source(ROOT, name)
+    declared = declared_parameters(source)
+    passed = chapter_arguments(name, {k: f"<{k}>" for k in declared})
+    call = page_call(source)
+    assert {k: v for k, v in call.items() if k != "out_dir"} == {k: k for k in passed}, name
+    assert call.get("out_dir") == "out_dir", f"{name}: the page writes to its out_dir parameter"
+    assert any(p in passed for p in ("model", "models", "profile")) or not any(
+        p in declared for p in ("model", "models", "profile")), name
+
+
+def test_the_study_reads_no_notebook_code(tmp_path, tiny_model_dir):
+    """Before, the study read each page's ``run(...)`` call from its notebook: an edit to that cell
+    changed what the study computed, and a call it could not parse stopped it. Now the call is the
+    library's: a project whose page calls ``run(**params)`` plans the same stages."""
+    root = tmp_path / "project"
+    root.mkdir()
+    shutil.copy(ROOT / "_toc.yml", root / "_toc.yml")
+    shutil.copytree(ROOT / "notebooks", root / "notebooks")
+    page = root / "notebooks" / "alpha_profile.md"
+    text = page.read_text()
+    start = text.index("result = report.alpha_profile.run(")
+    end = text.index(")", text.index("n_resamples=n_resamples", start)) + 1
+    page.write_text(text[:start] + "result = report.alpha_profile.run(**dict(models=models, out_dir=out_dir))"
+                    + text[end:])
+    models = [str(tiny_model_dir)]
+    edited = plan(models, root=root, only=["alpha_profile"])
+    assert [(s.name, s.kwargs) for s in edited] == [(s.name, s.kwargs) for s in plan(models, root=ROOT,
+                                                                                     only=["alpha_profile"])]
+    assert {"role", "alpha_estimator", "n_resamples"} <= set(edited[0].kwargs)
 
 
 def test_the_plan_runs_shared_work_first_and_trains_each_run_once(tiny_model_dir, micro_corpus):
@@ -193,10 +252,29 @@ def test_a_local_study_writes_every_table_and_the_book_that_follows_computes_not
     params = dict(corpus=micro_corpus, seq_len=32, eval_tokens=31 * 4, calibration_tokens=31 * 2, k_max=2, seeds=2,
                   batch_size=4, n_resamples=100, n_permutations=100)
     only = ["layer_ablation", "importance_vs_alpha", "pruning", "predictors"]
-    lines = []
-    result = study(models, params, out=tmp_path / "out", only=only, root=ROOT, progress=False, log=lines.append)
+    lines, seen = [], []
+    out = tmp_path / "out"
     label = Path(tiny_model_dir).name
+
+    def log(line):  # at each job's line, its tables, jobs.csv and the state file are there already
+        lines.append(line)
+        if line.startswith("done "):
+            chapter = line.split()[1]
+            jobs = pd.read_csv(out / "jobs.csv")
+            state = {job["job"]: job["status"] for job in json.loads((out / STATE_FILE).read_text())["jobs"]}
+            seen.append((chapter, sorted(p.name for p in (out / chapter / label).iterdir()),
+                         jobs.set_index("job")["status"].to_dict(), state))
+
+    result = study(models, params, out=out, only=only, root=ROOT, progress=False, log=log)
     assert result.jobs["job"].tolist() == [f"{c} · {label}" for c in only]
+    assert [chapter for chapter, *_ in seen] == only  # one line per finished job, as it finishes
+    for k, (chapter, files, jobs, state) in enumerate(seen):
+        assert "summary.json" in files and any(f.endswith(".csv") for f in files), chapter
+        assert jobs == state == {f"{c} · {label}": "done" if j <= k else "waiting" for j, c in enumerate(only)}
+    done = [line for line in lines if line.startswith("done ")]
+    assert re.fullmatch(rf"done layer_ablation · {re.escape(label)} in \d+ s \(computed\); 1 of 4 jobs done", done[0])
+    assert done[1].startswith(f"done importance_vs_alpha · {label} in ") and "(from cache)" in done[1]
+    assert status(out)["status"].tolist() == ["done"] * 4
     assert result.jobs.loc[result.jobs["chapter"] == "importance_vs_alpha", "computed"].item() == 0  # shared work
     assert (tmp_path / "out" / "pruning" / label / "pruning.csv").exists()
     assert pd.read_csv(tmp_path / "out" / "jobs.csv")["job"].tolist() == result.jobs["job"].tolist()
@@ -434,14 +512,67 @@ def test_a_study_on_nodes_with_their_own_caches_carries_every_entry_home_and_a_r
     assert again.tables == ran.tables
 
 
-def test_a_job_that_fails_is_named_after_the_others_and_no_table_is_written(tiny_model_dir, tmp_path, monkeypatch,
-                                                                            one_thread):
+def test_a_job_that_fails_is_named_after_the_others_whose_tables_are_kept(tiny_model_dir, tmp_path, monkeypatch,
+                                                                           one_thread):
+    """Before, a failed job left nothing to look at: no table and no jobs.csv (the work was only in
+    the cache). Now the finished job's tables are in OUT, and jobs.csv and the state file say which
+    job failed and why."""
     monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "cache"))
     missing = str(tmp_path / "no-such-model")
     lines = []
     with pytest.raises(JobFailed, match=r"1 of 2 jobs failed: alpha_profile · no-such-model \(.*; 1 attempt\)"):
         study([missing, str(tiny_model_dir)], dict(n_resamples=50), out=tmp_path / "out", only=["alpha_profile"],
               root=ROOT, progress=False, log=lines.append)
-    assert not (tmp_path / "out").exists()  # no table short of rows
     assert lines[-1].startswith("zones study: 1 of 2 jobs in ") and "1 computed" in lines[-1]  # the other one's α
     assert list((tmp_path / "cache").glob("alpha/*.parquet"))
+    assert lines[1].startswith("failed alpha_profile · no-such-model (") and lines[2].startswith("done alpha_profile")
+    label = Path(tiny_model_dir).name
+    assert (tmp_path / "out" / "alpha_profile" / label / "summary.json").exists()
+    assert not (tmp_path / "out" / "alpha_profile" / "no-such-model").exists()
+    jobs = pd.read_csv(tmp_path / "out" / "jobs.csv", keep_default_na=False).set_index("label")
+    assert jobs["status"].to_dict() == {"no-such-model": "failed", label: "done"}
+    assert "no-such-model" in jobs.loc["no-such-model", "error"] and jobs.loc[label, "error"] == ""
+    state = json.loads((tmp_path / "out" / STATE_FILE).read_text())
+    assert state["state"] == "failed" and state["command"].startswith(f"zones study --models {missing},")
+    assert status(tmp_path / "out")["status"].tolist() == ["done", "failed"]  # done first, then failed
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_stops_the_study_with_one_line_and_keeps_what_finished(signum, tiny_model_dir, tmp_path, monkeypatch,
+                                                                         capsys, one_thread):
+    """Before, SIGTERM killed the local study silently (and SIGINT left a bare "interrupted") with
+    nothing in OUT. Now the finished job's tables, jobs.csv and the state file are there; one line
+    says what finished and the command that resumes the study; the exit status is 128 + the signal."""
+    import zones.study as study_module
+    from zones.cli import main
+
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "cache"))
+    first = study_module.run_stage
+
+    def run_stage(stage, *args):
+        if stage.label == "second":  # the signal arrives while the second job runs
+            os.kill(os.getpid(), signum)
+            time.sleep(30)
+            raise AssertionError("the signal did not stop the study")
+        return first(stage, *args)
+
+    monkeypatch.setattr(study_module, "run_stage", run_stage)
+    out = tmp_path / "out"
+    models = f"{tiny_model_dir},{tmp_path / 'second'}"
+    argv = ["study", "--models", models, "--only", "alpha_profile", "--param", "n_resamples=50", "--out", str(out)]
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 128 + signum
+    assert "Traceback" not in err and "interrupted" not in err
+    stops = [line for line in err.splitlines() if "stopped" in line]
+    name = signal.Signals(signum).name
+    assert len(stops) == 1 and stops[0] == (
+        f"zones study: stopped by {name} after {stops[0].split(' after ')[1].split(':')[0]}: 1 of 2 jobs done; their "
+        f"tables are in {out}, and cached; resume with the same command, which computes only the rest: zones study "
+        f"--models {models} --param n_resamples=50 --only alpha_profile --out {out}")
+    label = Path(tiny_model_dir).name
+    assert (out / "alpha_profile" / label / "summary.json").exists()
+    assert pd.read_csv(out / "jobs.csv").set_index("label")["status"].to_dict() == {label: "done", "second": "waiting"}
+    state = json.loads((out / STATE_FILE).read_text())
+    assert state["state"] == "stopped" and state["stopped_by"] == name
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the study's handlers are gone

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from zones import callable_module
 from zones.core.cache import refreshing, write_table
 from zones.core.data import corpus_windows
 from zones.core.glossary import add_flag
@@ -74,8 +75,10 @@ def _provenance_removed(name: str) -> str:
     return ",".join(str(b) for b in record.get("removed", []))
 
 
-def run(args) -> None:
-    """Evaluate every variant on the tasks and write the tables (module docstring)."""
+def evaluation(args) -> dict[str, pd.DataFrame]:
+    """Evaluate every variant on the tasks (module docstring), printing each one's accuracy:
+    ``tasks``, ``examples`` and, with two variants or more, ``differences`` (the tables
+    ``zones evaluate`` writes, by name; ``zones.evaluate(...)`` in Python returns ``tasks``)."""
     require_lm_eval()  # before loading anything
     tasks = check_tasks(args.tasks)
     limit = check_limit(args.limit)
@@ -104,13 +107,25 @@ def run(args) -> None:
             record(evaluate_tasks(pruned, loaded.tokenizer, tasks, model_name=name, removed=label, **common))
             del pruned
         del loaded
-    out = Path(args.out)
     table, per_example = pd.concat(tables, ignore_index=True), pd.concat(examples, ignore_index=True)
-    for df, file in ((table, "tasks.csv"), (per_example, "examples.csv")):
-        print(f"wrote {write_table(df, out / file)} ({len(df)} rows)")
+    found = dict(tasks=table, examples=per_example)
     if len(table.drop_duplicates(["model", "removed"])) > 1:
-        differences = paired_differences(per_example, args.metric)
+        found["differences"] = differences = paired_differences(per_example, args.metric)
         for r in differences.to_dict("records"):
             print(f"{r['variant']} − {r['reference']}: {r['task']} Δ{args.metric} = {r['difference']:+.3f} "
                   f"[{r['difference_low']:+.3f}, {r['difference_high']:+.3f}] (n = {r['n']})")
-        print(f"wrote {write_table(differences, out / 'differences.csv')} ({len(differences)} rows)")
+    return found
+
+
+def write(found: dict[str, pd.DataFrame], out) -> None:
+    """``OUT/tasks.csv``, ``OUT/examples.csv`` and ``OUT/differences.csv`` (when there is one)."""
+    for name, df in found.items():
+        print(f"wrote {write_table(df, Path(out) / f'{name}.csv')} ({len(df)} rows)")
+
+
+def run(args) -> None:
+    """Evaluate every variant on the tasks and write the tables (module docstring)."""
+    write(evaluation(args), args.out)
+
+
+callable_module(__name__)  # zones.evaluate(...) is zones.api.evaluate(...): the Python API's function

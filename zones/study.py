@@ -2,14 +2,16 @@
 
     zones study --models a,b,c [--executor local|ray] [--ray-address HOST:PORT]
                 [--param NAME=VALUE ...] [--budget class|cpu|gpu] [--out results/study]
+    zones study --status results/study        the jobs of that study: done, running, failed, waiting
 
 The work of ``zones book --models a,b,c`` with the same parameters, cut into jobs that need
 nothing from each other: one job per model and chapter (``alpha_profile · m``,
 ``pruning · m``, ...), one per trained run of the depth series (``train · depth 8, seed 0``),
 and one per chapter that takes no model (``depth_series``, ``spectral_lifecycle``). A job calls
-the chapter's ``zones.report.<chapter>.run`` exactly as its notebook does (the call is read
-from ``notebooks/<chapter>.md``; the parameters are the notebook's, overridden by ``--param``
-and ``--budget`` as in ``zones book``), with ``models=[m]``, into a temporary folder.
+the chapter's ``zones.report.<chapter>.run`` with the chapter's parameters that ``run`` takes
+(``zones.report.chapter_arguments``: the names its page passes; the values are its parameters
+cell's, overridden by ``--param`` and ``--budget`` as in ``zones book``; no notebook code is
+read), with ``models=[m]``, into a temporary folder.
 
 Each job runs on the machine it lands on, with that machine's cache (its ``$ZONES_CACHE``),
 inside ``zones.core.cache.capture``: every cache entry it read or wrote travels back with its
@@ -26,13 +28,18 @@ also a training ``profile`` (``sublayers``) does the depth series' part in its f
 job only. ``zones book`` shows the first model of a chapter in detail; the study computes every
 model's details, a superset.
 
-A job that fails is reported by name after the others finish (``zones.core.executors``); its
-finished neighbours are already in this cache, and a rerun computes only the rest: on Ray, each
-job is sent the entries it read or wrote the last time (this cache records which, under
-``study/``), so it computes nothing again on whichever node it lands. The tables
-are written only when every job succeeded: ``OUT/<chapter>/<model>/<table>.csv`` (model-free
-chapters: ``OUT/<chapter>/<table>.csv``), and ``OUT/jobs.csv`` (one row per job: where it ran,
-its seconds, its resources, the entries it read and computed, its retries).
+Results come as jobs finish (:class:`Ledger`): each finished job's tables are written at once
+to ``OUT/<chapter>/<model>/<table>.csv`` (model-free chapters: ``OUT/<chapter>/<table>.csv``)
+and a line says so (``done pruning · m in 7 m 02 s (computed)``); ``OUT/jobs.csv`` (one row per
+job: its status, where it ran, its seconds, its resources, the entries it read and computed,
+its retries, its error) and ``OUT/study-state.json`` (what ``zones study --status OUT`` reads)
+are rewritten as each job starts and ends, every file atomically. A job that fails is said as
+it fails and reported by name after the others finish (``zones.core.executors``); its finished
+neighbours are already in this cache and in ``OUT``, and a rerun computes only the rest: on
+Ray, each job is sent the entries it read or wrote the last time (this cache records which,
+under ``study/``), so it computes nothing again on whichever node it lands. SIGINT or SIGTERM
+stop the study cleanly: one line says what finished and the command that resumes it (the same
+command), and ``zones study`` exits with 130 or 143.
 """
 from __future__ import annotations
 
@@ -42,16 +49,20 @@ import importlib
 import inspect
 import json
 import os
+import shlex
+import signal
+import socket
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-import jupytext
 import pandas as pd
 
+from zones import callable_module
 from zones.analysis.importance import model_labels
 from zones.book import (
     RUN_LAST,
@@ -68,6 +79,7 @@ from zones.core.cache import (
     CapturedEntry,
     Tally,
     atomic_write_bytes,
+    atomic_write_text,
     capture,
     collect_entries,
     counting,
@@ -83,6 +95,7 @@ from zones.core.checks import duplicate_models, duplicate_text
 from zones.core.executors import Job, JobFailed, check_executor, ray_connect, run_jobs
 from zones.core.glossary import DEFAULT_BUDGET, add_flag, check_value, default, preset, term
 from zones.core.models import BUILTIN_MODELS, resolve_source
+from zones.report import chapter_arguments
 
 TRAIN = "train"  # the stage that trains one run of the depth series
 RECORDS = "study"  # cache kind of the records of which entries each stage read or wrote (bookkeeping)
@@ -146,58 +159,7 @@ class StudyResult:
     out: Path | None
 
 
-# --- the chapters' calls, as their notebooks make them ------------------------------------------------
-
-def chapter_call(source: Path) -> dict[str, tuple[str, Any]]:
-    """The keyword arguments of the chapter's ``run(...)`` call in its notebook (``report.NAME.run``,
-    or ``X.run`` where ``X`` is ``zones.report.NAME`` imported under a name):
-    ``{argument: ("parameter", name)}`` for ``argument=name`` and ``{argument: ("value", v)}``
-    for a literal. Anything else (a positional argument, an expression) is a ``StudyError``:
-    the study must call ``run`` exactly as the page does."""
-    name = Path(source).stem
-    module = f"zones.report.{name}"
-    trees = []
-    for cell in jupytext.read(source).cells:
-        if cell.cell_type == "code":
-            try:
-                trees.append(ast.parse(cell.source))
-            except SyntaxError:  # IPython magics: not a cell with the call
-                continue
-    aliases, reports = set(), set()  # names bound to the chapter's module, and to zones.report
-    for node in (n for tree in trees for n in ast.walk(tree)):
-        if isinstance(node, ast.ImportFrom) and node.module == "zones.report":
-            aliases |= {a.asname or a.name for a in node.names if a.name == name}
-        elif isinstance(node, ast.ImportFrom) and node.module == "zones":
-            reports |= {a.asname or a.name for a in node.names if a.name == "report"}
-        elif isinstance(node, ast.Import):
-            aliases |= {a.asname for a in node.names if a.name == module and a.asname}
-    for node in (n for tree in trees for n in ast.walk(tree)):
-        func = getattr(node, "func", None)
-        if not (isinstance(node, ast.Call) and isinstance(func, ast.Attribute) and func.attr == "run"):
-            continue
-        target = func.value
-        if ((isinstance(target, ast.Name) and target.id in aliases)
-                or (isinstance(target, ast.Attribute) and target.attr == name and isinstance(target.value, ast.Name)
-                    and target.value.id in reports)):
-            return _call_arguments(node, source)
-    raise StudyError(f"{source} has no call of {module}.run(...); the study runs a chapter through it")
-
-
-def _call_arguments(call: ast.Call, source: Path) -> dict[str, tuple[str, Any]]:
-    if call.args or any(k.arg is None for k in call.keywords):
-        raise StudyError(f"{source}: the run(...) call passes positional or ** arguments; pass each by name")
-    found = {}
-    for keyword in call.keywords:
-        if isinstance(keyword.value, ast.Name):
-            found[keyword.arg] = ("parameter", keyword.value.id)
-        else:
-            try:
-                found[keyword.arg] = ("value", ast.literal_eval(keyword.value))
-            except ValueError:
-                raise StudyError(f"{source}: the run(...) call passes {keyword.arg}={ast.unparse(keyword.value)}, "
-                                 f"an expression the study cannot reproduce; pass a parameter") from None
-    return found
-
+# --- the chapters' calls: zones.report.<chapter>.run with the chapter's parameters ------------------------
 
 def chapter_defaults(source: Path, declared: dict[str, Any] | None = None) -> dict[str, Any]:
     """The values of a chapter's parameters cell (``declared``: its ``declared_parameters``)."""
@@ -210,22 +172,6 @@ def chapter_defaults(source: Path, declared: dict[str, Any] | None = None) -> di
             raise StudyError(f"{source}: parameter {name} = {info['default']} is not a literal value; the study "
                              f"reads the parameters cell as the book passes it") from None
     return values
-
-
-def chapter_kwargs(call: dict[str, tuple[str, Any]], parameters: dict[str, Any]) -> dict[str, Any]:
-    """The arguments of a chapter's ``run`` for these parameter values (``out_dir`` left out)."""
-    kwargs = {}
-    for argument, (kind, value) in call.items():
-        if argument == "out_dir":
-            continue
-        if kind == "parameter":
-            if value not in parameters:
-                raise StudyError(f"the chapter's run(...) call passes {argument}={value}, which its parameters "
-                                 f"cell does not declare")
-            kwargs[argument] = parameters[value]
-        else:
-            kwargs[argument] = value
-    return kwargs
 
 
 # --- the plan -----------------------------------------------------------------------------------------
@@ -286,7 +232,7 @@ def book_calls(models: Sequence[str], parameters: dict[str, Any] | None = None, 
             params["models"] = list(models)
         elif "model" in params:
             params["model"] = models[0]
-        calls.append((name, chapter_kwargs(chapter_call(chapter_source(root, name)), params)))
+        calls.append((name, chapter_arguments(name, params)))
     return calls
 
 
@@ -309,7 +255,6 @@ def plan(models: Sequence[str], parameters: dict[str, Any] | None = None, root: 
     trains: dict[Any, Stage] = {}  # one stage per distinct training run
     stages: list[Stage] = []
     for name, params in values.items():
-        call = chapter_call(chapter_source(root, name))
         configs = _train_configs(params) if SERIES_PARAMETER in params else []
         for config in configs:
             if config not in trains:
@@ -318,14 +263,14 @@ def plan(models: Sequence[str], parameters: dict[str, Any] | None = None, root: 
         series = tuple(trains[config].name for config in configs)
         per_model = [p for p in MODEL_PARAMETERS if p in params]
         if not per_model:
-            stages.append(Stage(name, None, "", chapter_kwargs(call, params), series))
+            stages.append(Stage(name, None, "", chapter_arguments(name, params), series))
             continue
         for index, model in enumerate(models):
             given = dict(params, **{per_model[0]: [model] if per_model[0] == "models" else model})
             if index > 0 and configs and name not in SERIES_IN_EVERY_JOB:  # the series' part: once, in the first job
                 given[SERIES_PARAMETER] = None
             shared = tuple(f"{other} · {labels[model]}" for other in SHARES.get(name, ()) if other in names)
-            stages.append(Stage(name, model, labels[model], chapter_kwargs(call, given),
+            stages.append(Stage(name, model, labels[model], chapter_arguments(name, given),
                                 shared + (series if index == 0 else ())))
     return list(trains.values()) + stages
 
@@ -442,7 +387,14 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
     results: dict[str, StageResult] = {}
     stored = present = 0
 
+    events: list = []
+    command = resume_command(models, parameters, executor=executor, ray_address=ray_address, retries=retries,
+                             cpus_per_job=cpus_per_job, gpus_per_job=gpus_per_job, out=out, only=only, budget=budget,
+                             from_text=from_text)
+    ledger = Ledger(stages, out, command=command, executor=executor, cpus_per_job=cpus_per_job, events=events, log=log)
+
     def prepare(job: Job, before: dict[str, StageResult]) -> Job:
+        ledger.start(job.name)
         if not carry:  # local jobs use this cache itself
             return job
         inputs = {} if refresh else {entry.path: entry for entry in last_entries(by_name[job.name])}
@@ -456,6 +408,7 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
         if carry:
             remember_entries(by_name[job.name], result.entries)
         results[job.name] = result
+        ledger.finish(by_name[job.name], result)  # its tables, jobs.csv, the state file and its line, at once
         if not any(job.name in s.after for s in stages):  # no job needs its entries any more
             result.entries = []
 
@@ -463,49 +416,308 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
         since = refresh_since()
     jobs = [Job(stage.name, run_stage, (stage, [], carry, since), cpus=cpus_per_job, gpus=gpus_per_job,
                 after=stage.after) for stage in stages]
-    events: list = []
-    log(f"zones study: {len(models)} model{'s' if len(models) > 1 else ''}, {len(jobs)} jobs ({executor})")
+    where = f"; tables and jobs.csv in {out} as jobs finish (zones study --status {out})" if out is not None else ""
+    log(f"zones study: {len(models)} model{'s' if len(models) > 1 else ''}, {len(jobs)} jobs ({executor}){where}")
     started = time.time()
     here = Tally()
     try:
-        with counting() as here:
+        with counting() as here, _StopOnSignals() as signals:
             if executor == "ray":
                 ray_connect(ray_address)  # an address that does not answer fails before any work
+                signals.install()  # ray.init puts its own SIGTERM handler in place
             _prepare_models(models)
             try:
                 run_jobs(jobs, executor, ray_address=ray_address, retries=retries, progress=progress,
-                         desc="zones study", events=events, prepare=prepare, on_result=take)
+                         desc="zones study", events=events, prepare=prepare, on_result=take,
+                         on_failure=lambda job, why, attempts: ledger.fail(job.name, why, attempts))
             except JobFailed as err:
                 raise JobFailed(study_wording(str(err), stages)) from None
+    except KeyboardInterrupt as err:  # SIGINT or SIGTERM: one line, what finished and how to resume
+        signum = getattr(err, "signum", signal.SIGINT)
+        line = ledger.stop(signum)
+        log(line)
+        raise StudyStopped(line, signum) from None
+    except BaseException:
+        ledger.end(failed=True)
+        raise
     finally:  # said also when a job failed: what the others did is in this cache
         tally = Tally()
         for result in [*results.values(), StageResult("", {}, [], here, "", 0.0)]:
             tally.update(result.tally)
-        log(f"zones study: {len(results)} of {len(jobs)} jobs in {time.time() - started:.0f} s; {tally.sentence()}; "
-            f"{stored} entries stored in this machine's cache ({present} already here)")
-    retried = {}
-    for name, _, _ in events:
-        retried[name] = retried.get(name, 0) + 1
-    table = pd.DataFrame([dict(job=s.name, chapter=s.chapter, model=s.model or "", label=s.label,
-                               node=results[s.name].node, seconds=round(results[s.name].seconds, 2),
-                               cpus=results[s.name].resources.get("CPU", cpus_per_job),
-                               gpus=results[s.name].resources.get("GPU", 0.0),
-                               read=results[s.name].tally.n_read, computed=results[s.name].tally.n_computed,
-                               retries=retried.get(s.name, 0)) for s in stages])
+        if ledger.state != "stopped":
+            log(f"zones study: {len(results)} of {len(jobs)} jobs in {time.time() - started:.0f} s; "
+                f"{tally.sentence()}; {stored} entries stored in this machine's cache ({present} already here)")
+    ledger.end(failed=False)
     tables = {(s.chapter, s.label): results[s.name].tables for s in stages if results[s.name].tables}
-    written = write_study(out, tables, table) if out is not None else None
-    return StudyResult(table, tally, stored, present, tables, written)
+    return StudyResult(ledger.table(), tally, stored, present, tables, None if out is None else Path(out))
 
 
-def write_study(out: str | Path, tables: dict[tuple[str, str], dict[str, bytes]], jobs: pd.DataFrame) -> Path:
-    """``OUT/<chapter>/<label>/<file>`` (``OUT/<chapter>/<file>`` without a label) and ``OUT/jobs.csv``."""
-    out = Path(out)
-    for (chapter, label), files in tables.items():
-        folder = out / chapter / label if label else out / chapter
-        for name, data in files.items():
-            atomic_write_bytes(folder / name, data)
-    write_table(jobs, out / "jobs.csv")
-    return out
+
+# --- the study as it runs: each job's tables, jobs.csv and the state file, kept as jobs finish ---------------
+
+STATE_FILE = "study-state.json"  # OUT/study-state.json: every job's status, rewritten as jobs start and finish
+STATE_VERSION = 1
+JOB_COLUMNS = ["job", "chapter", "model", "label", "status", "node", "seconds", "cpus", "gpus", "read", "computed",
+               "retries", "error"]
+STATUSES = ("done", "running", "failed", "waiting")  # the order --status lists them in
+
+
+class StudyStopped(KeyboardInterrupt):
+    """The study was stopped by a signal (``signum``: SIGINT or SIGTERM); its message is the line the
+    study said: what finished and the command that resumes it. ``exit_code``: 128 + ``signum``."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + int(self.signum)
+
+
+class _Signalled(KeyboardInterrupt):
+    """Raised in the main thread by a SIGINT or SIGTERM while the study runs."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class _StopOnSignals:
+    """While the study runs (in the main thread), SIGINT and SIGTERM raise :class:`_Signalled`
+    (once: a second signal during the clean stop is ignored) instead of killing the process
+    silently; the handlers before are restored at the end. ``install()`` again after something
+    installed its own (``ray.init`` does)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __enter__(self):
+        self.active = threading.current_thread() is threading.main_thread()
+        self.raised = False
+        if self.active:
+            self.previous = {s: signal.getsignal(s) for s in self.SIGNALS}
+            self.install()
+        return self
+
+    def install(self) -> None:
+        if self.active:
+            for s in self.SIGNALS:
+                signal.signal(s, self._raise)
+
+    def _raise(self, signum, frame):
+        if not self.raised:
+            self.raised = True
+            raise _Signalled(signum)
+
+    def __exit__(self, *exc):
+        if self.active:
+            for s, handler in self.previous.items():
+                signal.signal(s, handler)
+        return False
+
+
+def duration(seconds: float) -> str:
+    """``42 s``, ``7 m 02 s``, ``1 h 03 m``."""
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} m {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds // 60 % 60:02d} m"
+
+
+def stage_folder(out: Path, chapter: str, label: str) -> Path:
+    """``OUT/<chapter>/<label>`` (``OUT/<chapter>`` for a job without a model)."""
+    return Path(out) / chapter / label if label else Path(out) / chapter
+
+
+def resume_command(models: Sequence[str], parameters: dict[str, Any] | None, *, executor: str = "local",
+                   ray_address: str | None = None, retries: int = 2, cpus_per_job: float = 1,
+                   gpus_per_job: float | None = None, out: str | Path | None = None,
+                   only: Sequence[str] | None = None, budget: str = DEFAULT_BUDGET, from_text: bool = False) -> str:
+    """The ``zones study`` command that runs this study again (and so resumes it: what is cached is
+    read, not computed): the flags that differ from their defaults, ``--param`` as given
+    (``from_text``: YAML texts; else each value written as JSON, which YAML reads)."""
+    words = ["zones", "study", "--models", ",".join(map(str, models))]
+    for flag, value, usual in (("--executor", executor, "local"), ("--ray-address", ray_address, None),
+                               ("--retries", retries, 2), ("--cpus-per-job", cpus_per_job, 1),
+                               ("--gpus-per-job", gpus_per_job, None), ("--budget", budget, DEFAULT_BUDGET)):
+        if value != usual:
+            words += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    for name, value in (parameters or {}).items():
+        words += ["--param", f"{name}={value if from_text else json.dumps(value, default=str)}"]
+    if only:
+        words += ["--only", *only]
+    if out is not None:
+        words += ["--out", str(out)]
+    return shlex.join(words)
+
+
+class Ledger:
+    """What the study says and keeps as it runs. Each job's start and end is written at once,
+    atomically (``zones.core.cache.atomic_write_text``/``write_table``), to ``OUT/STATE_FILE``
+    (every job's status: done, running, failed, waiting; the command that resumes the study)
+    and, as each job ends, to ``OUT/jobs.csv``; a finished job's tables go to
+    ``OUT/<chapter>/<label>/`` as it finishes, and a line says so (``done pruning · m in 7 m 02 s
+    (computed)``). Without ``out`` only the lines are said."""
+
+    def __init__(self, stages: Sequence[Stage], out: str | Path | None, *, command: str, executor: str,
+                 cpus_per_job: float, events: list, log):
+        self.out = None if out is None else Path(out)
+        self.command, self.executor, self.cpus, self.events, self.log = command, executor, cpus_per_job, events, log
+        self.started = time.time()
+        self.state = "running"
+        self.stopped_by: str | None = None
+        self.rows = {s.name: dict(job=s.name, chapter=s.chapter, model=s.model or "", label=s.label,
+                                  status="waiting") for s in stages}
+        self.begun: dict[str, float] = {}
+        self.save()
+
+    def count(self, status: str) -> int:
+        return sum(row["status"] == status for row in self.rows.values())
+
+    def start(self, name: str) -> None:
+        self.rows[name]["status"] = "running"
+        self.begun[name] = time.time()
+        self.save()
+
+    def finish(self, stage: Stage, result: StageResult) -> None:
+        row = self.rows[stage.name]
+        row.update(status="done", node=result.node, seconds=round(result.seconds, 2),
+                   cpus=result.resources.get("CPU", self.cpus), gpus=result.resources.get("GPU", 0.0),
+                   read=result.tally.n_read, computed=result.tally.n_computed, retries=self._retries(stage.name),
+                   error="")
+        if self.out is not None:
+            folder = stage_folder(self.out, stage.chapter, stage.label)
+            for name, data in result.tables.items():
+                atomic_write_bytes(folder / name, data)
+        self.save(jobs=True)
+        how = "from cache" if result.tally.n_computed == 0 else "computed"
+        self.log(f"done {stage.name} in {duration(result.seconds)} ({how}); {self.count('done')} of "
+                 f"{len(self.rows)} jobs done")
+
+    def fail(self, name: str, why: str, attempts: int) -> None:
+        row = self.rows[name]
+        row.update(status="failed", seconds=round(time.time() - self.begun.get(name, time.time()), 2),
+                   retries=self._retries(name), error=why)
+        self.save(jobs=True)
+        self.log(f"failed {name} ({why}; {attempts} attempt{'s' if attempts > 1 else ''})")
+
+    def stop(self, signum: int) -> str:
+        """The study was stopped: jobs cut off are waiting again; the line that says so."""
+        for row in self.rows.values():
+            if row["status"] == "running":
+                row["status"] = "waiting"
+        self.state, self.stopped_by = "stopped", signal.Signals(signum).name
+        self.save(jobs=True)
+        done, failed = self.count("done"), self.count("failed")
+        kept = f"; their tables are in {self.out}" if self.out is not None and done else ""
+        return (f"zones study: stopped by {self.stopped_by} after {duration(time.time() - self.started)}: {done} of "
+                f"{len(self.rows)} jobs done{f', {failed} failed' if failed else ''}{kept}, and cached; resume with "
+                f"the same command, which computes only the rest: {self.command}")
+
+    def end(self, failed: bool) -> None:
+        self.state = "failed" if failed else "finished"
+        self.save(jobs=True)
+
+    def _retries(self, name: str) -> int:
+        return sum(1 for job, _, _ in self.events if job == name)
+
+    def table(self) -> pd.DataFrame:
+        """``jobs.csv``: one row per job of the plan, in its order, with its ``status``."""
+        table = pd.DataFrame(list(self.rows.values()), columns=JOB_COLUMNS)
+        return table.astype({"read": "Int64", "computed": "Int64", "retries": "Int64"})  # empty while not done
+
+    def save(self, jobs: bool = False) -> None:
+        if self.out is None:
+            return
+        now = time.time()
+        record = dict(version=STATE_VERSION, state=self.state, stopped_by=self.stopped_by, command=self.command,
+                      executor=self.executor, pid=os.getpid(), host=socket.gethostname(), started=self.started,
+                      updated=now, jobs=[dict(row, started=self.begun.get(name)) for name, row in self.rows.items()])
+        atomic_write_text(self.out / STATE_FILE, json.dumps(record, indent=1, default=str) + "\n")
+        if jobs:
+            write_table(self.table(), self.out / "jobs.csv")
+
+
+def read_state(out: str | Path) -> dict:
+    """The state file of the study in ``out`` (``StudyError`` when there is none or it is not one)."""
+    path = Path(out) / STATE_FILE
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise StudyError(f"{out} holds no study ({STATE_FILE} is missing); pass the --out folder of a zones "
+                         f"study") from None
+    except (OSError, ValueError) as err:
+        raise StudyError(f"{path} cannot be read ({type(err).__name__}); the study rewrites it when it runs "
+                         f"again") from None
+    if not isinstance(record, dict) or record.get("version") != STATE_VERSION or "jobs" not in record:
+        raise StudyError(f"{path} is not a state file of this zones version; run the study again to rewrite it")
+    return record
+
+
+def status(out: str | Path) -> pd.DataFrame:
+    """The jobs of the study in ``out`` from its state file: ``job, chapter, label, status, seconds,
+    how, error``, listed done, running, failed, waiting (each in the plan's order). ``seconds``:
+    a finished job's time, a running job's time so far. ``how``: ``from cache`` or ``computed``
+    for a finished job. A job recorded as running whose study process is gone (killed without a
+    chance to say so) is ``stopped``."""
+    record = read_state(out)
+    gone = (record.get("state") == "running" and record.get("host") == socket.gethostname()
+            and not _process_alive(int(record.get("pid", 0))))
+    rows = []
+    for job in record["jobs"]:
+        state = job["status"]
+        if state == "running" and gone:
+            state = "stopped"
+        seconds = job.get("seconds")
+        if state == "running" and job.get("started"):
+            seconds = round(time.time() - job["started"], 2)
+        how = "" if job["status"] != "done" else ("from cache" if not job.get("computed") else "computed")
+        rows.append(dict(job=job["job"], chapter=job["chapter"], label=job["label"], status=state,
+                         seconds=seconds, how=how, error=job.get("error") or ""))
+    order = {s: k for k, s in enumerate(STATUSES + ("stopped",))}
+    table = pd.DataFrame(rows, columns=["job", "chapter", "label", "status", "seconds", "how", "error"])
+    return table.sort_values("status", key=lambda c: c.map(order), kind="stable").reset_index(drop=True)
+
+
+def _process_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def status_text(out: str | Path) -> str:
+    """What ``zones study --status OUT`` prints: a head line (the study's state and counts), one line
+    per job, and the command that resumes the study when it did not finish."""
+    record, table = read_state(out), status(out)
+    counts = ", ".join(f"{int((table['status'] == s).sum())} {s}" for s in STATUSES + ("stopped",)
+                       if s != "stopped" or (table["status"] == s).any())
+    state = record.get("state")
+    if state == "running" and (table["status"] == "stopped").any():
+        state = f"stopped (its process {record.get('pid')} is gone)"
+    elif state == "running":
+        state = f"running (process {record.get('pid')} on {record.get('host')})"
+    elif state == "stopped":
+        state = f"stopped by {record.get('stopped_by')}"
+    ago = duration(max(0.0, time.time() - float(record.get("updated", time.time()))))
+    lines = [f"zones study in {out}: {state}, updated {ago} ago; {len(table)} jobs: {counts}"]
+    width = max([len(j) for j in table["job"]] + [3])
+    for row in table.to_dict("records"):
+        seconds = row["seconds"]
+        shown = "" if seconds is None or pd.isna(seconds) else duration(float(seconds))
+        note = {"done": row["how"], "failed": row["error"], "running": "so far"}.get(row["status"], "")
+        lines.append(f"  {row['status']:<8} {row['job']:<{width}}  {shown:>9}  {note}".rstrip())
+    if record.get("state") != "finished":
+        lines.append(f"resume (computes only what is missing): {record.get('command')}")
+    return "\n".join(lines)
+
 
 
 def volatile(name: str) -> bool:
@@ -524,8 +736,10 @@ def stable_view(table: pd.DataFrame) -> pd.DataFrame:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``zones study`` (each a glossary term)."""
-    add_flag(parser, "models", "study", required=True, help="comma-separated models (aliases, directories, .gguf "
-             "files or hub ids); every machine running jobs must be able to load each")
+    chosen = parser.add_mutually_exclusive_group(required=True)  # run a study, or look at one
+    add_flag(chosen, "models", "study", help="comma-separated models (aliases, directories, .gguf files or hub ids); "
+             "every machine running jobs must be able to load each")
+    add_flag(chosen, "status", "study", metavar="OUT")
     for name in ("executor", "ray_address", "retries", "cpus_per_job", "gpus_per_job", "budget"):
         add_flag(parser, name, "study")
     add_flag(parser, "refresh", "study", help="recompute every cached result the jobs read, and replace it")
@@ -535,11 +749,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "out", "study")
 
 
-def run(args: argparse.Namespace) -> None:
-    """``zones study``: plan, run, store, write."""
-    result = study(args.models, name_values(args.param), executor=args.executor, ray_address=args.ray_address,
-                   retries=args.retries, cpus_per_job=args.cpus_per_job, gpus_per_job=args.gpus_per_job,
-                   out=args.out, only=args.only or None, budget=args.budget, from_text=True, refresh=args.refresh,
-                   log=lambda message: print(message, file=sys.stderr, flush=True))
+def _say(message: str) -> None:
+    """A line on stderr, above the progress bar."""
+    from tqdm.auto import tqdm
+
+    tqdm.write(message, file=sys.stderr)
+    sys.stderr.flush()
+
+
+def run(args: argparse.Namespace) -> int | None:
+    """``zones study``: plan, run, store, write (each job's tables as it finishes); ``--status OUT``:
+    the jobs of the study there. Stopped by SIGINT or SIGTERM: one line (what finished, how to
+    resume), exit status 130 or 143."""
+    if args.status is not None:
+        print(status_text(args.status))
+        return None
+    try:
+        result = study(args.models, name_values(args.param), executor=args.executor, ray_address=args.ray_address,
+                       retries=args.retries, cpus_per_job=args.cpus_per_job, gpus_per_job=args.gpus_per_job,
+                       out=args.out, only=args.only or None, budget=args.budget, from_text=True,
+                       refresh=args.refresh, log=_say)
+    except StudyStopped as stopped:  # its line is said
+        return stopped.exit_code
     print(f"study: {result.out} ({len(result.jobs)} jobs); zones book --models {','.join(args.models)} with the same "
           f"parameters now reads them from the cache")
+
+
+callable_module(__name__)  # zones.study(...) is zones.api.study(...): the Python API's function

@@ -75,7 +75,8 @@ def run_jobs(jobs: Sequence[Job], executor: str = "local", *, ray_address: str |
              retries: int = 2, progress: bool = True, desc: str = "jobs",
              events: list[tuple[str, str, str]] | None = None,
              prepare: Callable[[Job, dict[str, Any]], Job] | None = None,
-             on_result: Callable[[Job, Any], None] | None = None) -> list[Any]:
+             on_result: Callable[[Job, Any], None] | None = None,
+             on_failure: Callable[[Job, str, int], None] | None = None) -> list[Any]:
     """Each job's result, in the order of ``jobs``; ``JobFailed`` naming every job that failed.
 
     A job with ``after`` starts once those jobs have finished (each job is started as soon as it
@@ -83,8 +84,10 @@ def run_jobs(jobs: Sequence[Job], executor: str = "local", *, ray_address: str |
     just before each job starts, with the results of the jobs it comes after that succeeded,
     and returns the job to run (its arguments completed from theirs). A job runs even when one it comes after
     failed (that one is reported). ``on_result(job, result)`` is called here as each job
-    succeeds. ``events``, when given, receives ``(job name, "retry", why)`` for every attempt
-    that failed and was tried again (a transient error, or on Ray a worker or node that died)."""
+    succeeds, ``on_failure(job, why, attempts)`` as each job fails for good (both as they happen,
+    so a caller can record every outcome before the last job ends). ``events``, when given,
+    receives ``(job name, "retry", why)`` for every attempt that failed and was tried again (a
+    transient error, or on Ray a worker or node that died)."""
     check_executor(executor)
     retries = check_int(retries, "retries", min=0)
     for job in jobs:
@@ -96,7 +99,8 @@ def run_jobs(jobs: Sequence[Job], executor: str = "local", *, ray_address: str |
     _check_order(jobs)
     run = _run_local if executor == "local" else _run_ray
     return run(list(jobs), retries=retries, progress=progress, desc=desc, ray_address=ray_address,
-               events=events if events is not None else [], prepare=prepare, on_result=on_result)
+               events=events if events is not None else [], prepare=prepare, on_result=on_result,
+               on_failure=on_failure)
 
 
 def _check_order(jobs: Sequence[Job]) -> None:
@@ -181,7 +185,8 @@ def _report(failures: list[tuple[str, str, int]], total: int) -> JobFailed:
                      f"and rerun to compute only the rest")
 
 
-def _run_local(jobs, *, retries, progress, desc, events, prepare=None, on_result=None, ray_address=None):
+def _run_local(jobs, *, retries, progress, desc, events, prepare=None, on_result=None, on_failure=None,
+               ray_address=None):
     results: list[Any] = [None] * len(jobs)
     failures = []
     finished: set[int] = set()
@@ -200,6 +205,8 @@ def _run_local(jobs, *, retries, progress, desc, events, prepare=None, on_result
                     on_result(job, value)
             else:
                 failures.append((job.name, *value))
+                if on_failure is not None:
+                    on_failure(job, *value)
             bar.update(1)
     if failures:
         raise _report(failures, len(jobs))
@@ -362,7 +369,8 @@ def _left(jobs: Sequence[Job], pending) -> str:
     return f"in flight: {', '.join(names[:2])}{more}" if names else ""
 
 
-def _run_ray(jobs, *, retries, progress, desc, events, prepare=None, on_result=None, ray_address=None):
+def _run_ray(jobs, *, retries, progress, desc, events, prepare=None, on_result=None, on_failure=None,
+             ray_address=None):
     ray = _import_ray()
     if not ray.is_initialized() and not (ray_address or os.environ.get("RAY_ADDRESS")):
         check_resources(jobs, {"CPU": os.cpu_count() or 1, "GPU": torch.cuda.device_count()},
@@ -417,6 +425,8 @@ def _run_ray(jobs, *, retries, progress, desc, events, prepare=None, on_result=N
                         on_result(prepared[k], value)
                 else:
                     failures.append((jobs[k].name, *value))
+                    if on_failure is not None:
+                        on_failure(prepared[k], *value)
                 bar.update(1)
                 started = set(prepared)
                 for ready in _ready(jobs, finished, started):

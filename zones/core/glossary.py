@@ -135,14 +135,14 @@ TERMS: dict[str, Term] = _terms(
     # --- what is measured ---------------------------------------------------------------------
     Term("models", "models", "the models a chapter measures (aliases, directories, .gguf files or hub ids); one "
          "string is one model; chapters that show one model in detail show the first",
-         {"cpu": by([MODEL], book=None, sweep=None)}),
+         {"cpu": by([MODEL], book=None, sweep=None, study=None, evaluate=None)}),
     Term("pruning_eval_tokens", "tokens", "eval tokens per model of a pruning comparison read beside other "
          "measurements (the pruning chapter's eval_tokens, so its scored removals are reused); None (or 0): the "
          "whole split", {"cpu": 2040, "class": 504, "gpu": 16320}),
     Term("series_batch_size", "int", "windows per forward for the trained models of the depth series (the "
          "depth-series chapter's batch_size)", {"cpu": 16, "gpu": 32}, minimum=1),
     Term("model", "str", "one model: a built-in alias, local directory, .gguf file or hub id (zones lifecycle: "
-         "the hub repository of --revisions)", {"cpu": by(MODEL, lifecycle=None, book=None)}),
+         "the hub repository of --revisions)", {"cpu": by(MODEL, lifecycle=None, book=None, evaluate=None)}),
     Term("tokenizer", "str", "a tokenizer directory or hub id to use instead of the model's own",
          {"cpu": None}, optional=True),
     Term("trust_remote_code", "bool", "let a model's own Python code run", {"cpu": False}),
@@ -296,6 +296,8 @@ TERMS: dict[str, Term] = _terms(
     Term("cpus_per_job", "float", "CPUs each job asks for", {"cpu": 1.0}, minimum=0),
     Term("gpus_per_job", "float", "GPUs each job asks for (None: 1 where the cluster has GPUs, else 0)",
          {"cpu": None}, minimum=0, optional=True),
+    Term("status", "str", "a study's --out folder: list its jobs (done, running, failed, waiting) from the state "
+         "file the study keeps there, and exit (None: run the study)", {"cpu": None}, optional=True),
     # --- where results go, and what is recomputed ---------------------------------------------
     Term("out_dir", "str", "where a chapter writes its tables", {"cpu": by("results/{context}")}),
     Term("out", "str", "output folder, checked before any work (zones export and heal: the model directory)",

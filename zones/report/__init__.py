@@ -7,12 +7,21 @@ the page glues). ``verdicts`` holds the verdict vocabulary, the paper's figures 
 the chapters share with the scorecard (``claims``), so no chapter module imports the
 scorecard. Every verdict a page states is made here, by a tested function with its
 rule in the docstring; the notebooks only call ``run``, glue, draw and tell.
+
+A chapter's parameters (its notebook's parameters cell, as ``zones book`` passes them) become
+its ``run`` arguments one way, :func:`chapter_arguments`: the parameters ``run`` names. The page
+passes those by name (``models=models, ...``) and ``zones study`` calls ``run`` with them, so
+the study never reads a notebook's code (``tests/test_study.py`` checks that every page's call
+passes exactly these).
 """
 import importlib
+import inspect
+from typing import Any, Mapping
 
-CHAPTERS = ("primer", "alpha_profile", "layer_ablation", "importance_vs_alpha", "pruning", "healing", "sublayers",
-            "predictors", "depth_series", "spectral_lifecycle", "across_models", "claims", "teaching")
+CHAPTERS = ("primer", "alpha_profile", "layer_ablation", "importance_vs_alpha", "pruning", "healing", "task_accuracy",
+            "sublayers", "predictors", "depth_series", "spectral_lifecycle", "across_models", "claims", "teaching")
 __all__ = [*CHAPTERS, "common", "format", "verdicts"]
+CALLER_ARGUMENTS = ("out_dir", "progress")  # where and how a chapter runs: the caller's, not a parameter's
 
 
 def __getattr__(name: str):
@@ -20,3 +29,17 @@ def __getattr__(name: str):
     if name in __all__:
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def chapter_run(name: str):
+    """``zones.report.<name>.run``; an unknown chapter is a ``ValueError`` naming the chapters."""
+    if name not in CHAPTERS:
+        raise ValueError(f"unknown chapter {name!r}; the chapters: {', '.join(CHAPTERS)}")
+    return importlib.import_module(f"{__name__}.{name}").run
+
+
+def chapter_arguments(name: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments chapter ``name``'s ``run`` takes from its ``parameters``: every parameter its
+    signature names (in the signature's order), ``out_dir`` and ``progress`` left to the caller."""
+    accepted = inspect.signature(chapter_run(name)).parameters
+    return {key: parameters[key] for key in accepted if key in parameters and key not in CALLER_ARGUMENTS}

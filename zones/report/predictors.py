@@ -53,7 +53,8 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
         dtype: str = CHAPTER_DTYPE, progress: bool | None = None) -> ChapterResult:
     """The chapter. Importance is the eval ablation (the layer-ablation chapter's cache entry
     with its defaults); the calibration measurements are the pruning chapter's (its
-    ``PruningContext`` cache entries with its defaults). → ``predictors.csv`` (one row per
+    ``PruningContext`` cache entries with its defaults). Every registered predictor
+    (``zones.analysis.predictors.register_predictor``) is a column and a ρ. → ``predictors.csv`` (one row per
     block), ``rho.csv``, ``difference.csv``, ``summary.json``."""
     if progress is None:
         progress = os.environ.get(BOOK_MODE_ENV) != "1"
@@ -70,7 +71,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
         alphas = alpha_table(model)
         ctx = PruningContext(subject, calibration, alpha=alphas, batch_size=batch_size, progress=progress)
         table = predictor_table(ablation, alphas, frobenius=block_frobenius(model), hidden_stats=ctx.hidden_stats(),
-                                calibration_ablation=ctx.ablation())
+                                calibration_ablation=ctx.ablation(), model=model, calibration=calibration)
         rho = predictor_rho(table, n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
         versus = alpha_vs_best(table, rho, alpha_estimator, n_resamples=n_resamples, seed=seed)
         tables.append(table.assign(model=label))

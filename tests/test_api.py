@@ -1,0 +1,138 @@
+"""The Python API: ``from zones import load_model, alpha_table, ablate, prune, heal, export, evaluate,
+study``, each returning the table its subcommand writes, with the subcommand's defaults; ``import
+zones`` stays cheap."""
+from __future__ import annotations
+
+import argparse
+import inspect
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import zones
+from zones.cli import build_parser, main
+
+ROOT = Path(__file__).resolve().parents[1]
+API = ("load_model", "alpha_table", "ablate", "prune", "heal", "export", "evaluate", "study")
+COMMAND = dict(alpha_table="alpha", ablate="ablate", prune="prune", export="export", heal="heal", evaluate="evaluate")
+
+
+def csv_text(table: pd.DataFrame) -> str:
+    return table.to_csv(index=False)
+
+
+def test_the_api_is_importable_from_zones_and_import_zones_stays_cheap():
+    """Before, ``zones`` exported only ``__version__``."""
+    from zones import ablate, alpha_table, evaluate, export, heal, load_model, prune, study  # noqa: F401
+
+    assert set(API) <= set(zones.__all__) and set(API) <= set(dir(zones))
+    assert all(callable(getattr(zones, name)) for name in API)
+    assert zones.load_model is __import__("zones.core.models", fromlist=["x"]).load_model
+    # zones.study and zones.evaluate are the subcommands' modules, callable: one meaning whatever was imported first
+    import zones.study as study_module
+
+    assert study is study_module and callable(study_module) and study_module.plan
+    assert evaluate.evaluation and callable(evaluate)
+    probe = ("import sys, zones; heavy = [m for m in ('torch', 'pandas', 'transformers', 'zones.api') "
+             "if m in sys.modules]; print(heavy)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr
+
+
+def _subcommand(name: str) -> argparse.ArgumentParser:
+    return next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
+
+
+@pytest.mark.parametrize("function", sorted(COMMAND))
+def test_every_argument_is_the_commands_flag_with_its_default(function):
+    flags = {a.dest: a.default for a in _subcommand(COMMAND[function])._actions
+             if a.option_strings and a.dest != "help"}
+    parameters = inspect.signature(getattr(zones, function)).parameters
+    shared = [name for name in parameters if name in flags and name not in ("model", "models", "out")]
+    assert len(shared) >= 3, function
+    for name in shared:
+        value = parameters[name].default
+        assert (list(value) if isinstance(value, tuple) else value) == flags[name], f"{function}({name}=...)"
+    missing = set(flags) - set(parameters) - {"model", "models", "list_strategies", "out"}
+    assert not missing, f"{function} lacks the flags {sorted(missing)}"
+
+
+@pytest.fixture
+def text(tmp_path) -> str:
+    corpus = tmp_path / "prose.txt"
+    corpus.write_text("The quick brown fox jumps over the lazy dog, and then it rests a while. " * 400)
+    return str(corpus)
+
+
+def test_alpha_ablate_and_prune_return_the_tables_the_commands_write(tiny_model_dir, text, tmp_path, one_thread):
+    model = zones.load_model(str(tiny_model_dir), device="cpu")  # loaded once, for every call
+    alpha = zones.alpha_table(model, progress=False)
+    assert main(["alpha", "--model", str(tiny_model_dir), "--out", str(tmp_path / "cli")]) == 0
+    assert csv_text(alpha) == (tmp_path / "cli" / "alpha.csv").read_text()
+
+    options = dict(corpus=text, seq_len=32, eval_tokens=93, calibration_tokens=62, batch_size=4)
+    flags = ["--corpus", text, "--seq-len", "32", "--eval-tokens", "93", "--calibration-tokens", "62",
+             "--batch-size", "4"]
+    ablation = zones.ablate(model, progress=False, out=tmp_path / "api", **options)
+    assert main(["ablate", "--model", str(tiny_model_dir), *flags[:6], *flags[8:], "--out", str(tmp_path / "cli")]) == 0
+    assert csv_text(ablation) == (tmp_path / "cli" / "ablation.csv").read_text()
+    assert (tmp_path / "api" / "ablation.csv").read_text() == (tmp_path / "cli" / "ablation.csv").read_text()
+    assert list(ablation["layer"]) == list(range(model.model.config.num_hidden_layers))
+
+    pruning = zones.prune(str(tiny_model_dir), strategies="last_n,random", k_max=2, seeds=2, **options)
+    assert main(["prune", "--model", str(tiny_model_dir), "--strategies", "last_n,random", "--k-max", "2",
+                 "--seeds", "2", *flags, "--out", str(tmp_path / "cli")]) == 0
+    assert csv_text(pruning) == (tmp_path / "cli" / "pruning.csv").read_text()
+    assert set(pruning["strategy"]) == {"last_n", "random"}
+    with pytest.raises(ValueError, match="unknown strateg"):  # checked before the model loads
+        zones.prune(str(tmp_path / "no-such-model"), strategies="nope")
+    with pytest.raises(TypeError, match="what zones.load_model returned, or a model name or path"):
+        zones.ablate(42)
+
+
+def test_export_and_heal_write_the_commands_directory_and_return_its_provenance(tiny_model_dir, text, tmp_path,
+                                                                               one_thread):
+    exported = zones.export(str(tiny_model_dir), tmp_path / "api-k2", remove=[1, 2])
+    assert main(["export", "--model", str(tiny_model_dir), "--remove", "1,2", "--out", str(tmp_path / "cli-k2")]) == 0
+    cli = json.loads((tmp_path / "cli-k2" / "zones-provenance.json").read_text())
+    row = exported.iloc[0]
+    assert len(exported) == 1 and row["out"] == str(tmp_path / "api-k2")
+    assert row["removed"] == "1,2" == ",".join(map(str, cli["removed"])) and row["kept"] == "0,3,4,5"  # 6 blocks
+    assert row["source_fingerprint"] == cli["source_fingerprint"] and row["source_model"] == cli["source_model"]
+    assert zones.load_model(str(tmp_path / "api-k2")).model.config.num_hidden_layers == 4
+
+    healed = zones.heal(str(tiny_model_dir), tmp_path / "healed", strategy="last_n", k=1, method="bridge",
+                        heal_tokens=62, corpus=text, seq_len=32, calibration_tokens=62, batch_size=4)
+    row = healed.iloc[0]
+    assert row["strategy"] == "last_n" and row["removed"] == "5" and row["healing_method"] == "bridge"
+    assert row["healing_calibration_loss_after"] <= row["healing_calibration_loss_before"]
+    with pytest.raises(ValueError, match="heal_tokens"):  # named as the API spells it, before any work
+        zones.heal(str(tiny_model_dir), tmp_path / "bad", remove=[1], heal_tokens=0)
+    assert not (tmp_path / "bad").exists()
+
+
+def test_evaluate_returns_the_tasks_table_the_command_writes(tiny_model_dir, tmp_path, one_thread, capsys):
+    pytest.importorskip("lm_eval")
+    tasks = zones.evaluate(str(tiny_model_dir), remove="1,2", tasks="zones_next_sentence", limit=3, device="cpu",
+                           out=tmp_path / "api")
+    assert main(["evaluate", "--model", str(tiny_model_dir), "--remove", "1,2", "--tasks", "zones_next_sentence",
+                 "--limit", "3", "--device", "cpu", "--out", str(tmp_path / "cli")]) == 0
+    assert csv_text(tasks) == (tmp_path / "cli" / "tasks.csv").read_text()
+    for name in ("tasks.csv", "examples.csv", "differences.csv"):
+        assert (tmp_path / "api" / name).read_text() == (tmp_path / "cli" / name).read_text(), name
+    assert list(tasks["removed"].unique()) == ["", "1,2"]
+
+
+def test_study_returns_jobs_csv(tiny_model_dir, tmp_path, monkeypatch, one_thread):
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "cache"))
+    jobs = zones.study([str(tiny_model_dir)], dict(n_resamples=50), only=["alpha_profile"], out=tmp_path / "out",
+                       root=ROOT, progress=False, log=lambda _: None)
+    written = (tmp_path / "out" / "jobs.csv").read_text()
+    assert csv_text(jobs) == written
+    assert pd.read_csv(io.StringIO(written))["status"].tolist() == ["done"]
+    assert jobs["job"].tolist() == [f"alpha_profile · {Path(tiny_model_dir).name}"]
