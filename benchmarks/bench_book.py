@@ -10,14 +10,17 @@ time divided by the reference is comparable across machines and loads. It prints
 (``zones.book.machine_line``: model name, PyTorch's dispatch capability, native bf16, threads),
 and per chapter the seconds, the reference forwards (seconds / reference), the work the chapter
 counted (``zones.core.progress``, in reference forwards: the same on every machine and under any
-load) and its budget (``zones.book.EXPECTED_REFERENCE_FORWARDS``), plus the process CPU seconds of
-the chapter's kernel and its children.
+load), the overhead (seconds / (counted × the reference's seconds): what the count misses, 1 when
+it misses nothing; :func:`chapter_table`) and its expected cost at the budget
+(``zones.book.book_costs``, as ``zones book`` estimates it), plus the process CPU seconds of the chapter's kernel and its
+children. ``--budget class`` runs the chapters with that budget's values (as ``zones book --budget``).
 
 ``--head`` instead measures the LM head's token chunk (``zones.measure.evaluate.HEAD_CHUNK``): per-window
 NLL of one batch through ``head_nll_windows`` with each chunk size, interleaved, with the largest
 difference from the first size (the chunks change only which tokens share a call, not the numbers).
 
     .venv/bin/python benchmarks/bench_book.py --only pruning,layer_ablation
+    .venv/bin/python benchmarks/bench_book.py --only alpha_profile --budget class
     ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 .venv/bin/python benchmarks/bench_book.py --only pruning
     .venv/bin/python benchmarks/bench_book.py --head 2048,512
     .venv/bin/python benchmarks/bench_book.py --cache DIR   # a warm cache instead: what a rebuild costs
@@ -39,9 +42,11 @@ from pathlib import Path
 import torch
 
 from zones.book import (
-    EXPECTED_REFERENCE_FORWARDS,
+    book_costs,
     chapter_source,
+    chapter_values,
     chapters,
+    declared_parameters,
     execution_order,
     machine_line,
     project_root,
@@ -70,8 +75,9 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def time_chapters(names: list[str], root: Path) -> dict[str, dict[str, float]]:
-    """Per chapter: wall ``seconds``, ``cpu`` (its kernel's CPU seconds) and counted ``work``."""
+def time_chapters(names: list[str], root: Path, budget: str = "cpu") -> dict[str, dict[str, float]]:
+    """Per chapter, run with ``budget``'s values: wall ``seconds``, ``cpu`` (its kernel's CPU
+    seconds) and counted ``work``."""
     out = {}
     quiet = {BOOK_MODE_ENV: "1", "TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
     os.environ.update(quiet)  # as zones.book.execute_chapter runs them (inherited by the kernel)
@@ -81,12 +87,28 @@ def time_chapters(names: list[str], root: Path) -> dict[str, dict[str, float]]:
             os.environ[PROGRESS_ENV] = str(Path(tmp) / f"{name}.work")
             print(f"executing {name} ...", file=sys.stderr, flush=True)
             start, cpu = time.perf_counter(), _children_cpu()
-            run_notebook(chapter_source(root, name), target, cwd=Path(tmp))
+            source = chapter_source(root, name)
+            values = chapter_values(name, declared_parameters(source), budget, {}, {})
+            run_notebook(source, target, values, cwd=Path(tmp))
             out[name] = dict(seconds=time.perf_counter() - start, cpu=_children_cpu() - cpu,
                              work=read_progress(os.environ[PROGRESS_ENV]))
             print(f"  {name}: {out[name]['seconds']:.0f} s", file=sys.stderr, flush=True)
     os.environ.pop(PROGRESS_ENV, None)
     return out
+
+
+def chapter_table(timed: dict[str, dict[str, float]], reference: float,
+                  expected: dict[str, float | None] | None = None) -> list[dict]:
+    """One row per chapter: ``seconds``, ``forwards`` (seconds / ``reference``, a reference
+    forward's seconds), counted ``work``, ``overhead`` = seconds / (work × reference) (None when
+    nothing was counted), ``cpu`` and ``expected`` (its entry in ``expected``; None: no estimate)."""
+    rows = []
+    for name, t in timed.items():
+        work = t["work"]
+        rows.append(dict(chapter=name, seconds=t["seconds"], forwards=t["seconds"] / reference, work=work,
+                         overhead=t["seconds"] / (work * reference) if work > 0 else None, cpu=t.get("cpu", 0.0),
+                         expected=(expected or {}).get(name)))
+    return rows
 
 
 def bench_head(chunks: list[int], repeats: int) -> None:
@@ -125,6 +147,8 @@ def main(argv=None) -> None:
     parser.add_argument("--head", default=None, help="compare LM-head chunk sizes instead, e.g. 2048,512")
     parser.add_argument("--cache", default=None, help="use this ZONES_CACHE (default: a new, empty one: cold)")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--budget", default="cpu", choices=("class", "cpu", "gpu"),
+                        help="run the chapters with this budget's values (default: cpu, the notebooks' own)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -145,18 +169,22 @@ def main(argv=None) -> None:
     start = time.perf_counter()
     before = reference_forward_seconds(repeats=3)  # converts the model in a cold cache, as zones book does
     setup = time.perf_counter() - start
-    timed = time_chapters(names, root)
+    timed = time_chapters(names, root, args.budget)
     after = reference_forward_seconds(repeats=3)
     reference = statistics.mean([before, after])
     print(f"reference: {DEFAULT_MODEL} float32 forward of {REFERENCE_TOKENS} tokens: {before:.3f} s before, "
           f"{after:.3f} s after the chapters (their mean is the unit); load average now {os.getloadavg()[0]:.1f}")
-    print(f"{'chapter':22s} {'seconds':>8s} {'ref. fwd':>9s} {'counted':>8s} {'CPU s':>7s} {'budget':>7s}")
+    print(f"{'chapter':22s} {'seconds':>8s} {'ref. fwd':>9s} {'counted':>8s} {'overhead':>8s} {'CPU s':>7s} "
+          f"{args.budget + ' exp.':>9s}")
     print(f"{'(setup: model, ref.)':22s} {setup:8.0f} {setup / reference:9.1f}")
-    for name, t in timed.items():
-        budget = EXPECTED_REFERENCE_FORWARDS.get(name)
-        flag = "" if budget is None or t["seconds"] / reference <= budget else "  over budget"
-        print(f"{name:22s} {t['seconds']:8.0f} {t['seconds'] / reference:9.1f} {t['work']:8.1f} {t['cpu']:7.0f} "
-              f"{budget if budget is not None else '-':>7}{flag}")
+    costs = book_costs(root, names, budget=args.budget)  # what zones book --budget expects of them
+    expected = {n: c["reference_forwards"] if c["estimated"] else None for n, c in costs.items()}
+    for row in chapter_table(timed, reference, expected):
+        expected = row["expected"]
+        flag = "" if expected is None or row["forwards"] <= expected else "  over budget"
+        overhead = f"{row['overhead']:8.2f}" if row["overhead"] is not None else f"{'-':>8s}"
+        print(f"{row['chapter']:22s} {row['seconds']:8.0f} {row['forwards']:9.1f} {row['work']:8.1f} {overhead} "
+              f"{row['cpu']:7.0f} {f'{expected:.0f}' if expected is not None else '-':>9s}{flag}")
     total = setup + sum(t["seconds"] for t in timed.values())
     print(f"{'total':22s} {total:8.0f} {total / reference:9.1f} {sum(t['work'] for t in timed.values()):8.1f}")
 

@@ -203,7 +203,7 @@ def test_book_shows_chapter_progress_and_an_estimate_in_the_terminal_not_the_pag
     execute_chapters(root, ["first", "second"], {"n_resamples": 3}, models="tiny", reference=False)
     err = capsys.readouterr().err
     # 2 x DEFAULT_REFERENCE_FORWARDS, at REFERENCE_SECONDS_GUESS each
-    assert "2 chapters, about 2 min (20 reference forwards; the expected costs)" in err
+    assert "2 chapters at the cpu budget, about 2 min (20 reference forwards; the expected costs)" in err
     assert "chapter 2/2 second" in err and "elapsed, about" in err and "left" in err
     assert "first done in" in err and "(3 counted)" in err
     key = {"models": ["tiny"], "n_resamples": 3}
@@ -227,7 +227,8 @@ def test_a_damaged_timings_record_only_costs_the_estimate(capsys):
     # seconds without a reference forward are read at REFERENCE_SECONDS_GUESS; the others are guesses
     assert {k: v["reference_forwards"] for k, v in costs.items()} == {"pruning": 2.4, "claims": 2, "new": 10}
     _store_timing(params, "healing", 10.0, reference=2.0, work=4.0)
-    assert last_record(params)["chapters"]["healing"] == dict(seconds=10.0, reference_forwards=5.0, work=4.0)
+    assert last_record(params)["chapters"]["healing"] == dict(seconds=10.0, reference_forwards=5.0, work=4.0,
+                                                          reference_seconds=2.0)
     assert last_record(params)["reference_seconds"] == 2.0 and "bf16" in last_record(params)["machine"]
     assert chapter_costs(["pruning"], params)["pruning"]["reference_forwards"] == pytest.approx(6.0)  # 12 s / 2 s
     path, _ = _timings_entry(params)
@@ -247,6 +248,63 @@ def test_the_estimate_moves_with_the_work_a_running_chapter_counts():
     estimate.finish("a", seconds=40.0)  # it took twice the reference's pace: so will the rest
     assert estimate.position() == 10 and estimate.seconds_per_forward() == 4.0
     assert estimate.seconds_left(estimate.position("b", work=15)) == 15 * 4.0
+
+
+def test_the_estimate_knows_its_budget_and_the_chapters_run():
+    """Before: `zones book --only pruning --budget class` quoted the cpu budget's 85 reference forwards."""
+    from zones.book import EXPECTED_REFERENCE_FORWARDS, book_costs, opening_line
+
+    root = Path(__file__).resolve().parents[1]
+    cpu = book_costs(root, ["pruning"], budget="cpu")["pruning"]
+    small = book_costs(root, ["pruning"], budget="class")["pruning"]
+    assert cpu["reference_forwards"] == EXPECTED_REFERENCE_FORWARDS["cpu"]["pruning"]
+    assert small["estimated"] and 0 < small["reference_forwards"] < cpu["reference_forwards"]
+    line = opening_line(["pruning"], {"pruning": small}, "class", 5.0, "the expected costs")
+    assert line.startswith("zones book: 1 chapter at the class budget, about ")
+    assert f"({small['reference_forwards']:.0f} reference forwards" in line
+    # a larger --param scales it the other way; a whole split (the gpu budget's ablation) has no estimate
+    more = book_costs(root, ["pruning"], {"eval_tokens": 4080}, budget="cpu")["pruning"]
+    assert more["reference_forwards"] > cpu["reference_forwards"]
+    gpu = book_costs(root, ["layer_ablation", "pruning"], budget="gpu")
+    assert not gpu["layer_ablation"]["estimated"] and gpu["pruning"]["estimated"]
+    line = opening_line(["layer_ablation", "pruning"], gpu, "gpu", 5.0, "the expected costs")
+    assert "at the gpu budget" in line and line.endswith("no estimate for layer_ablation (not measured at this budget)")
+    assert f"({gpu['pruning']['reference_forwards']:.0f} reference forwards" in line
+
+
+def test_budget_scale_weighs_the_token_parameters():
+    from zones.book import budget_scale
+
+    declared = dict.fromkeys(["eval_tokens", "calibration_tokens", "seeds"])  # pruning's: 2040 and 510 at cpu
+    assert budget_scale("pruning", declared, {}) == 1.0
+    assert budget_scale("pruning", declared, {"eval_tokens": 510, "calibration_tokens": 0}) is None  # whole split
+    assert budget_scale("pruning", declared, {"eval_tokens": 504, "calibration_tokens": 126}) == \
+        pytest.approx(630 / 2550)
+    assert budget_scale("pruning", {"seeds": None}, {"seeds": 1}) == 1.0  # no token budget to scale by
+
+
+def test_a_chapter_with_no_estimate_is_not_timed():
+    from zones.book import Estimate
+
+    costs = {"a": dict(reference_forwards=10.0, work=10.0), "b": dict(reference_forwards=30.0, work=30.0, estimated=False)}
+    estimate = Estimate(costs, reference=2.0)
+    assert estimate.total == 40 and estimate.seconds_left(0) == 20 and estimate.unknown == {"b"}
+    estimate.finish("a", seconds=20.0)
+    estimate.finish("b", seconds=60.0)
+    assert estimate.unknown == set() and estimate.seconds_left(40) == 0
+
+
+def test_bench_book_shows_each_chapters_overhead_over_its_counted_work():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_book.py"
+    spec = importlib.util.spec_from_file_location("bench_book", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    timed = {"a": dict(seconds=30.0, work=5.0, cpu=29.0), "b": dict(seconds=4.0, work=0.0, cpu=4.0)}
+    rows = bench.chapter_table(timed, reference=2.0, expected={"a": 12.0})
+    assert rows[0] == dict(chapter="a", seconds=30.0, forwards=15.0, work=5.0, overhead=3.0, cpu=29.0, expected=12.0)
+    assert rows[1]["overhead"] is None and rows[1]["expected"] is None  # nothing counted, no estimate
 
 
 def test_every_assignment_in_a_parameters_cell_is_a_parameter_papermill_sees():

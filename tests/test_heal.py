@@ -237,3 +237,25 @@ def test_healing_chapter_on_a_tiny_model(tiny_model_dir, tmp_path, one_thread):
     assert healed.rows({}) == []
     assert (tmp_path / "healing" / "summary.json").exists()
     assert result.numbers["verdict_text"].startswith("at k = 2 after bridge healing")
+
+
+def test_healings_passes_are_counted_from_the_shapes(monkeypatch, one_thread):
+    """Before: healing counted no work. LoRA: a training step per batch (the adapters' update only);
+    the bridge: each capture runs the body's blocks over the windows' tokens."""
+    from zones.core.progress import REFERENCE_FLOPS, matmul_flops, module_weights, work_done
+    from zones.pruning import heal as healing
+
+    win = calibration()
+    model = tiny_model("llama", n_layers=4)
+    calls = []
+    monkeypatch.setattr(healing, "count_training",
+                        lambda m, n, trained: calls.append((n, sum(p.numel() for p in trained))))
+    heal(model, [1], win, method="lora", batch_size=2, tokens=3 * 2 * 23, progress=False, cache=False)
+    assert len(calls) == 3 and {n for n, _ in calls} == {2 * 24}
+    lora = calls[0][1]
+    assert 0 < lora < sum(p.numel() for p in model.parameters()) / 2  # the adapters, not the model
+    blocks = get_adapter(model).blocks()
+    before = work_done()
+    _capture(model, win, {"last": blocks[-1]}, batch_size=2)
+    expected = sum(matmul_flops(module_weights(b), win.input_ids.numel()) for b in blocks) / REFERENCE_FLOPS
+    assert work_done() - before == pytest.approx(expected)

@@ -336,3 +336,15 @@ def test_rank_two_in_float32_is_not_rank_one():
     table = spectral_table([torch.as_tensor(low, dtype=torch.float32)])
     assert "shape: numerically zero singular values" in table["note"][0]  # rank 2 < the window
     assert np.isnan(table["alpha_shape"][0])
+
+
+def test_every_spectrum_is_counted_from_its_shape():
+    """Before: spectra counted no work. Each m × n matrix counts 2·m·n·min(m, n)."""
+    from zones.core.progress import REFERENCE_FLOPS, spectrum_flops, work_done
+    from zones.spectra.gram import gram_eigenvalues
+
+    matrices = [torch.randn(12, 30), torch.randn(20, 8), torch.randn(5, 5)]
+    before = work_done()
+    gram_eigenvalues(matrices, workers=2)
+    expected = (spectrum_flops(12, 30) + spectrum_flops(20, 8) + spectrum_flops(5, 5)) / REFERENCE_FLOPS
+    assert work_done() - before == pytest.approx(expected)

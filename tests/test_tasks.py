@@ -451,3 +451,22 @@ def test_the_chapter_runs_on_a_tiny_model(tiny_model_dir, tmp_path, one_thread):
     assert float(result.summary["agreement_max_nats"]) < 2e-3
     for name in ("accuracy", "versus_full", "between", "verdict", "examples", "tasks", "agreement", "power"):
         assert (tmp_path / "out" / f"{name}.csv").exists()
+
+
+def test_lm_evals_forwards_are_counted_token_by_token(tiny_tokenizer, one_thread):
+    """Before: task_accuracy's lm-eval requests counted no work. One request at a time (no padding),
+    every request's context and answer run through the model, less the last token (lm-eval's input)."""
+    from lm_eval.api.instance import Instance
+
+    from zones.core.progress import REFERENCE_FLOPS, matmul_flops, module_weights, work_done
+    from zones.measure.tasks.harness import hflm
+
+    model = tiny_model("llama", vocab=len(tiny_tokenizer))
+    lm = hflm(model, tiny_tokenizer, batch_size=1)
+    pairs = [("The cat sat on the", " mat"), ("A quick brown", " fox jumps"), ("One two", " three")]
+    requests = [Instance("loglikelihood", {}, pair, idx=0) for pair in pairs]
+    tokens = sum(len(a) + len(b) - 1 for a, b in (lm._encode_pair(*pair) for pair in pairs))
+    before = work_done()
+    lm.loglikelihood(requests, disable_tqdm=True)
+    expected = matmul_flops(module_weights(model), tokens) / REFERENCE_FLOPS
+    assert work_done() - before == pytest.approx(expected)

@@ -504,3 +504,25 @@ def test_snapshots_are_denser_early_where_a_wave_would_run():
     assert steps[:8] == [8, 16, 24, 32, 40, 48, 56, 64] and steps[-1] == config.steps and 96 in steps
     assert config.snapshot_text() == "every 48 steps (every 8 up to step 64)"
     assert not TrainConfig(depth=2, steps=10, snapshot_every=5).is_snapshot(3)
+
+
+def test_one_training_step_counts_three_forwards_and_the_optimizers_update(micro_corpus, monkeypatch):
+    """Before: the loop counted 6·N per token from the config, without the optimizer. Now from the
+    model's shapes: forward + backward (2 forwards) + AdamW's update of every trained parameter."""
+    from zones.core import progress
+    from zones.series import loop
+
+    config = micro_config(micro_corpus, steps=3, seed=7, eval_every=100, snapshot_every=100, checkpoint_every=100)
+    model = loop.build_model(config)
+    tokens = config.batch_size * config.seq_len
+    forward = progress.matmul_flops(progress.module_weights(model), tokens)
+    trained = sum(p.numel() for p in model.parameters())
+    before = progress.work_done()
+    progress.count_training(model, tokens)
+    counted = (progress.work_done() - before) * progress.REFERENCE_FLOPS
+    assert counted == pytest.approx(3 * forward + progress.OPTIMIZER_FLOPS * trained)
+    # the loop counts each step so, on its batch's tokens
+    calls = []
+    monkeypatch.setattr(loop, "count_training", lambda m, n: calls.append((type(m).__name__, n)))
+    train_model(config, progress=False, refresh=True)
+    assert calls == [("GPTNeoXForCausalLM", tokens)] * 3

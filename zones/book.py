@@ -19,9 +19,10 @@ The terminal shows one progress bar over the chapters, with the time elapsed and
 estimate of the time left, in one unit on every machine: the **reference forward** (one
 float32 SmolLM2-135M forward of 2,048 tokens, ``zones.core.progress``). The build first times
 one here (:func:`reference_forward_seconds`); each chapter weighs its cost in the last build
-with the same parameters (the record kept in the cache, ``cache_dir()/book``: seconds,
-reference forwards and the work the chapter counted), else its
-``EXPECTED_REFERENCE_FORWARDS``; and while a chapter runs, the work it counts (windows,
+with the same parameters and budget (the record kept in the cache, ``cache_dir()/book``: seconds,
+reference forwards and the work the chapter counted), else its ``EXPECTED_REFERENCE_FORWARDS`` at
+the budget being built (a budget not measured: the cpu cost scaled by the chapter's token budgets,
+or no estimate, :func:`book_costs`); the first line names the budget and the chapters run; and while a chapter runs, the work it counts (windows,
 removal sets, training steps, reported through the file named by ``$ZONES_PROGRESS``) moves
 the bar and the estimate (:class:`Estimate`). Nothing of it reaches the pages.
 
@@ -70,7 +71,7 @@ from zones.core.cache import (
     write_entry,
 )
 from zones.core.checks import check_models
-from zones.core.glossary import DEFAULT_BUDGET, TERMS, check_value, parse_text, preset
+from zones.core.glossary import DEFAULT_BUDGET, TERMS, check_value, default, parse_text, preset
 from zones.core.progress import PROGRESS_ENV, read_progress
 from zones.figures import BOOK_MODE_ENV, write_vega_bundle
 
@@ -78,15 +79,19 @@ RUN_LAST = ("across_models", "claims")  # chapters that read what the other chap
 MATHJAX_PACKAGE = "django-static-mathjax"
 MATHJAX_FILE = "tex-svg-full.js"  # TeX input, SVG output, every extension: no fonts or extensions to fetch
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
-# What each chapter costs cold with its default parameters, in reference forwards (one float32
-# SmolLM2-135M forward of 2,048 tokens, ``zones.core.progress``): the same on every machine. A
+# What each chapter costs cold with its default parameters, per budget, in reference forwards (one
+# float32 SmolLM2-135M forward of 2,048 tokens, ``zones.core.progress``): the same on every machine. A
 # chapter not listed weighs DEFAULT_REFERENCE_FORWARDS; a chapter's last build replaces the guess.
-# Measured on a cold build (README: the budget); sublayers, which trains the depth series, minus the
-# 16 of the second D12 seed the series no longer has.
-EXPECTED_REFERENCE_FORWARDS = {"primer": 12, "alpha_profile": 3, "layer_ablation": 29, "importance_vs_alpha": 3,
-                               "pruning": 85, "healing": 29, "task_accuracy": 22, "sublayers": 91, "predictors": 4,
-                               "depth_series": 11, "spectral_lifecycle": 3, "teaching": 1, "across_models": 5,
-                               "claims": 2}
+# cpu: measured on a cold build (README: the budget); sublayers, which trains the depth series, minus the
+# 16 of the second D12 seed the series no longer has. class and gpu are not measured yet: their costs are
+# the cpu ones scaled by the chapter's token budgets (:func:`budget_scale`), never the cpu figure itself.
+EXPECTED_REFERENCE_FORWARDS = {
+    "cpu": {"primer": 12, "alpha_profile": 3, "layer_ablation": 29, "importance_vs_alpha": 3, "pruning": 85,
+            "healing": 29, "task_accuracy": 22, "sublayers": 91, "predictors": 4, "depth_series": 11,
+            "spectral_lifecycle": 3, "teaching": 1, "across_models": 5, "claims": 2},
+    "class": {},
+    "gpu": {},
+}
 DEFAULT_REFERENCE_FORWARDS = 10
 REFERENCE_SEQ_LEN = 256         # the reference forward: 8 windows of 256 tokens
 REFERENCE_SECONDS_GUESS = 5.0   # a reference forward's seconds when it could not be timed (2 cores, AVX-512)
@@ -495,13 +500,15 @@ def last_timings(parameters: dict[str, Any]) -> dict[str, float]:
 
 def _store_timing(parameters: dict[str, Any], name: str, seconds: float, *, reference: float | None = None,
                   work: float | None = None) -> None:
-    """Add chapter ``name``'s cost to the record (seconds; with a reference forward's seconds,
-    also in reference forwards; ``work``: what it counted)."""
+    """Add chapter ``name``'s cost to the record (seconds; with a reference forward's seconds
+    ``reference``, measured on this machine in this build, also those and the reference forwards;
+    ``work``: the reference forwards it counted)."""
     path, parts = _timings_entry(parameters)
     record = last_record(parameters)
     entry = dict(seconds=round(seconds, 1))
     if reference:
         entry["reference_forwards"] = round(seconds / reference, 1)
+        entry["reference_seconds"] = round(reference, 3)  # the chapter's own: records merge builds
         record["reference_seconds"] = round(reference, 3)
         record["machine"] = machine_line()
     if work is not None:
@@ -530,13 +537,49 @@ def machine_line() -> str:
             f"threads {torch.get_num_threads()}")
 
 
-def chapter_costs(names: list[str], parameters: dict[str, Any]) -> dict[str, dict[str, float]]:
+def budget_scale(chapter: str, declared: dict[str, Any], given: dict[str, Any],
+                 base: str = DEFAULT_BUDGET) -> float | None:
+    """How many times the ``base`` budget's tokens ``chapter`` is ``given``: the sum of the token
+    parameters it ``declared`` (glossary type ``tokens``) in ``given`` (else their cpu default,
+    the notebook's own) over their sum at the ``base`` budget. 1.0 when it declares none (nothing to
+    scale by); None when one is the whole split (None or 0: its size is not known here). Seeds and
+    depths that a budget also changes are not weighed: a scaled cost is a rough guess until measured."""
+    names = [n for n in declared if n in TERMS and TERMS[n].type == "tokens"]
+    if not names:
+        return 1.0
+    now = [given.get(n, default(n, DEFAULT_BUDGET, chapter)) for n in names]
+    then = [default(n, base, chapter) for n in names]
+    if not all(isinstance(v, (int, float)) and v > 0 for v in then + now):
+        return None
+    return float(sum(now)) / float(sum(then))
+
+
+def expected_forwards(name: str, budget: str = DEFAULT_BUDGET, scale: float | None = 1.0) -> float | None:
+    """Chapter ``name``'s expected reference forwards at ``budget``, times ``scale`` (its tokens
+    over those of the budget measured, :func:`budget_scale`): measured at ``budget``
+    (``EXPECTED_REFERENCE_FORWARDS[budget]``), else at the cpu budget; None (no estimate) when
+    the scale is unknown."""
+    if scale is None:
+        return None
+    return float(EXPECTED_REFERENCE_FORWARDS[measured_budget(name, budget)].get(name, DEFAULT_REFERENCE_FORWARDS)) \
+        * scale
+
+
+def measured_budget(name: str, budget: str) -> str:
+    """The budget whose expected cost of chapter ``name`` stands for ``budget``'s: itself where
+    measured, else the cpu budget (scaled)."""
+    return budget if name in EXPECTED_REFERENCE_FORWARDS.get(budget, {}) else DEFAULT_BUDGET
+
+
+def chapter_costs(names: list[str], parameters: dict[str, Any], budget: str = DEFAULT_BUDGET,
+                  scales: dict[str, float | None] | None = None) -> dict[str, dict[str, Any]]:
     """Each chapter's expected cost: ``reference_forwards`` (its last build with these
-    parameters, else ``EXPECTED_REFERENCE_FORWARDS``, else ``DEFAULT_REFERENCE_FORWARDS``) and
-    ``work`` (the work it counted then, else the same number: counted work is about one
-    reference forward per reference forward of time)."""
-    last = last_record(parameters).get("chapters", {})
-    reference = last_record(parameters).get("reference_seconds")
+    parameters, else :func:`expected_forwards` at ``budget`` with its ``scales`` entry, default
+    1.0), ``work`` (the work it counted then, else the same number: counted work is about one
+    reference forward per reference forward of time) and ``estimated`` (False when there is no
+    estimate: the chapter then weighs its cpu cost on the bar, and no time is quoted for it)."""
+    record = last_record(parameters)
+    last, reference = record.get("chapters", {}), record.get("reference_seconds")
     costs = {}
     for name in names:
         entry = last.get(name, {})
@@ -545,11 +588,41 @@ def chapter_costs(names: list[str], parameters: dict[str, Any]) -> dict[str, dic
             forwards = entry["seconds"] / reference
         if forwards is None and "seconds" in entry:
             forwards = entry["seconds"] / REFERENCE_SECONDS_GUESS
+        estimated = True
         if forwards is None:
-            forwards = EXPECTED_REFERENCE_FORWARDS.get(name, DEFAULT_REFERENCE_FORWARDS)
+            forwards = expected_forwards(name, budget, (scales or {}).get(name, 1.0))
+        if forwards is None:  # a weight for the bar only
+            forwards, estimated = expected_forwards(name, DEFAULT_BUDGET), False
         work = entry.get("work") or forwards
-        costs[name] = dict(reference_forwards=max(0.1, float(forwards)), work=max(0.1, float(work)))
+        costs[name] = dict(reference_forwards=max(0.1, float(forwards)), work=max(0.1, float(work)),
+                           estimated=estimated)
     return costs
+
+
+def book_costs(root: Path, names: list[str], parameters: dict[str, Any] | None = None, *,
+               budget: str = DEFAULT_BUDGET, models: list[str] | None = None,
+               declared: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """:func:`chapter_costs` of chapters ``names`` of the project at ``root`` as ``zones book``
+    would run them (``--budget``, ``--only``, ``--param``, ``--models``): each chapter's
+    values at that budget, its token budgets scaled against the notebook's (:func:`budget_scale`)."""
+    declared = declared or {n: declared_parameters(chapter_source(root, n)) for n in names}
+    parameters = dict(parameters or {})
+    implicit = {"models": check_models(models)} if models else {}
+    key = {**implicit, **parameters, **({"budget": budget} if budget != DEFAULT_BUDGET else {})}
+    scales = {n: budget_scale(n, declared[n], chapter_values(n, declared[n], budget, implicit, parameters),
+                              base=measured_budget(n, budget)) for n in names}
+    return chapter_costs(names, key, budget, scales)
+
+
+def opening_line(names: list[str], costs: dict[str, dict[str, Any]], budget: str, seconds_per_forward: float,
+                 source: str) -> str:
+    """The build's first estimate: the chapters, the budget, the minutes and reference forwards
+    of those with an estimate, and the chapters with none."""
+    known = sum(c["reference_forwards"] for c in costs.values() if c.get("estimated", True))
+    missing = [n for n in names if not costs[n].get("estimated", True)]
+    line = (f"zones book: {len(names)} chapter{'s' if len(names) != 1 else ''} at the {budget} budget, about "
+            f"{known * seconds_per_forward / 60:.0f} min ({known:.0f} reference forwards; {source})")
+    return line + (f"; no estimate for {', '.join(missing)} (not measured at this budget)" if missing else "")
 
 
 class Estimate:
@@ -563,6 +636,8 @@ class Estimate:
         self.total = sum(c["reference_forwards"] for c in costs.values())
         self.done = 0.0          # expected reference forwards of the chapters done
         self.done_seconds = 0.0
+        # chapters with no estimate (a budget not measured): on the bar, but no time is quoted for them
+        self.unknown = {n for n, c in costs.items() if not c.get("estimated", True)}
 
     def position(self, name: str | None = None, work: float = 0.0) -> float:
         """Reference forwards done, with ``work`` counted so far in the running chapter ``name``."""
@@ -574,12 +649,15 @@ class Estimate:
     def finish(self, name: str, seconds: float) -> None:
         self.done += self.costs[name]["reference_forwards"]
         self.done_seconds += seconds
+        self.unknown.discard(name)
 
     def seconds_per_forward(self) -> float:
         return self.done_seconds / self.done if self.done > 0 and self.done_seconds > 0 else self.reference
 
     def seconds_left(self, position: float) -> float:
-        return max(0.0, self.total - position) * self.seconds_per_forward()
+        """Seconds left after ``position``, not counting the chapters with no estimate still to run."""
+        unknown = sum(self.costs[n]["reference_forwards"] for n in self.unknown)
+        return max(0.0, self.total - position - unknown) * self.seconds_per_forward()
 
 
 def _clock(seconds: float) -> str:
@@ -621,7 +699,7 @@ def _execute_chapters(root: Path, names: list[str], parameters: dict[str, Any] |
     parameters = check_parameters(dict(parameters or {}), declared, from_text=from_text)  # before any chapter runs
     implicit = {"models": check_models(models)} if models else {}
     key = {**implicit, **parameters, **({"budget": budget} if budget != DEFAULT_BUDGET else {})}
-    costs = chapter_costs(names, key)
+    costs = book_costs(root, names, parameters, budget=budget, models=models, declared=declared)
 
     def say(message: str) -> None:  # above the bar, in the terminal
         tqdm.write(message, file=sys.stderr) if progress else print(message, flush=True)
@@ -630,9 +708,9 @@ def _execute_chapters(root: Path, names: list[str], parameters: dict[str, Any] |
     estimate = Estimate(costs, reference)
     if reference:
         say(f"zones book: a reference forward (SmolLM2-135M, float32, 2,048 tokens) takes {reference:.2f} s here")
-    source = "the last build" if last_timings(key) else "the expected costs"
-    say(f"zones book: {len(names)} chapters, about {estimate.seconds_left(0) / 60:.0f} min "
-        f"({estimate.total:.0f} reference forwards; {source})")
+    source = "the last build" if last_timings(key) else (
+        f"the expected costs{'' if budget == DEFAULT_BUDGET else ', scaled from the cpu budget by tokens'}")
+    say(opening_line(names, costs, budget, estimate.seconds_per_forward(), source))
     bar = tqdm(total=max(estimate.total, 1e-9), unit="ref", file=sys.stderr, disable=not progress,
                desc=f"zones book: chapter 1/{len(names)} {names[0]}" if names else "zones book",
                bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed} elapsed{postfix}")
@@ -643,7 +721,8 @@ def _execute_chapters(root: Path, names: list[str], parameters: dict[str, Any] |
         work = read_progress(running["file"]) if running["file"] else 0.0
         position = estimate.position(running["name"], work)
         bar.n = min(position, bar.total)
-        bar.set_postfix_str(f"about {_clock(estimate.seconds_left(position))} left", refresh=False)
+        unknown = f" + {len(estimate.unknown)} chapter(s) with no estimate" if estimate.unknown else ""
+        bar.set_postfix_str(f"about {_clock(estimate.seconds_left(position))} left{unknown}", refresh=False)
         bar.refresh()
 
     def tick():

@@ -3,8 +3,10 @@
 The unit is the **reference forward**: the multiply-adds of one float32 forward of SmolLM2-135M
 (the default model: 30 blocks of 3,538,944 weights, an LM head of 49,152 × 576) over 2,048
 tokens (8 windows of 256), :data:`REFERENCE_FLOPS` = 2 × 134,479,872 × 2,048 ≈ 5.5·10¹¹.
-The measuring code counts what it runs — a block or an LM head over n tokens, a training step
-(:func:`add_flops`) — so a chapter's count is the same on every machine and under any load;
+The measuring code counts what it runs, from the shapes — a block or an LM head over n tokens
+(:func:`count_module`), a training step (:func:`count_training`: forward, backward at twice the
+forward, the optimizer's update), a spectrum (:func:`count_spectrum`), anything else through
+:func:`add_flops` — so a chapter's count is the same on every machine and under any load;
 ``zones book`` turns it into time with the seconds of a reference forward timed in the same
 run. Attention scores, norms and Python overhead are not counted (they are small next to the
 weight matrices for the book's models), so a count is a floor of the work, not a timing.
@@ -31,6 +33,8 @@ HEAD_WEIGHTS = 49_152 * 576        # its LM head (tied to the embedding)
 REFERENCE_TOKENS = 2048            # 8 windows of 256
 REFERENCE_FLOPS = 2.0 * (30 * BLOCK_WEIGHTS + HEAD_WEIGHTS) * REFERENCE_TOKENS
 WRITE_EVERY = 1.0                  # seconds between writes of the progress file
+BACKWARD_PASSES = 2                # a backward pass costs about two forwards (input and weight gradients)
+OPTIMIZER_FLOPS = 12               # AdamW's update, per trained parameter (moments, bias corrections, decay)
 
 _total = 0.0          # reference forwards counted in this process
 _written_at = 0.0
@@ -55,6 +59,30 @@ def module_weights(module: nn.Module) -> int:
 def count_module(module: nn.Module, tokens: int) -> None:
     """Count one pass of ``tokens`` tokens through ``module``'s matrices."""
     add_flops(matmul_flops(module_weights(module), tokens))
+
+
+def training_flops(weights: int | float, tokens: int | float, trained: int | float) -> float:
+    """One training step: a forward of ``weights`` weights over ``tokens`` tokens, its backward
+    (``BACKWARD_PASSES`` forwards) and the optimizer's update of ``trained`` parameters."""
+    return (1 + BACKWARD_PASSES) * matmul_flops(weights, tokens) + OPTIMIZER_FLOPS * float(trained)
+
+
+def count_training(module: nn.Module, tokens: int, trained=None) -> None:
+    """Count one training step of ``module`` on ``tokens`` tokens; ``trained``: the parameters
+    the optimizer updates (default: those that require gradients; LoRA trains only its own)."""
+    params = [p for p in module.parameters() if p.requires_grad] if trained is None else list(trained)
+    add_flops(training_flops(module_weights(module), tokens, sum(p.numel() for p in params)))
+
+
+def spectrum_flops(rows: int, cols: int) -> float:
+    """An eigen- or singular-value decomposition of a ``rows`` × ``cols`` matrix: about
+    2·m·n·min(m, n) (the Gram product; the decomposition of the small side is of the same order)."""
+    return 2.0 * float(rows) * float(cols) * float(min(rows, cols))
+
+
+def count_spectrum(rows: int, cols: int) -> None:
+    """Count the spectrum of one ``rows`` × ``cols`` matrix (:func:`spectrum_flops`)."""
+    add_flops(spectrum_flops(rows, cols))
 
 
 def add_flops(flops: float) -> None:

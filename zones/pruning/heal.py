@@ -65,6 +65,7 @@ from zones.core.cache import entry_path, read_entry, sidecar_path, write_entry
 from zones.core.checks import check_choice, check_float, check_int
 from zones.core.data import Windows
 from zones.core.models import model_fingerprint
+from zones.core.progress import count_module, count_training
 from zones.measure.evaluate import evaluate_loss, model_device
 from zones.pruning.export import _spans, check_removed, provenance, pruned_copy, save_directory
 
@@ -248,6 +249,7 @@ def _train_lora(pruned: nn.Module, calibration: Windows, key: dict, *, steps: in
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+        count_training(peft_model, batch.numel(), params)  # the base's passes, the adapters' update
         rows.append((step + 1, (step + 1) * per_batch, float(loss.detach())))
         bar.update(1)
         bar.set_postfix(loss=f"{float(loss.detach()):.3f}")
@@ -284,6 +286,8 @@ def _capture(model: nn.Module, windows: Windows, modules: dict, batch_size: int)
         with torch.inference_mode():
             for batch in windows.input_ids.split(batch_size):
                 model.base_model(input_ids=batch.to(device), use_cache=False)
+                for block in get_adapter(model).blocks():  # the body only: no LM head
+                    count_module(block, batch.numel())
     finally:
         for handle in handles:
             handle.remove()

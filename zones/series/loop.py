@@ -20,9 +20,9 @@ from zones.core.cache import cache_dir, cache_key
 from zones.core.checks import check_int
 from zones.core.data import load_corpus
 from zones.core.hardware import check_precision
-from zones.core.progress import add_flops
+from zones.core.progress import count_training
 from zones.measure.evaluate import evaluate_loss
-from zones.series.config import TrainConfig, flops_per_token
+from zones.series.config import TrainConfig
 from zones.series.io import (
     CHECKPOINT_FILE,
     HISTORY_COLUMNS,
@@ -197,7 +197,7 @@ class _Training:
         if not math.isfinite(loss_value):
             raise FloatingPointError(f"training loss became {loss_value} at step {step}; lower lr")
         self.state["pending_losses"].append(loss_value)
-        add_flops(flops_per_token(config) * config.tokens_per_step)  # work done, for zones.core.progress
+        count_training(self.model, batch.numel())  # forward, backward, AdamW: for zones.core.progress
         self.state["step"] = step + 1
         self.state["train_seconds"] += time.perf_counter() - start
         return loss_value

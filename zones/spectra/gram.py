@@ -22,6 +22,8 @@ from scipy.linalg import eigh
 from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
+from zones.core.progress import count_spectrum
+
 EPS = float(np.finfo(np.float64).eps)
 _GRAM_TRUST = 100.0  # λ_min below this · n·ε·λ_max: the Gram spectrum is too coarse, use svdvals
 
@@ -107,6 +109,7 @@ def gram_eigenvalues(matrices: Sequence[torch.Tensor], progress: bool = False,
 
     for i, lam in _batched_spectra(matrices, on_gpu):
         out[i] = lam
+        count_spectrum(*matrices[i].shape[-2:])  # here, not in the workers: one thread adds
         bar.update(1)
 
     if on_cpu:
@@ -116,6 +119,7 @@ def gram_eigenvalues(matrices: Sequence[torch.Tensor], progress: bool = False,
             with ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
                 for i, lam in zip(on_cpu, pool.map(lambda i: _cpu_spectrum(matrices[i]), on_cpu)):
                     out[i] = lam
+                    count_spectrum(*matrices[i].shape[-2:])
                     bar.update(1)
     bar.close()
     return out

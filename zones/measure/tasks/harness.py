@@ -36,6 +36,7 @@ from zones.core.checks import check_int
 from zones.core.data import Windows, tokenizer_fingerprint
 from zones.core.hub import hub_lookup
 from zones.core.models import model_fingerprint
+from zones.core.progress import count_module
 from zones.measure.evaluate import DEFAULT_DTYPE, check_dtype, evaluate_loss, model_device, scoring_precision
 from zones.measure.stats import check_finite, paired_bootstrap
 from zones.measure.tasks.build import OFFLINE_DIR, TASKS
@@ -149,9 +150,22 @@ def _check_answers_fit(lm) -> None:
     lm._loglikelihood_tokens = checked
 
 
+def _count_calls(lm, model: nn.Module) -> None:
+    """Count every forward lm-eval makes (``zones.core.progress``): each call's tokens, padding
+    included (it runs), through the model's matrices."""
+    call = lm._model_call
+
+    def counted(inps, *args, **kwargs):
+        count_module(model, inps.numel())
+        return call(inps, *args, **kwargs)
+
+    lm._model_call = counted
+
+
 def hflm(model: nn.Module, tokenizer, batch_size: int = 8):
     """lm-eval's ``HFLM`` around a model zones loaded (a copy of the tokenizer: lm-eval may set its
-    padding token); an answer longer than the model's window is :class:`TooFewPositions`."""
+    padding token); an answer longer than the model's window is :class:`TooFewPositions`; its
+    forwards are counted (:func:`_count_calls`)."""
     require_lm_eval()
     from lm_eval.models.huggingface import HFLM
 
@@ -159,6 +173,7 @@ def hflm(model: nn.Module, tokenizer, batch_size: int = 8):
         lm = HFLM(pretrained=model, tokenizer=copy.deepcopy(tokenizer), batch_size=int(batch_size),
                   device=str(model_device(model)))
     _check_answers_fit(lm)
+    _count_calls(lm, model)
     return lm
 
 
