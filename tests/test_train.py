@@ -170,7 +170,7 @@ def test_cli_train_writes_the_series_tables(micro_runs, micro_corpus, tmp_path):
     out = tmp_path / "out"
     code = main(["train", "--depths", "2,3", "--seeds", "1", "--width", "32", "--set", "head_dim=16", "--vocab-size", "300",
                  "--seq-len", "32", "--batch-size", "8", "--steps", "40", "--lr", "0.003", "--snapshot-every", "10",
-                 "--set", "eval_every=10", "--set", "checkpoint_every=15", "--set", "eval_windows=8",
+                 "--set", "eval_every=10", "--set", "early_snapshot_every=0", "--set", "checkpoint_every=15", "--set", "eval_windows=8",
                  "--corpus", micro_corpus, "--out", str(out)])
     assert code == 0
     series = pd.read_csv(out / "series.csv")
