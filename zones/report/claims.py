@@ -676,8 +676,12 @@ def findings(scores: pd.DataFrame, tables: Tables) -> str:
     the first model (raw and beyond depth); what zone-aware's pruning gain is made of."""
     outcomes = claim_outcomes(scores)
     paper = outcomes[outcomes["source"] == PAPER_SOURCE]
-    named = [str(m).split(" (vs ")[0] for m in scores["model"] if str(m) != "–"]
-    models = list(dict.fromkeys(Path(m).name if "/" in m else m for m in named))   # a path and its label: one model
+    across = _across(tables)
+    if across is not None:   # the across-models chapter's rows are the book's models, one each
+        models = [str(m) for m in across["model"]]
+    else:                    # else the models the rows name (a path and its label are one model)
+        named = [str(m).split(" (vs ")[0] for m in scores["model"] if str(m) != "–"]
+        models = list(dict.fromkeys(Path(m).name if "/" in m else m for m in named))
     ablation = _summary(tables, "layer_ablation")
     dtype = ablation.get("dtype", _summary(tables, "pruning").get("dtype", "float32"))
     tokens = _tokens(tables, "layer_ablation")
