@@ -35,7 +35,7 @@ from typing import Any, Sequence
 import pandas as pd
 from torch import nn
 
-from zones.core.cache import write_table
+from zones.core.cache import refreshing, write_table
 from zones.core.checks import check_choice
 from zones.core.data import CorpusError, corpus_windows, load_corpus
 from zones.core.glossary import default
@@ -99,7 +99,7 @@ def ablate(model: ModelLike, *, corpus: str = _d("corpus", "ablate"), seq_len: i
            batch_size: int = _d("batch_size", "ablate"), eval_tokens: int | None = _d("eval_tokens", "ablate"),
            calibration_tokens: int | None = _d("calibration_tokens", "ablate"), dtype: str = _d("dtype", "ablate"),
            split: str = _d("split", "ablate"), ablation_method: str = _d("ablation_method", "ablate"),
-           parts: bool = False, tokenizer: str | None = None, device: str | None = None,
+           parts: bool = False, refresh: bool = False, tokenizer: str | None = None, device: str | None = None,
            trust_remote_code: bool = False, progress: bool = True,
            out: str | os.PathLike | None = None) -> pd.DataFrame:
     """``zones ablate``: ΔLoss of removing each decoder block on the ``split``'s windows (its
@@ -109,8 +109,9 @@ def ablate(model: ModelLike, *, corpus: str = _d("corpus", "ablate"), seq_len: i
     loaded = _loaded(model, tokenizer=tokenizer, device=device, trust_remote_code=trust_remote_code)
     windows = corpus_windows(text, loaded.tokenizer, seq_len, split, eval_tokens if split == "eval" else
                              calibration_tokens)
-    table = ablation_table(loaded.model, windows, parts=parts, method=ablation_method, batch_size=batch_size,
-                           dtype=dtype, progress=progress)
+    with refreshing(refresh):  # what the cache held is computed again
+        table = ablation_table(loaded.model, windows, parts=parts, method=ablation_method, batch_size=batch_size,
+                               dtype=dtype, progress=progress)
     return _written(table, out, "ablation.csv")
 
 
@@ -119,8 +120,8 @@ def prune(model: ModelLike, *, strategies: str | Sequence[str] = _d("strategies"
           seq_len: int = _d("seq_len", "prune"), batch_size: int = _d("batch_size", "prune"),
           eval_tokens: int | None = _d("eval_tokens", "prune"),
           calibration_tokens: int | None = _d("calibration_tokens", "prune"), dtype: str = _d("dtype", "prune"),
-          tokenizer: str | None = None, device: str | None = None, trust_remote_code: bool = False,
-          out: str | os.PathLike | None = None) -> pd.DataFrame:
+          refresh: bool = False, tokenizer: str | None = None, device: str | None = None,
+          trust_remote_code: bool = False, out: str | os.PathLike | None = None) -> pd.DataFrame:
     """``zones prune``: the perplexity of every strategy's k = 1..``k_max`` removals on the eval
     windows (``zones.pruning.pruning_table``; ``zones.pruning.pruning_sweep`` gives the per-window
     losses too)."""
@@ -129,8 +130,9 @@ def prune(model: ModelLike, *, strategies: str | Sequence[str] = _d("strategies"
     loaded = _loaded(model, tokenizer=tokenizer, device=device, trust_remote_code=trust_remote_code)
     eval_windows = corpus_windows(text, loaded.tokenizer, seq_len, "eval", eval_tokens)
     calibration = corpus_windows(text, loaded.tokenizer, seq_len, "calibration", calibration_tokens)
-    table = pruning_table(loaded.model, eval_windows, calibration, strategies=names, k_max=k_max, seeds=seeds,
-                          batch_size=batch_size, model_name=loaded.name, dtype=dtype)
+    with refreshing(refresh):
+        table = pruning_table(loaded.model, eval_windows, calibration, strategies=names, k_max=k_max, seeds=seeds,
+                              batch_size=batch_size, model_name=loaded.name, dtype=dtype)
     return _written(table, out, "pruning.csv")
 
 
@@ -166,14 +168,15 @@ def _blocks(loaded: LoadedModel, remove, strategy, k, seed, *, corpus, seq_len, 
 def export(model: ModelLike, out: str | os.PathLike, *, remove: str | Sequence[int] | None = None,
            strategy: str | None = None, k: int | None = None, seed: int = 0, corpus: str = _d("corpus", "export"),
            seq_len: int = _d("seq_len", "export"), batch_size: int = _d("batch_size", "export"),
-           calibration_tokens: int | None = _d("calibration_tokens", "export"), tokenizer: str | None = None,
-           device: str | None = None, trust_remote_code: bool = False) -> pd.DataFrame:
+           calibration_tokens: int | None = _d("calibration_tokens", "export"), refresh: bool = False,
+           tokenizer: str | None = None, device: str | None = None, trust_remote_code: bool = False) -> pd.DataFrame:
     """``zones export``: the model without ``remove`` (or ``strategy``'s ``k`` blocks) as a plain
     Hugging Face directory ``out`` (``zones.pruning.export``); returns :func:`provenance_row`."""
     removed = check_request(out, remove, strategy, k, seed)  # before the model loads
     loaded = _loaded(model, tokenizer=tokenizer, device=device, trust_remote_code=trust_remote_code)
-    removed, strategy = _blocks(loaded, removed, strategy, k, seed, corpus=corpus, seq_len=seq_len,
-                                calibration_tokens=calibration_tokens, batch_size=batch_size)
+    with refreshing(refresh):  # what the strategy plans on
+        removed, strategy = _blocks(loaded, removed, strategy, k, seed, corpus=corpus, seq_len=seq_len,
+                                    calibration_tokens=calibration_tokens, batch_size=batch_size)
     path = export_model(loaded.model, removed, out, tokenizer=loaded.tokenizer, source=loaded.name,
                         strategy=strategy, seed=seed if strategy else None, fingerprint=loaded.fingerprint)
     return provenance_row(path)
