@@ -85,6 +85,7 @@ from zones.core.cache import (
     counting,
     entry_path,
     read_entry,
+    pid_alive,
     refresh_since,
     refreshing,
     store_captured,
@@ -664,7 +665,7 @@ def status(out: str | Path) -> pd.DataFrame:
     chance to say so) is ``stopped``."""
     record = read_state(out)
     gone = (record.get("state") == "running" and record.get("host") == socket.gethostname()
-            and not _process_alive(int(record.get("pid", 0))))
+            and not pid_alive(int(record.get("pid", 0))))
     rows = []
     for job in record["jobs"]:
         state = job["status"]
@@ -679,17 +680,6 @@ def status(out: str | Path) -> pd.DataFrame:
     order = {s: k for k, s in enumerate(STATUSES + ("stopped",))}
     table = pd.DataFrame(rows, columns=["job", "chapter", "label", "status", "seconds", "how", "error"])
     return table.sort_values("status", key=lambda c: c.map(order), kind="stable").reset_index(drop=True)
-
-
-def _process_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     return True
 
 

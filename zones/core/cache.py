@@ -810,8 +810,10 @@ class Tally:
 EVENTS_PREFIX = "zones-cache-events-"   # + the pid of the process that counts, so its leftovers can be told apart
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     """Whether process ``pid`` runs on this machine (one of another user's counts as running)."""
+    if pid <= 0:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -828,7 +830,7 @@ def remove_dead_event_files() -> list[Path]:
     removed = []
     for path in Path(tempfile.gettempdir()).glob(f"{EVENTS_PREFIX}*-*.tsv"):
         pid = path.name[len(EVENTS_PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and int(pid) > 0 and not _pid_alive(int(pid)):
+        if pid.isdigit() and int(pid) > 0 and not pid_alive(int(pid)):
             with contextlib.suppress(OSError):  # another count may be removing it too
                 path.unlink()
                 removed.append(path)
