@@ -560,6 +560,7 @@ def test_a_signal_stops_the_study_with_one_line_and_keeps_what_finished(signum, 
     out = tmp_path / "out"
     models = f"{tiny_model_dir},{tmp_path / 'second'}"
     argv = ["study", "--models", models, "--only", "alpha_profile", "--param", "n_resamples=50", "--out", str(out)]
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}  # Ray, if run earlier, installs its own
     code = main(argv)
     err = capsys.readouterr().err
     assert code == 128 + signum
@@ -575,4 +576,4 @@ def test_a_signal_stops_the_study_with_one_line_and_keeps_what_finished(signum, 
     assert pd.read_csv(out / "jobs.csv").set_index("label")["status"].to_dict() == {label: "done", "second": "waiting"}
     state = json.loads((out / STATE_FILE).read_text())
     assert state["state"] == "stopped" and state["stopped_by"] == name
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the study's handlers are gone
+    assert {s: signal.getsignal(s) for s in before} == before  # the study's handlers are gone, the old ones back
