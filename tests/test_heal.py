@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from conftest import tiny_model
@@ -259,3 +260,18 @@ def test_healings_passes_are_counted_from_the_shapes(monkeypatch, one_thread):
     _capture(model, win, {"last": blocks[-1]}, batch_size=2)
     expected = sum(matmul_flops(module_weights(b), win.input_ids.numel()) for b in blocks) / REFERENCE_FLOPS
     assert work_done() - before == pytest.approx(expected)
+
+
+def test_the_most_repaired_arm_is_the_one_whose_loss_healing_lowered_most():
+    """Exercise 16 named the arm with the *highest* gain (after − before) as the most repaired:
+    in the cold build's tables that was greedy (+0.11 nats: healing made it worse) while Last-N's
+    loss fell by 13 nats. The answer is now the lowest gain."""
+    from zones.report.healing import damage_and_repair
+
+    rows = [("zone_aware", 2.71, -0.11), ("last_n_keep_last", 16.13, -13.02), ("greedy", 1.09, 0.11)]
+    delta = pd.DataFrame([{"strategy": s, "k": k, "stage": stage, "delta_loss": d if stage == "pruned" else d + g}
+                          for s, d, g in rows for k in (4, 8) for stage in ("pruned", "bridge")])
+    gain = pd.DataFrame([{"strategy": s, "k": k, "method": "bridge", "gain": g} for s, _, g in rows for k in (4, 8)])
+    table, most_damaged, most_repaired = damage_and_repair(delta, gain)
+    assert (most_damaged, most_repaired) == ("last_n_keep_last", "last_n_keep_last")
+    assert len(table) == 6 and set(table.columns) >= {"strategy", "k", "delta_loss", "method", "gain"}

@@ -159,6 +159,17 @@ def findings(delta: pd.DataFrame, gain: pd.DataFrame, comparison: pd.DataFrame, 
     return out
 
 
+def damage_and_repair(delta: pd.DataFrame, gain: pd.DataFrame) -> tuple[pd.DataFrame, str, str]:
+    """Each arm's Δloss before healing beside the gain of healing (after − before: the more
+    negative, the more healing repaired), and at the largest k the most damaged arm and the most
+    repaired one (the lowest gain, not the highest)."""
+    pruned = delta[delta["stage"] == PRUNED][["strategy", "k", "delta_loss"]]
+    table = pruned.merge(gain, on=["strategy", "k"]).sort_values(["method", "k", "delta_loss"], ignore_index=True)
+    largest = table[table["k"] == table["k"].max()]
+    return (table, str(largest.loc[largest["delta_loss"].idxmax(), "strategy"]),
+            str(largest.loc[largest["gain"].idxmin(), "strategy"]))
+
+
 # --------------------------------------------------------------------------------------------
 # The chapter
 # --------------------------------------------------------------------------------------------
