@@ -485,6 +485,35 @@ def test_standing_reads_the_pair_either_way_round():
     assert recipe == "At k = 2: v1: +0.30 [+0.10, +0.50] nats, worse than the full recipe; v2: the same blocks."
 
 
+def test_a_rule_that_changes_no_block_at_any_k_is_said_to_change_nothing():
+    """The cold build's zone_aware_one_zone removed zone-aware's blocks at every k (spreading
+    already takes the low-α zone's blocks first); the page said only "the same blocks" at k = 8."""
+    from zones.report import pruning
+
+    same = [(k, "zone_aware", "one_zone", 0.0, 0.0, 0.0) for k in (1, 2, 3)]
+    text = pruning.recipe_text(_pairwise(same), 3, ["one_zone"])
+    assert text == ("At k = 3: one_zone: the same blocks at every k (1–3): dropping this rule changes nothing on "
+                    "this model.")
+    differs = same[:2] + [(3, "zone_aware", "one_zone", -0.2, -0.4, -0.1)] + [(4, "zone_aware", "one_zone", 0, 0, 0)]
+    assert pruning.recipe_text(_pairwise(differs), 4, ["one_zone"]) == "At k = 4: one_zone: the same blocks."
+
+
+def test_without_alpha_text_says_where_the_baseline_is_ahead():
+    """protect_spread was separably better than zone-aware at k = 3 and 5 while the page read the
+    share at k = 4 and 8 only and said "α and the zones the rest"."""
+    from zones.report import pruning
+
+    pairs = _pairwise([(1, "zone_aware", "protect_spread", 0.0, 0.0, 0.0),
+                       (3, "zone_aware", "protect_spread", 0.3, 0.1, 0.5),
+                       (4, "protect_spread", "zone_aware", 0.2, 0.05, 0.4),
+                       (5, "zone_aware", "protect_spread", 0.4, 0.2, 0.6),
+                       (8, "zone_aware", "protect_spread", 0.1, -0.1, 0.3)])
+    text = pruning.without_alpha_text(pairs, ["protect_spread", "protect_spread_random"])
+    assert text == ("At every k (Δloss of each, paired 95% interval): against protect_spread, zone_aware is separably "
+                    "ahead at k = 4; separably behind at k = 3 and 5; not separable at k = 8; the same blocks at k = 1.")
+    assert pruning.without_alpha_text(pairs.iloc[:0], ["protect_spread"]) == ""
+
+
 @pytest.mark.parametrize("row, phrase", [
     (dict(ratio=2.0, ratio_low=1.5, ratio_high=2.6, status="ratio"), "ΔPPL ratio 2.0 [1.5, 2.6]"),
     (dict(ratio=5e5, ratio_low=1e5, ratio_high=9e5, status="collapsed"), "last_n collapsed (ratio > 10³×)"),
@@ -798,7 +827,7 @@ def _share(status, share=(0.5, 0.3, 0.7), k=4):
 
 
 @pytest.mark.parametrize("share, phrase", [
-    ((0.5, 0.3, 0.7), "a part of it: protection and spreading give that much"),
+    ((0.5, 0.3, 0.7), "a part of it: protection and spreading give that much, the blocks zone_aware picks by α the rest"),
     ((0.9, 0.6, 1.2), "not separable from all of it"),
     ((0.9, 0.6, 1.0), "not separable from all of it"),          # touching 1 counts as reaching it
     ((1.4, 1.1, 1.8), "does separably better than zone_aware itself"),

@@ -715,6 +715,9 @@ def findings(scores: pd.DataFrame, tables: Tables) -> str:
     share = str(_summary(tables, "pruning").get("share_text", ""))
     if "At k = " in share:   # the largest k's sentence: what protection and spreading alone achieve there
         sentences.append("What zone-aware's pruning gain is made of: at k = " + share.rsplit("At k = ", 1)[1])
+        alone = str(_summary(tables, "pruning").get("without_alpha_text", ""))
+        if alone.startswith("At every k"):   # the k where a baseline without α does better say what the share cannot
+            sentences.append(alone)
     return " ".join(sentences)
 
 

@@ -267,8 +267,24 @@ def baseline_text(pairwise: pd.DataFrame, k: int, compared: Sequence[str], ours:
             f" (each: Δloss of {ours} minus the other's, with its paired 95% interval).")
 
 
+def standings(pairwise: pd.DataFrame, ours: str, other: str) -> dict[str, list[int]]:
+    """Every k at which ``ours`` and ``other`` were both scored, grouped by :func:`standing`'s word."""
+    ks = sorted({int(k) for k in pairwise["k"]})
+    grouped: dict[str, list[int]] = {}
+    for k in ks:
+        word = standing(pairwise, k, ours, other)[0]
+        if word != "undefined":
+            grouped.setdefault(word, []).append(k)
+    return grouped
+
+
+def _ks(ks: Sequence[int]) -> str:
+    return f"k = {ks[0]}" if len(ks) == 1 else f"k = {', '.join(map(str, ks[:-1]))} and {ks[-1]}"
+
+
 def recipe_text(pairwise: pd.DataFrame, k: int, recipe: Sequence[str], ours: str = OURS) -> str:
-    """What dropping each rule of the recipe does at k: Δloss(variant) − Δloss(ours)."""
+    """What dropping each rule of the recipe does at k: Δloss(variant) − Δloss(ours). A variant
+    that removes the same blocks as ours at every k is said to change nothing on this model."""
     effects = []
     for variant in recipe:
         word, diff, low, high = standing(pairwise, k, variant, ours)
@@ -276,9 +292,27 @@ def recipe_text(pairwise: pd.DataFrame, k: int, recipe: Sequence[str], ours: str
             continue
         meaning = {"ahead": "better than the full recipe", "behind": "worse than the full recipe",
                    "same blocks": "the same blocks", "not separable": "not separable from the full recipe"}[word]
+        grouped = standings(pairwise, variant, ours)
+        if word == "same blocks" and list(grouped) == ["same blocks"] and len(grouped["same blocks"]) > 1:
+            ks = grouped["same blocks"]
+            meaning = f"the same blocks at every k ({ks[0]}–{ks[-1]}): dropping this rule changes nothing on this model"
         shown = "" if word == "same blocks" else f"{fmt_interval(diff, low, high, signed=True)} nats, "
         effects.append(f"{variant}: {shown}{meaning}")
     return f"At k = {k}: " + "; ".join(effects) + "." if effects else ""
+
+
+def without_alpha_text(pairwise: pd.DataFrame, baselines: Sequence[str], ours: str = OURS) -> str:
+    """Ours against each baseline that protects and spreads without α, at every k: where ours is
+    separably ahead, separably behind, not separable, or removes the same blocks."""
+    words = {"ahead": "separably ahead", "behind": "separably behind", "not separable": "not separable",
+             "same blocks": "the same blocks"}
+    parts = []
+    for other in baselines:
+        grouped = standings(pairwise, ours, other)
+        if grouped:
+            said = "; ".join(f"{words[w]} at {_ks(grouped[w])}" for w in words if w in grouped)
+            parts.append(f"against {other}, {ours} is {said}")
+    return ("At every k (Δloss of each, paired 95% interval): " + "; ".join(parts) + ".") if parts else ""
 
 
 MIN_SPREAD_SEEDS = 5   # fewer seeds give no interquartile range worth printing (2 seeds: its ends are not the seeds)
@@ -309,7 +343,7 @@ def share_text(shares: pd.DataFrame) -> str:
     (``zones.pruning.compare.gain_share``), per k and baseline, in words. The words follow
     where the share's interval lies: above 1 (the baseline does better than ours), containing 1
     (not separable from all of the gain: α adds nothing this budget can see), between 0 and 1
-    (a part; α or the zones add the rest), containing 0 (not separable from none of it), below
+    (a part; the blocks chosen by α add the rest), containing 0 (not separable from none of it), below
     0. A share whose denominator (ours' gain) may be zero is not a number: its note is said."""
     if shares.empty:
         return "The share of zone-aware's advantage was not computed (protect_spread, zone_aware or the reference " \
@@ -328,7 +362,7 @@ def share_text(shares: pd.DataFrame) -> str:
             meaning = (f"not separable from all of it: protection and spreading alone account for {r.ours}'s gain, "
                        f"and α adds nothing these windows can detect")
         elif above_zero == "above":
-            meaning = "a part of it: protection and spreading give that much, α and the zones the rest"
+            meaning = f"a part of it: protection and spreading give that much, the blocks {r.ours} picks by α the rest"
         elif above_zero == "straddles":
             meaning = "not separable from none of it: protection and spreading alone do not detectably help"
         else:
@@ -430,6 +464,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
                    lowest_zone=next(span(a, b) for a, b, rank in spans if rank == 0),
                    precision=precision_text(dtype or DEFAULT_DTYPE, subject.dtype),
                    share_text=share_text(shares), share_reference=SHARE_REFERENCE,
+                   without_alpha_text=without_alpha_text(pairwise, sharers) or "no baseline without α was run",
                    seconds=float(round(time.time() - started, 1)))
     record = dict(numbers, corpus=corpus, seq_len=seq_len, strategies=strategies, dtype=subject.dtype)
     tables = dict(pruning=table, window_losses=windows, by_strategy=summary, pairwise=pairwise, best=best,
