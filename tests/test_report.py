@@ -151,6 +151,29 @@ def test_delta_alpha_exponent_branches():
     assert one["verdict"] == "inconclusive" and math.isnan(one["exponent"])
 
 
+def test_the_exponent_interval_resamples_runs_when_every_depth_has_two():
+    """Before, the interval resampled one run's late snapshots however many runs the series had:
+    two runs per depth whose Δα differ by 30% gave a narrow interval around either's slope. Now
+    the runs are the units (their spread makes the interval) and the page says so."""
+    runs = pd.concat([_snapshots(0.26, seed=0).assign(seed=0),
+                      _snapshots(0.26, seed=1).assign(seed=1, alpha_shape=lambda d: 0.3 + 1.3 * (d["alpha_shape"] - 0.3))
+                      .pipe(lambda d: d.assign(alpha_shape=np.where(d["depth"] == 16, 0.3 + (d["alpha_shape"] - 0.3) / 1.3 ** 2,
+                                                                     d["alpha_shape"])))],
+                     ignore_index=True)
+    by_runs = lifecycle.delta_alpha_exponent(runs)
+    one_run = lifecycle.delta_alpha_exponent(runs[runs["seed"] == 0])
+    assert by_runs["runs_resampled"] == 2 and one_run["runs_resampled"] == 1
+    assert (by_runs["high"] - by_runs["low"]) > 3 * (one_run["high"] - one_run["low"])
+    uneven = lifecycle.delta_alpha_exponent(runs[(runs["seed"] == 0) | (runs["depth"] == 4)])  # one run at 8, 16
+    assert uneven["runs_resampled"] == 1 and uneven["exponent"] == pytest.approx(one_run["exponent"])
+    row = spectral_lifecycle.exponent_claim_row(by_runs, {4: 2, 8: 2, 16: 2}, by_runs["runs_resampled"])
+    said = spectral_lifecycle.exponent_sentence(row, "holds")
+    assert "the runs of each depth are resampled" in said and "run-to-run variation" in said
+    assert verdicts.score_exponent("holds", runs_resampled=2) == "holds"
+    open_ = verdicts.score_exponent("inconclusive", runs_resampled=2)
+    assert open_.reason == verdicts.SEEDS and "resamples the training runs of each depth" in open_.detail
+
+
 def test_lifecycle_sentences():
     assert spectral_lifecycle.peak_shape(0.5).startswith("an interior") and "not an inverted U" in spectral_lifecycle.peak_shape(1.0)
     asym = lambda words: pd.DataFrame([dict(depth=d, ratio=1.0, ratio_low=lo, ratio_high=hi, asymmetry=w)

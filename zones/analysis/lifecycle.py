@@ -308,16 +308,30 @@ def delta_alpha_exponent(snapshots: pd.DataFrame, estimator: str = "alpha_shape"
                          n_resamples: int = N_RESAMPLES, seed: int = 0) -> dict:
     """The exponent b of Δα ∝ L^b, with a 95% interval.
 
-    Δα of each depth L is its mean over the late snapshots (:func:`late_delta_alpha`); b is
-    the least-squares slope of log Δα on log L. The interval resamples each depth's late
-    snapshots on its own, so it covers snapshot jitter, not the spread between training runs;
-    it is undefined with fewer than two depths or two late snapshots per depth. Returns
-    ``exponent, low, high, depths, n_late, group`` (the verdict is
-    ``zones.report.verdicts.score_exponent_interval``'s).
+    Δα of a run is its mean over its late snapshots (:func:`late_delta_alpha`); Δα of a depth L
+    the mean over its runs; b is the least-squares slope of log Δα on log L. With a ``seed``
+    column and at least two runs at every depth, the interval resamples each depth's **runs**
+    (``runs_resampled``: the fewest runs of a depth), so it covers run-to-run variation; else it
+    reads one run per depth (the lowest seed) and resamples that run's late snapshots, which
+    covers snapshot jitter only (``runs_resampled`` = 1). It is undefined with fewer than two
+    depths or two units per depth. Returns ``exponent, low, high, depths, n_late, group,
+    runs_resampled`` (the verdict is ``zones.report.verdicts.score_exponent_interval``'s).
     """
-    late = late_delta_alpha(snapshots, estimator, group)
-    depths = sorted(int(d) for d in late["depth"].unique())
-    samples = [late.loc[late["depth"] == d, "delta_alpha"].to_numpy(float) for d in depths]
+    seeds = (snapshots.groupby("depth")["seed"].unique() if "seed" in snapshots.columns
+             else pd.Series({d: np.array([0]) for d in snapshots["depth"].unique()}))
+    runs = min((len(v) for v in seeds), default=0)
+    if runs >= 2:   # one Δα per run: the runs are the units
+        per_run = pd.concat([late_delta_alpha(part, estimator, group).groupby("depth", as_index=False)["delta_alpha"]
+                             .mean() for _, part in snapshots.groupby("seed")], ignore_index=True)
+        late = late_delta_alpha(snapshots[snapshots["seed"] == snapshots["seed"].min()], estimator, group)
+        units = per_run
+    else:           # one run per depth: its late snapshots are the units
+        if "seed" in snapshots.columns:
+            first = snapshots.groupby("depth")["seed"].transform("min")
+            snapshots = snapshots[snapshots["seed"] == first]
+        late = units = late_delta_alpha(snapshots, estimator, group)
+    depths = sorted(int(d) for d in units["depth"].unique())
+    samples = [units.loc[units["depth"] == d, "delta_alpha"].to_numpy(float) for d in depths]
     log_depth = np.log(np.asarray(depths, dtype=float))
 
     def exponent(*per_depth, axis=-1):
@@ -330,8 +344,9 @@ def delta_alpha_exponent(snapshots: pd.DataFrame, estimator: str = "alpha_shape"
         b, low, high = NAN, NAN, NAN
     else:
         b, low, high = unit_bootstrap(samples, exponent, paired=False, n_resamples=n_resamples, seed=seed)
-    return dict(exponent=float(b), low=low, high=high, depths=depths, n_late=[int(s.size) for s in samples],
-                group=group)
+    n_late = [int((late["depth"] == d).sum()) for d in depths]
+    return dict(exponent=float(b), low=low, high=high, depths=depths, n_late=n_late, group=group,
+                runs_resampled=max(1, runs))
 
 
 def gradient_persistence(gradient: pd.DataFrame, snapshots: pd.DataFrame, depth: int, estimator: str,

@@ -151,6 +151,19 @@ def seeds_text(seeds_trained: Mapping[int, int]) -> str:
     return ",".join(f"{int(d)}:{int(n)}" for d, n in sorted(seeds_trained.items()))
 
 
+def exponent_sentence(exponent: dict, verdict: str) -> str:
+    """How the exponent's interval was made, the interval, what it covers and the claim's word by it."""
+    shown = fmt_interval(exponent["exponent"], exponent["low"], exponent["high"], signed=True)
+    if exponent["runs_resampled"] < 2:
+        return (f"to see how loosely, Δα of each depth is averaged over the snapshots of the last quarter of training "
+                f"and those snapshots are resampled: the exponent is then {shown}. That interval covers "
+                f"{exponent['interval_covers']}: it cannot show how much the exponent moves between training runs. "
+                f"By that interval alone the claim {verdict}")
+    return (f"to see how loosely, Δα of each training run is averaged over the snapshots of its last quarter of "
+            f"training and the runs of each depth are resampled: the exponent is then {shown}, an interval that covers "
+            f"{exponent['interval_covers']}. By that interval the claim {verdict}")
+
+
 def exponent_claim_row(exponent: dict, seeds_trained: Mapping[int, int], runs_resampled: int = 1) -> dict:
     """``zones.analysis.lifecycle.delta_alpha_exponent``'s b with the word of
     ``zones.report.verdicts.score_exponent_interval`` (``verdict``), what its interval covers
@@ -158,7 +171,8 @@ def exponent_claim_row(exponent: dict, seeds_trained: Mapping[int, int], runs_re
     series has per depth (``seeds_trained``, :func:`seeds_text`)."""
     covers = (f"snapshot jitter of one run per depth (seed 0), not run-to-run variation; training runs the series "
               f"has: {', '.join(f'{n} at depth {d}' for d, n in sorted(seeds_trained.items()))}"
-              if runs_resampled < 2 else f"snapshot jitter of {runs_resampled} runs per depth")
+              if runs_resampled < 2 else f"run-to-run variation: at least {runs_resampled} training runs per depth "
+              f"resampled")
     return dict(exponent, verdict=score_exponent_interval(exponent["low"], exponent["high"]),
                 interval_covers=covers, runs_resampled=int(runs_resampled), seeds_trained=seeds_text(seeds_trained))
 
@@ -179,7 +193,7 @@ def _series_snapshots(profile, depths, train_overrides, checkpoints, seeds=None)
                                snapshot_every=int(np.median(gaps)) if len(gaps) else 0,
                                snapshot_schedule=f"every {int(np.median(gaps)) if len(gaps) else 0} steps (the median gap)",
                                snapshot_fraction=NAN, final_heldout_loss={}, seeds_trained={d: 1 for d in depth_list},
-                               tokens_per_run=None)
+                               tokens_per_run=None, every_run=None)
     # one training run per depth (seed 0: the depth series' first seed, read from its cache);
     # mixing seeds within a depth would blur the snapshots' trajectory
     overrides = dict(train_overrides or {})
@@ -188,7 +202,10 @@ def _series_snapshots(profile, depths, train_overrides, checkpoints, seeds=None)
     series = series_summary(runs)
     # the runs the series has at each depth (the depth-series chapter trains them all), read from its configs
     trained = Counter(c.depth for c in series_configs(profile, depths, None if one_seed else seeds, **overrides))
-    return series_snapshots(runs), dict(
+    # the exponent's interval resamples runs when every depth has two (the depth-series chapter trained them)
+    every_run = (series_snapshots(train_series(depths, profile, seeds=seeds, progress=False, **overrides))
+                 if not one_seed and min(trained.values()) >= 2 else None)
+    return series_snapshots(runs), dict(every_run=every_run,
         depths=[int(d) for d in series["depth"]], steps=int(runs[0].config.steps),
         snapshot_every=int(runs[0].config.snapshot_every), snapshot_schedule=runs[0].config.snapshot_text(),
         snapshot_fraction=float(series["snapshot_fraction"].max()),
@@ -225,12 +242,15 @@ def run(profile: str = "cpu", depths=None, train_overrides: dict | None = None, 
                                for d in depth_list])
     asym_claim = pd.DataFrame([dict(depth=d, **qk_vo_asymmetry(final[(final["depth"] == d)], n_resamples=n_resamples, seed=seed))
                                for d in depth_list])
-    exponent = exponent_claim_row(delta_alpha_exponent(snapshots, estimator, delta_group, n_resamples=n_resamples,
-                                                       seed=seed), facts["seeds_trained"])
+    runs = snapshots if facts["every_run"] is None else facts["every_run"]
+    found = delta_alpha_exponent(runs, estimator, delta_group, n_resamples=n_resamples, seed=seed)
+    exponent = exponent_claim_row(found, facts["seeds_trained"], found["runs_resampled"])
     exponent_claim = pd.DataFrame([dict(exponent, depths=",".join(map(str, exponent["depths"])),
                                         n_late=",".join(map(str, exponent["n_late"])),
                                         paper_exponent=PAPER_EXPONENT)])
 
+    exponent_limit = binding_limit("runs" if exponent["runs_resampled"] >= 2 else "snapshots",
+                                   runs_resampled=exponent["runs_resampled"], seeds_trained=facts["seeds_trained"])
     peak = deltas[(deltas["depth"] == deepest) & (deltas["group"] == delta_group)].iloc[0]
     peaks = {group: ", ".join(f"{int(r.depth)}: {r.peak_position:.2f}" for r in deltas[deltas["group"] == group].itertuples())
              for group in dict.fromkeys([delta_group, "Q/K"])}
@@ -259,11 +279,13 @@ def run(profile: str = "cpu", depths=None, train_overrides: dict | None = None, 
                    exponent=float(fit["exponent"]), r2=float(fit["r2"]), paper_exponent=float(fit["paper_exponent"]),
                    late_exponent=exponent["exponent"], late_exponent_low=exponent["low"],
                    late_exponent_high=exponent["high"],
-                   exponent_verdict=verdict_phrase(from_word(exponent["verdict"], *binding_limit(
-                       "snapshots", runs_resampled=1, seeds_trained=facts["seeds_trained"]))),
-                   exponent_scorecard=verdict_phrase(score_exponent(exponent["verdict"], runs_resampled=1,
+                   exponent_verdict=verdict_phrase(from_word(exponent["verdict"], *exponent_limit)),
+                   exponent_scorecard=verdict_phrase(score_exponent(exponent["verdict"],
+                                                                    runs_resampled=exponent["runs_resampled"],
                                                                     seeds_trained=facts["seeds_trained"])),
-                   exponent_covers=exponent["interval_covers"], depth_range=_span(depth_list), n_depths=len(depth_list),
+                   exponent_covers=exponent["interval_covers"],
+                   exponent_text=exponent_sentence(exponent, verdict_phrase(from_word(exponent["verdict"],
+                                                                                      *exponent_limit))), depth_range=_span(depth_list), n_depths=len(depth_list),
                    tokens_per_run=facts["tokens_per_run"],
                    **dissociation(gradient, snapshots, deepest, estimator, delta_group, exponent))
     summary = dict(profile=profile, depths=depth_list, steps=steps, estimator=estimator, delta_group=delta_group,

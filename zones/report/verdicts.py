@@ -47,7 +47,8 @@ REASONS = {
     UNDEFINED: "the interval is undefined here (too few units, or a quantity that is not positive)",
     EXAMPLES: "the task examples: the interval resamples examples, and more examples narrow it",
 }
-UNITS = {"windows": BUDGET, "blocks": BLOCKS, "layers": BLOCKS, "snapshots": SEEDS, "examples": EXAMPLES}
+UNITS = {"windows": BUDGET, "blocks": BLOCKS, "layers": BLOCKS, "snapshots": SEEDS, "runs": SEEDS,
+         "examples": EXAMPLES}
 
 OURS = "zone_aware"               # the paper's spectral-guided pruning strategy
 LAST_N_KEEP_LAST = "last_n_keep_last"   # Last-N as practitioners (and Lu et al.) use it: the final block stays
@@ -120,6 +121,8 @@ def binding_limit(units: str, *, low: float = 0.0, high: float = 0.0, n_units: i
             trained = f"; training runs the series has: {_listed(counts)}"
         covers = "one training run per depth" if (runs_resampled or 1) < 2 else f"{runs_resampled} runs"
         return SEEDS, f"it resamples the {units} of {covers}{trained}"
+    if units == "runs":   # the training runs themselves are resampled: more of them narrow it
+        return SEEDS, f"it resamples the training runs of each depth (at least {runs_resampled or 2} per depth)"
     reason = UNITS[units]
     named = {"windows": "eval windows", "examples": "task examples"}.get(units, units)
     counted = f"{n_units} {named}" if n_units is not None else named
@@ -563,15 +566,15 @@ def score_exponent_interval(low: float, high: float) -> str:
 
 @rule(f"b = log–log slope of Δα (averaged over the last quarter's snapshots) on depth; by its interval the claim "
       f"would hold if it contains {PAPER_EXPONENT} and lies above 0 and not hold if it excludes {PAPER_EXPONENT}, "
-      f"but that interval resamples the snapshots of the runs it reads: while it reads one training run per depth "
-      f"(it covers snapshot jitter, not run-to-run variation) the verdict is inconclusive (seeds), however many "
-      f"seeds the series trained")
+      f"that interval resamples the training runs of each depth when every depth has at least two; while it reads "
+      f"one training run per depth it resamples that run's snapshots (it covers snapshot jitter, not run-to-run "
+      f"variation) and the verdict is inconclusive (seeds)")
 def score_exponent(word: str, *, runs_resampled: int = 1, seeds_trained: Mapping[int, int] | None = None) -> Verdict:
     """Claim "Δα ∝ L^0.26": the chapter's jitter-only word (:func:`score_exponent_interval`)
     is shown in the row; ``runs_resampled``: the runs per depth its interval resamples;
     ``seeds_trained``: depth → the runs the series trained (read from the runs)."""
     if runs_resampled >= 2:
-        return from_word(word, *binding_limit("snapshots", runs_resampled=runs_resampled))
+        return from_word(word, *binding_limit("runs", runs_resampled=runs_resampled))
     return inconclusive("snapshots", runs_resampled=runs_resampled, seeds_trained=seeds_trained)
 
 
