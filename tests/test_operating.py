@@ -65,3 +65,15 @@ def test_overshoot_is_read_the_same_way_by_every_band_rule():
     assert ratio == gap == rho == verdicts.HOLDS
     assert all("beyond the paper's range" in v.why for v in (ratio, gap, rho))
     assert verdicts.strict_ratio_magnitude(2e5, 9e5) == verdicts.FAILS   # the strict line still says so
+
+
+def test_the_exponent_rule_over_runs_errs_at_about_its_level_and_gains_power_with_runs():
+    from zones.analysis.power import exponent_draws
+
+    rule = lambda estimate, low, high, n: str(verdicts.score_exponent_interval(low, high))
+    true = {runs: operating(rule, exponent_draws(0.26, 0.05, {8: runs, 12: runs, 16: runs}, n_draws=300))
+            for runs in (1, 2, 3)}
+    assert all(t["does not hold"] < 0.1 for t in true.values())             # the t interval's 5%, not more
+    assert true[1]["holds"] < true[2]["holds"] < true[3]["holds"] and true[3]["holds"] > 0.85
+    null = operating(rule, exponent_draws(0.0, 0.05, {8: 3, 12: 3, 16: 3}, n_draws=300))
+    assert null["holds"] < 0.05 and null["does not hold"] > 0.85

@@ -246,7 +246,7 @@ def test_spectral_lifecycle_chapter_fits_delta_alpha_on_the_cached_micro_series(
     assert (wave["peak_low"] <= wave["peak_high"]).all() | wave["peak_low"].isna().all()
     assert pd.read_csv(out / "asymmetry_claim.csv")["depth"].tolist() == [2, 3]
     exponent = pd.read_csv(out / "delta_alpha_claim.csv").iloc[0]
-    assert exponent["depths"] == "2,3" and exponent["n_late"] == "2,2"
+    assert exponent["depths"] == "2,3" and exponent["runs"] == "1,1" and exponent["df"] == 0
     assert summary["late_exponent"]["verdict"] == exponent["verdict"]
     # the seeds are read from the series' runs (one training seed here), not assumed
     assert summary["seeds_trained"] == {"2": 1, "3": 1} and exponent["seeds_trained"] == "2:1,3:1"

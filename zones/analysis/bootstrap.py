@@ -5,6 +5,8 @@
   eval-window intervals), independent strata through ``scipy.stats.bootstrap(paired=False)``.
 * :func:`interval_side`: a 95% interval against a threshold (``above``, ``below``,
   ``straddles``, ``undefined``), the reading every rule of the book starts from.
+* :func:`slope` and :func:`slope_interval`: a least-squares slope, and its exact t interval
+  (for few units, such as training runs, where a bootstrap cannot reach 95%).
 """
 from __future__ import annotations
 
@@ -80,3 +82,23 @@ def slope(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
     sxx = (x * x).sum(axis=axis)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(sxx > 0, (x * y).sum(axis=axis) / sxx, np.nan)
+
+
+def slope_interval(x: np.ndarray, y: np.ndarray, level: float = LEVEL, axis: int = -1):
+    """``(slope, low, high)`` of y on x along ``axis`` with its t interval (n − 2 degrees of
+    freedom: exact when the points scatter normally and independently about a line). NaN
+    bounds with fewer than three points or a constant x."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    n = x.shape[axis]
+    b = slope(x, y, axis)
+    if n < 3:
+        nan = np.full(np.shape(b), np.nan)
+        return b, nan, nan
+    xc = x - x.mean(axis=axis, keepdims=True)
+    yc = y - y.mean(axis=axis, keepdims=True)
+    sxx = (xc * xc).sum(axis=axis)
+    residual = yc - np.expand_dims(b, axis) * xc
+    with np.errstate(invalid="ignore", divide="ignore"):
+        se = np.sqrt((residual * residual).sum(axis=axis) / (n - 2) / sxx)
+    half = stats.t.ppf(0.5 + level / 2, n - 2) * se
+    return b, b - half, b + half

@@ -25,9 +25,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from zones.analysis.bootstrap import NAN, interval_side, slope, unit_bootstrap
+from zones.analysis.bootstrap import NAN, interval_side, slope_interval, unit_bootstrap
 from zones.core.checks import check_float
-from zones.measure.stats import N_RESAMPLES
+from zones.measure.stats import LEVEL, N_RESAMPLES
 from zones.spectra import role_group  # Q/K, V/O or MLP
 
 GROUPS = ("Q/K", "V/O", "MLP")
@@ -304,49 +304,41 @@ def late_delta_alpha(snapshots: pd.DataFrame, estimator: str = "alpha_shape", gr
     return late.rename(columns={"spread": "delta_alpha"})[["depth", "step", "delta_alpha"]].reset_index(drop=True)
 
 
+def run_delta_alpha(snapshots: pd.DataFrame, estimator: str = "alpha_shape", group: str = ALL) -> pd.DataFrame:
+    """Δα of every training run: the mean of its late snapshots' Δα (:func:`late_delta_alpha`).
+    Runs are told apart by ``seed`` (one run per depth without it): ``depth, seed, delta_alpha,
+    n_late``."""
+    if "seed" not in snapshots.columns:
+        snapshots = snapshots.assign(seed=0)
+    rows = []
+    for (depth, seed), part in snapshots.groupby(["depth", "seed"]):
+        late = late_delta_alpha(part, estimator, group)["delta_alpha"]
+        rows.append(dict(depth=int(depth), seed=int(seed), delta_alpha=float(late.mean()), n_late=int(late.size)))
+    return pd.DataFrame(rows, columns=["depth", "seed", "delta_alpha", "n_late"])
+
+
 def delta_alpha_exponent(snapshots: pd.DataFrame, estimator: str = "alpha_shape", group: str = ALL, *,
-                         n_resamples: int = N_RESAMPLES, seed: int = 0) -> dict:
-    """The exponent b of Δα ∝ L^b, with a 95% interval.
+                         level: float = LEVEL) -> dict:
+    """The exponent b of Δα ∝ L^b over training runs, with its exact 95% interval.
 
-    Δα of a run is its mean over its late snapshots (:func:`late_delta_alpha`); Δα of a depth L
-    the mean over its runs; b is the least-squares slope of log Δα on log L. With a ``seed``
-    column and at least two runs at every depth, the interval resamples each depth's **runs**
-    (``runs_resampled``: the fewest runs of a depth), so it covers run-to-run variation; else it
-    reads one run per depth (the lowest seed) and resamples that run's late snapshots, which
-    covers snapshot jitter only (``runs_resampled`` = 1). It is undefined with fewer than two
-    depths or two units per depth. Returns ``exponent, low, high, depths, n_late, group,
-    runs_resampled`` (the verdict is ``zones.report.verdicts.score_exponent_interval``'s).
-    """
-    seeds = (snapshots.groupby("depth")["seed"].unique() if "seed" in snapshots.columns
-             else pd.Series({d: np.array([0]) for d in snapshots["depth"].unique()}))
-    runs = min((len(v) for v in seeds), default=0)
-    if runs >= 2:   # one Δα per run: the runs are the units
-        per_run = pd.concat([late_delta_alpha(part, estimator, group).groupby("depth", as_index=False)["delta_alpha"]
-                             .mean() for _, part in snapshots.groupby("seed")], ignore_index=True)
-        late = late_delta_alpha(snapshots[snapshots["seed"] == snapshots["seed"].min()], estimator, group)
-        units = per_run
-    else:           # one run per depth: its late snapshots are the units
-        if "seed" in snapshots.columns:
-            first = snapshots.groupby("depth")["seed"].transform("min")
-            snapshots = snapshots[snapshots["seed"] == first]
-        late = units = late_delta_alpha(snapshots, estimator, group)
-    depths = sorted(int(d) for d in units["depth"].unique())
-    samples = [units.loc[units["depth"] == d, "delta_alpha"].to_numpy(float) for d in depths]
-    log_depth = np.log(np.asarray(depths, dtype=float))
-
-    def exponent(*per_depth, axis=-1):
-        means = np.stack([s.mean(axis=axis) for s in per_depth], axis=-1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            logs = np.where(means > 0, np.log(means), np.nan)
-        return slope(np.broadcast_to(log_depth, logs.shape), logs)
-
+    Each run is one point (log L, log Δα of the run, :func:`run_delta_alpha`); b is the
+    least-squares slope through every run and its interval the t interval with n_runs − 2
+    degrees of freedom (:func:`slope_interval`): the runs scatter about the power law, so the
+    interval covers run-to-run variation (and any departure from a power law), as a bootstrap of
+    2–4 runs cannot. It is undefined with fewer than two depths or three runs. A run whose Δα is
+    not positive has no logarithm and is left out (``dropped``). Returns ``exponent, low, high,
+    depths, runs`` (runs per depth), ``n_runs, df, dropped, group``."""
+    runs = run_delta_alpha(snapshots, estimator, group)
+    usable = runs[runs["delta_alpha"] > 0]
+    depths = sorted(int(d) for d in usable["depth"].unique())
+    per_depth = [int((usable["depth"] == d).sum()) for d in depths]
+    x, y = np.log(usable["depth"].to_numpy(float)), np.log(usable["delta_alpha"].to_numpy(float))
     if len(depths) < 2:
-        b, low, high = NAN, NAN, NAN
+        b = low = high = NAN
     else:
-        b, low, high = unit_bootstrap(samples, exponent, paired=False, n_resamples=n_resamples, seed=seed)
-    n_late = [int((late["depth"] == d).sum()) for d in depths]
-    return dict(exponent=float(b), low=low, high=high, depths=depths, n_late=n_late, group=group,
-                runs_resampled=max(1, runs))
+        b, low, high = (float(v) for v in slope_interval(x, y, level))
+    return dict(exponent=b, low=low, high=high, depths=depths, runs=per_depth, n_runs=int(len(usable)),
+                df=max(0, int(len(usable)) - 2), dropped=int(len(runs) - len(usable)), group=group)
 
 
 def gradient_persistence(gradient: pd.DataFrame, snapshots: pd.DataFrame, depth: int, estimator: str,

@@ -11,6 +11,8 @@ differences with a percentile interval), hands them to the rule and counts its w
   ``rho`` (Pearson r = 2·sin(π·ρ/6)), each with its ρ, interval and two-sided permutation p;
 * :func:`mean_draws`: ``n_units`` paired differences ~ Normal(``effect``, ``sd``), each with its
   mean and percentile interval (the eval-window and example intervals' model);
+* :func:`exponent_draws`: one log Δα per training run, ``b`` · log L plus Normal(0, ``sd``) run to
+  run, each with the least-squares slope and its t interval over the runs (the Δα exponent's);
 * :func:`operating`: the share of draws a rule calls ``holds``, ``does not hold``, ``inconclusive``.
 
 Everything is vectorised over draws and resamples and seeded, so a table of a few hundred draws
@@ -25,6 +27,7 @@ from typing import Callable
 import numpy as np
 from scipy.stats import rankdata
 
+from zones.analysis.bootstrap import slope_interval
 from zones.core.checks import check_float, check_int
 
 N_DRAWS = 200          # simulated data sets per cell: a share's standard error is at most 0.035
@@ -89,6 +92,19 @@ def mean_draws(effect: float, sd: float, n_units: int, *, n_draws: int = N_DRAWS
     return dict(estimate=data.mean(-1), low=low, high=high, n=np.full(n_draws, n))
 
 
+def exponent_draws(exponent: float, sd: float, runs: dict[int, int], *, n_draws: int = N_DRAWS,
+                   seed: int = 0) -> dict[str, np.ndarray]:
+    """``n_draws`` simulated depth series with ``runs`` (depth → training runs): each run's log Δα
+    = ``exponent`` · log depth + Normal(0, ``sd``); each draw's ``estimate`` (the slope through
+    every run), ``low`` and ``high`` (its t interval, ``zones.analysis.bootstrap.slope_interval``)."""
+    sd = check_float(sd, "sd", min=0.0)
+    x = np.log(np.repeat([float(d) for d in runs], [check_int(n, "runs", min=1) for n in runs.values()]))
+    rng = np.random.default_rng(seed)
+    y = exponent * x + sd * rng.standard_normal((n_draws, x.size))
+    b, low, high = slope_interval(np.broadcast_to(x, y.shape), y)
+    return dict(estimate=b, low=low, high=high, n=np.full(n_draws, x.size))
+
+
 def operating(rule: Callable[..., str], draws: dict[str, np.ndarray]) -> dict[str, float]:
     """The share of ``draws`` that ``rule(**draw)`` calls each of :data:`WORDS` (a draw is one
     row of the arrays, passed by the arrays' names)."""
@@ -109,4 +125,4 @@ def rho_rule_power(rule: Callable[..., str], rho: float, n_blocks: int, n_draws:
     return operating(rule, rho_draws(rho, n_blocks, n_draws=n_draws, seed=seed))
 
 
-__all__ = ["N_DRAWS", "WORDS", "mean_draws", "operating", "pearson_for_spearman", "rho_draws", "rho_rule_power"]
+__all__ = ["N_DRAWS", "WORDS", "exponent_draws", "mean_draws", "operating", "pearson_for_spearman", "rho_draws", "rho_rule_power"]

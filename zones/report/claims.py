@@ -78,7 +78,6 @@ from zones.report.verdicts import (
     strict_band,
     rho_strict_rule,
     strict_ratio_magnitude,
-    verdict_phrase,
 )
 
 COLUMNS = ["claim", "source", "paper", "ours", "interval", "model", "corpus", "chapter", "rule", "verdict", "reason",
@@ -480,13 +479,12 @@ def _exponent_rows(tables: Tables) -> list[dict]:
     if "delta_alpha_claim" not in life:
         return []
     r = life["delta_alpha_claim"].iloc[0]
-    trained = {int(d): int(n) for d, n in (pair.split(":") for pair in str(r.get("seeds_trained", "")).split(",")
-                                           if ":" in pair)}
-    ours = (f"b = {fmt_num(r['exponent'])} (depths {r['depths']}, {r['group']} matrices); by the snapshot-jitter "
-            f"interval alone the claim {verdict_phrase(str(r['verdict']))}")
-    verdict = score_exponent(str(r["verdict"]), runs_resampled=int(r.get("runs_resampled", 1)),
-                             seeds_trained=trained or None)
-    return [_row(ours, f"{fmt_interval(None, r['low'], r['high'])} (snapshot jitter only)", "trained series",
+    depths = [int(d) for d in str(r["depths"]).split(",") if d.strip()]
+    counts = [int(n) for n in str(r.get("runs", "")).split(",") if n.strip()]
+    runs = dict(zip(depths, counts)) if len(counts) == len(depths) else None
+    ours = f"b = {fmt_num(r['exponent'])} (depths {r['depths']}, {r['group']} matrices, one point per training run)"
+    verdict = score_exponent(float(r["low"]), float(r["high"]), runs=runs)
+    return [_row(ours, f"{fmt_interval(None, r['low'], r['high'])} (t interval over runs)", "trained series",
                  _corpus(tables, "spectral_lifecycle"), "spectral_lifecycle", verdict)]
 
 

@@ -3,16 +3,16 @@ asymmetry and Δα against depth, read from the depth series' snapshots, with th
 and the intervals the claims need.
 
 The statistics are ``zones.analysis.lifecycle``'s and ``zones.analysis.profile``'s; their
-intervals resample layers or snapshot steps:
+intervals resample layers or snapshot steps, or rest on training runs:
 
 * the wave (``wave_reversal``): the layers of the early half and of the late half, each
   resampled on its own;
 * the asymmetry (``qk_vo_asymmetry``): the layers of the final profile (the same layers for
   Q/K and V/O);
-* the Δα exponent (``delta_alpha_exponent``): the snapshots of the last quarter of training of
-  each depth, resampled per depth; Δα of a depth is its mean over those snapshots.
+* the Δα exponent (``delta_alpha_exponent``): one point per training run (its Δα averaged over
+  its last quarter's snapshots), and the slope's exact t interval over the runs.
 
-The verdicts are ``zones.report.verdicts``' rules (``score_wave``, ``score_exponent_interval``).
+The verdicts are ``zones.report.verdicts``' rules (``score_wave``, ``score_exponent``).
 """
 from __future__ import annotations
 
@@ -32,10 +32,9 @@ from zones.report.format import fmt_interval
 from zones.report.verdicts import (
     PAPER_EXPONENT,
     Verdict,
-    binding_limit,
     from_word,
+    SEEDS,
     score_exponent,
-    score_exponent_interval,
     score_wave,
     verdict_phrase,
 )
@@ -151,30 +150,31 @@ def seeds_text(seeds_trained: Mapping[int, int]) -> str:
     return ",".join(f"{int(d)}:{int(n)}" for d, n in sorted(seeds_trained.items()))
 
 
-def exponent_sentence(exponent: dict, verdict: str) -> str:
-    """How the exponent's interval was made, the interval, what it covers and the claim's word by it."""
-    shown = fmt_interval(exponent["exponent"], exponent["low"], exponent["high"], signed=True)
-    if exponent["runs_resampled"] < 2:
-        return (f"to see how loosely, Δα of each depth is averaged over the snapshots of the last quarter of training "
-                f"and those snapshots are resampled: the exponent is then {shown}. That interval covers "
-                f"{exponent['interval_covers']}: it cannot show how much the exponent moves between training runs. "
-                f"By that interval alone the claim {verdict}")
-    return (f"to see how loosely, Δα of each training run is averaged over the snapshots of its last quarter of "
-            f"training and the runs of each depth are resampled: the exponent is then {shown}, an interval that covers "
-            f"{exponent['interval_covers']}. By that interval the claim {verdict}")
+def runs_text(runs: Mapping[int, int]) -> str:
+    """``"2 at depth 8, 1 at depth 12 and 1 at depth 16"``."""
+    parts = [f"{n} at depth {d}" for d, n in sorted(runs.items())]
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + f" and {parts[-1]}"
 
 
-def exponent_claim_row(exponent: dict, seeds_trained: Mapping[int, int], runs_resampled: int = 1) -> dict:
-    """``zones.analysis.lifecycle.delta_alpha_exponent``'s b with the word of
-    ``zones.report.verdicts.score_exponent_interval`` (``verdict``), what its interval covers
-    (``interval_covers``), the runs per depth it resamples (``runs_resampled``) and the runs the
-    series has per depth (``seeds_trained``, :func:`seeds_text`)."""
-    covers = (f"snapshot jitter of one run per depth (seed 0), not run-to-run variation; training runs the series "
-              f"has: {', '.join(f'{n} at depth {d}' for d, n in sorted(seeds_trained.items()))}"
-              if runs_resampled < 2 else f"run-to-run variation: at least {runs_resampled} training runs per depth "
-              f"resampled")
-    return dict(exponent, verdict=score_exponent_interval(exponent["low"], exponent["high"]),
-                interval_covers=covers, runs_resampled=int(runs_resampled), seeds_trained=seeds_text(seeds_trained))
+def exponent_claim_row(exponent: dict, seeds_trained: Mapping[int, int]) -> dict:
+    """``zones.analysis.lifecycle.delta_alpha_exponent``'s b with the scorecard's verdict
+    (``verdict``: ``zones.report.verdicts.score_exponent``), what its interval covers
+    (``interval_covers``) and the runs the series has per depth (``seeds_trained``, :func:`seeds_text`)."""
+    runs = dict(zip(exponent["depths"], exponent["runs"]))
+    verdict = score_exponent(exponent["low"], exponent["high"], runs=runs)
+    covers = (f"the spread of {exponent['n_runs']} training runs about the power law ({runs_text(runs)}; "
+              f"{exponent['df']} degrees of freedom)" if runs else "no training run")
+    return dict(exponent, verdict=str(verdict), reason=verdict.reason, detail=verdict.detail, interval_covers=covers,
+                runs=",".join(map(str, exponent["runs"])), seeds_trained=seeds_text(seeds_trained))
+
+
+def exponent_sentence(row: dict) -> str:
+    """How b's interval was made, the interval, what it covers and the claim's word by it."""
+    shown = fmt_interval(row["exponent"], row["low"], row["high"], signed=True)
+    verdict = verdict_phrase(from_word(row["verdict"], row.get("reason", SEEDS), row.get("detail", "")))
+    return (f"to see how loosely, each training run is one point (its Δα averaged over the snapshots of its last "
+            f"quarter of training) and the slope through them has a t interval: b = {shown}, an interval that covers "
+            f"{row['interval_covers']}. By it the claim {verdict}")
 
 
 def _series_snapshots(profile, depths, train_overrides, checkpoints, seeds=None) -> tuple[pd.DataFrame, dict]:
@@ -202,9 +202,9 @@ def _series_snapshots(profile, depths, train_overrides, checkpoints, seeds=None)
     series = series_summary(runs)
     # the runs the series has at each depth (the depth-series chapter trains them all), read from its configs
     trained = Counter(c.depth for c in series_configs(profile, depths, None if one_seed else seeds, **overrides))
-    # the exponent's interval resamples runs when every depth has two (the depth-series chapter trained them)
+    # the exponent reads every run the series has (the depth-series chapter trained them)
     every_run = (series_snapshots(train_series(depths, profile, seeds=seeds, progress=False, **overrides))
-                 if not one_seed and min(trained.values()) >= 2 else None)
+                 if not one_seed and max(trained.values()) >= 2 else None)
     return series_snapshots(runs), dict(every_run=every_run,
         depths=[int(d) for d in series["depth"]], steps=int(runs[0].config.steps),
         snapshot_every=int(runs[0].config.snapshot_every), snapshot_schedule=runs[0].config.snapshot_text(),
@@ -243,14 +243,9 @@ def run(profile: str = "cpu", depths=None, train_overrides: dict | None = None, 
     asym_claim = pd.DataFrame([dict(depth=d, **qk_vo_asymmetry(final[(final["depth"] == d)], n_resamples=n_resamples, seed=seed))
                                for d in depth_list])
     runs = snapshots if facts["every_run"] is None else facts["every_run"]
-    found = delta_alpha_exponent(runs, estimator, delta_group, n_resamples=n_resamples, seed=seed)
-    exponent = exponent_claim_row(found, facts["seeds_trained"], found["runs_resampled"])
+    exponent = exponent_claim_row(delta_alpha_exponent(runs, estimator, delta_group), facts["seeds_trained"])
     exponent_claim = pd.DataFrame([dict(exponent, depths=",".join(map(str, exponent["depths"])),
-                                        n_late=",".join(map(str, exponent["n_late"])),
                                         paper_exponent=PAPER_EXPONENT)])
-
-    exponent_limit = binding_limit("runs" if exponent["runs_resampled"] >= 2 else "snapshots",
-                                   runs_resampled=exponent["runs_resampled"], seeds_trained=facts["seeds_trained"])
     peak = deltas[(deltas["depth"] == deepest) & (deltas["group"] == delta_group)].iloc[0]
     peaks = {group: ", ".join(f"{int(r.depth)}: {r.peak_position:.2f}" for r in deltas[deltas["group"] == group].itertuples())
              for group in dict.fromkeys([delta_group, "Q/K"])}
@@ -278,14 +273,9 @@ def run(profile: str = "cpu", depths=None, train_overrides: dict | None = None, 
                    asymmetry_text=asymmetry_sentence(asym_claim),
                    exponent=float(fit["exponent"]), r2=float(fit["r2"]), paper_exponent=float(fit["paper_exponent"]),
                    late_exponent=exponent["exponent"], late_exponent_low=exponent["low"],
-                   late_exponent_high=exponent["high"],
-                   exponent_verdict=verdict_phrase(from_word(exponent["verdict"], *exponent_limit)),
-                   exponent_scorecard=verdict_phrase(score_exponent(exponent["verdict"],
-                                                                    runs_resampled=exponent["runs_resampled"],
-                                                                    seeds_trained=facts["seeds_trained"])),
-                   exponent_covers=exponent["interval_covers"],
-                   exponent_text=exponent_sentence(exponent, verdict_phrase(from_word(exponent["verdict"],
-                                                                                      *exponent_limit))), depth_range=_span(depth_list), n_depths=len(depth_list),
+                   late_exponent_high=exponent["high"], exponent_scorecard=verdict_phrase(
+                       from_word(exponent["verdict"], exponent["reason"], exponent["detail"])),
+                   exponent_covers=exponent["interval_covers"], exponent_text=exponent_sentence(exponent), depth_range=_span(depth_list), n_depths=len(depth_list),
                    tokens_per_run=facts["tokens_per_run"],
                    **dissociation(gradient, snapshots, deepest, estimator, delta_group, exponent))
     summary = dict(profile=profile, depths=depth_list, steps=steps, estimator=estimator, delta_group=delta_group,

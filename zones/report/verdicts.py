@@ -43,7 +43,8 @@ REASONS = {
     BUDGET: "the eval tokens: the interval resamples eval windows, and more eval tokens narrow it",
     BLOCKS: "the blocks: the interval resamples blocks (or layers), and a model has only so many; more eval "
             "tokens would not narrow it",
-    SEEDS: "the seeds: the interval covers the training runs it resamples, not the variation between runs",
+    SEEDS: "the seeds: too few training runs (an interval within one run does not cover the variation between "
+           "runs; an interval over runs narrows as runs are added)",
     UNDEFINED: "the interval is undefined here (too few units, or a quantity that is not positive)",
     EXAMPLES: "the task examples: the interval resamples examples, and more examples narrow it",
 }
@@ -121,8 +122,10 @@ def binding_limit(units: str, *, low: float = 0.0, high: float = 0.0, n_units: i
             trained = f"; training runs the series has: {_listed(counts)}"
         covers = "one training run per depth" if (runs_resampled or 1) < 2 else f"{runs_resampled} runs"
         return SEEDS, f"it resamples the {units} of {covers}{trained}"
-    if units == "runs":   # the training runs themselves are resampled: more of them narrow it
-        return SEEDS, f"it resamples the training runs of each depth (at least {runs_resampled or 2} per depth)"
+    if units == "runs":   # an interval over training runs: more of them narrow it
+        counts = [f"{n} at depth {d}" for d, n in sorted((seeds_trained or {}).items())]
+        return SEEDS, (f"a t interval over {n_units if n_units is not None else 'the'} training runs"
+                       + (f" ({_listed(counts)})" if counts else ""))
     reason = UNITS[units]
     named = {"windows": "eval windows", "examples": "task examples"}.get(units, units)
     counted = f"{n_units} {named}" if n_units is not None else named
@@ -554,8 +557,8 @@ def score_wave(leader: str, after_low: float, after_high: float, *, n_layers: in
       f"does not hold if it excludes {PAPER_EXPONENT}; inconclusive otherwise (it contains {PAPER_EXPONENT} and "
       f"0, or is undefined)")
 def score_exponent_interval(low: float, high: float) -> str:
-    """The lifecycle chapter's reading of b's snapshot-jitter interval, as a word (the
-    scorecard's verdict is :func:`score_exponent`)."""
+    """b's interval as a word: holds if it contains the paper's exponent and lies above 0, does
+    not hold if it excludes the paper's exponent, inconclusive otherwise (or undefined)."""
     side = interval_side(low, high, PAPER_EXPONENT)
     if side == "undefined":
         return OPEN
@@ -564,18 +567,18 @@ def score_exponent_interval(low: float, high: float) -> str:
     return HOLDS if low > 0 else OPEN
 
 
-@rule(f"b = log–log slope of Δα (averaged over the last quarter's snapshots) on depth; by its interval the claim "
-      f"would hold if it contains {PAPER_EXPONENT} and lies above 0 and not hold if it excludes {PAPER_EXPONENT}, "
-      f"that interval resamples the training runs of each depth when every depth has at least two; while it reads "
-      f"one training run per depth it resamples that run's snapshots (it covers snapshot jitter, not run-to-run "
-      f"variation) and the verdict is inconclusive (seeds)")
-def score_exponent(word: str, *, runs_resampled: int = 1, seeds_trained: Mapping[int, int] | None = None) -> Verdict:
-    """Claim "Δα ∝ L^0.26": the chapter's jitter-only word (:func:`score_exponent_interval`)
-    is shown in the row; ``runs_resampled``: the runs per depth its interval resamples;
-    ``seeds_trained``: depth → the runs the series trained (read from the runs)."""
-    if runs_resampled >= 2:
-        return from_word(word, *binding_limit("runs", runs_resampled=runs_resampled))
-    return inconclusive("snapshots", runs_resampled=runs_resampled, seeds_trained=seeds_trained)
+@rule(f"b = least-squares slope of log Δα on log depth with one point per training run (Δα averaged over the "
+      f"run's last-quarter snapshots), and its t interval over the runs (n_runs − 2 degrees of freedom, exact for "
+      f"few runs where a bootstrap is not): holds if the interval contains {PAPER_EXPONENT} and lies above 0, "
+      f"does not hold if it excludes {PAPER_EXPONENT}, inconclusive otherwise (more runs narrow it)")
+def score_exponent(low: float, high: float, *, runs: Mapping[int, int] | None = None) -> Verdict:
+    """Claim "Δα ∝ L^0.26" from b's interval over training runs; ``runs``: depth → the runs
+    the interval read (named when inconclusive)."""
+    word = score_exponent_interval(low, high)
+    if word != OPEN:
+        return Verdict(word)
+    n = sum((runs or {}).values()) or None
+    return inconclusive("runs", low=low, high=high, n_units=n, seeds_trained=runs)
 
 
 # --- several models side by side ---------------------------------------------------------------------
