@@ -686,10 +686,10 @@ def findings(scores: pd.DataFrame, tables: Tables) -> str:
     said = (f"This build tested the paper on {len(models)} model{'s' if len(models) != 1 else ''} "
             f"({_listed_or_none(models)}), scored in {dtype}"
             + (f", each ablation on {tokens:,} eval tokens" if tokens else "") + ".")
-    held = [f"{r.claim}" + (" (beyond the paper's range)" if "beyond the paper's range" in str(r.verdicts) +
-                            _reasons(scores, r.claim) else "") for r in paper.itertuples() if r.outcome == HOLDS]
-    failed = [r.claim for r in paper.itertuples() if r.outcome == FAILS]
-    other = [r.claim for r in paper.itertuples() if r.outcome not in (HOLDS, FAILS, MISSING)]
+    held = [_standalone(r.claim) + (" (beyond the paper's range)" if "beyond the paper's range" in str(r.verdicts) +
+                                    _reasons(scores, r.claim) else "") for r in paper.itertuples() if r.outcome == HOLDS]
+    failed = [_standalone(r.claim) for r in paper.itertuples() if r.outcome == FAILS]
+    other = [_standalone(r.claim) for r in paper.itertuples() if r.outcome not in (HOLDS, FAILS, MISSING)]
     sentences = [said,
                  f"Of the paper's {len(paper)} claims, {len(held)} hold: {_listed_or_none(held)}.",
                  f"{len(failed)} do not hold ({_listed_or_none(failed)}), and {len(other)} are inconclusive or differ "
@@ -706,8 +706,11 @@ def findings(scores: pd.DataFrame, tables: Tables) -> str:
                        "straddles": "α does not detectably predict a block's importance"}.get(
                 interval_side(float(r["ci_low"]), float(r["ci_high"]), 0.0), "ρ is undefined")
             depth = scores[(scores["claim"] == CLAIMS["rho_depth"]) & (scores["model"] == str(r["model"]))]
-            extra = (f"; with the block index held fixed ρ is {depth.iloc[0]['interval']} ({depth.iloc[0]['verdict']})"
-                     if not depth.empty else "")
+            partial = [d for d in _records(tables, "importance_vs_alpha", "depth")
+                       if d["kind"] == "partial_depth" and str(d["model"]) == str(r["model"])]
+            extra = (f"; with the block index held fixed ρ is "
+                     f"{fmt_interval(partial[0]['rho'], partial[0]['ci_low'], partial[0]['ci_high'], signed=True)} "
+                     f"({depth.iloc[0]['verdict']})" if partial and not depth.empty else "")
             sentences.append(f"On {Path(str(r['model'])).name}, {meaning}: ρ({role} {estimator}, ΔLoss) = "
                              f"{fmt_interval(r['rho'], r['ci_low'], r['ci_high'], signed=True)}{extra}.")
     share = str(_summary(tables, "pruning").get("share_text", ""))
@@ -717,6 +720,16 @@ def findings(scores: pd.DataFrame, tables: Tables) -> str:
         if alone.startswith("At every k"):   # the k where a baseline without α does better say what the share cannot
             sentences.append(alone)
     return " ".join(sentences)
+
+
+def _standalone(claim: str) -> str:
+    """A claim that continues the one before it on the scorecard ("… by 1.1×–3.6×") said in full,
+    so that it reads on its own in a list."""
+    if not claim.startswith("… "):
+        return claim
+    names = [c.claim for c in REGISTRY]
+    before = names[names.index(claim) - 1] if claim in names and names.index(claim) > 0 else ""
+    return f"{before} {claim[2:]}".strip()
 
 
 def _listed_or_none(items: list[str]) -> str:
