@@ -698,6 +698,9 @@ def test_score_claims_reads_every_chapter_table(tmp_path):
     paper_part, book_part = front.split("Beyond the paper")
     assert verdicts.HEALING_CLAIM in book_part and verdicts.HEALING_CLAIM not in paper_part
     assert "1 is inconclusive" in front   # counts agree with their verb
+    found = claims.findings(scores, tables)   # the front page's sentences
+    assert "zone-aware pruning removes blocks more cheaply than Last-N by 1.1×–3.6×" in found   # not "… by"
+    assert "with the block index held fixed ρ is +0.30 [+0.10, +0.50] (holds)" in found          # its point too
     cards = claims.scorecard_html(scores)._repr_html_()
     assert cards.count("<tr>") == len(scores) + 1 and 'data-label="verdict"' in cards and "<caption>" in cards
 
