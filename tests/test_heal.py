@@ -275,3 +275,30 @@ def test_the_most_repaired_arm_is_the_one_whose_loss_healing_lowered_most():
     table, most_damaged, most_repaired = damage_and_repair(delta, gain)
     assert (most_damaged, most_repaired) == ("last_n_keep_last", "last_n_keep_last")
     assert len(table) == 6 and set(table.columns) >= {"strategy", "k", "delta_loss", "method", "gain"}
+
+
+@pytest.mark.parametrize("bridges", ["one", "per_span"])
+def test_healing_looks_up_the_models_adapter_only_at_its_door(bridges, monkeypatch, one_thread):
+    """Before, heal ran its forwards through eight adapter look-ups of the source and the pruned
+    model (more for a per-span bridge); now each model is wrapped once at the door
+    (``zones.measure.subject.as_subject``) and the healing code below takes the wrapped model:
+    no look-up is made from zones/pruning/heal.py itself."""
+    import sys
+    import traceback
+
+    import zones.core.adapters as adapters
+
+    original, callers = adapters.get_adapter, []
+
+    def counted(model):
+        callers.append(traceback.extract_stack()[-2].filename)
+        return original(model)
+
+    for module in [m for name, m in sys.modules.items() if name.startswith("zones")]:
+        if getattr(module, "get_adapter", None) is original:
+            monkeypatch.setattr(module, "get_adapter", counted)
+    win = calibration()
+    model = trained_tiny("llama", win, n_layers=5)
+    heal(model, [1, 3], win, method="bridge", bridges=bridges, tokens=4 * 23, progress=False, cache=False)
+    from_heal = [c for c in callers if c.endswith("zones/pruning/heal.py")]
+    assert callers and not from_heal, callers

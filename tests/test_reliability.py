@@ -621,6 +621,7 @@ def test_a_heal_checkpoint_copied_from_another_run_is_refused(monkeypatch, one_t
 
     import zones.pruning.heal as heal_module
     from zones.core.cache import CacheError, sidecar_path
+    from zones.core.models import model_fingerprint
 
     win = calibration()
     model = tiny_model("llama", n_layers=4)
@@ -628,7 +629,7 @@ def test_a_heal_checkpoint_copied_from_another_run_is_refused(monkeypatch, one_t
     _interrupted_heal(monkeypatch, model, [1], win, kw)
     (theirs,) = sorted((heal_module.entry_path("heal-progress", {}, "pt").parent).glob("*.pt"))
     mine = heal_module.progress_path(heal_module.heal_key(
-        heal_module.model_fingerprint(model), [2], "lora", kw["tokens"], 0, win, lr=kw["lr"], rank=8, batch_size=2))
+        model_fingerprint(model), [2], "lora", kw["tokens"], 0, win, lr=kw["lr"], rank=8, batch_size=2))
     mine.write_bytes(theirs.read_bytes())
     sidecar_path(mine).write_bytes(sidecar_path(theirs).read_bytes())
     with pytest.raises(CacheError, match="another computation") as err:

@@ -60,13 +60,12 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from zones.core.adapters import get_adapter
 from zones.core.cache import entry_path, read_entry, sidecar_path, write_entry
 from zones.core.checks import check_choice, check_float, check_int
 from zones.core.data import Windows
-from zones.core.models import model_fingerprint
 from zones.core.progress import count_module, count_training
-from zones.measure.evaluate import evaluate_loss, model_device
+from zones.measure.evaluate import evaluate_loss
+from zones.measure.subject import Subject, as_subject
 from zones.pruning.export import _spans, check_removed, provenance, pruned_copy, save_directory
 
 VERSION = "2"   # 2: the matched bridge (one per pruned model) is the default; bridges joins the key
@@ -184,16 +183,15 @@ def _from_bytes(data: bytes):
 # LoRA
 # --------------------------------------------------------------------------------------------
 
-def _lora_model(pruned: nn.Module, rank: int, seed: int):
+def _lora_model(pruned: Subject, rank: int, seed: int):
     # peft is imported here: only healing needs it, and it is slow to import.
     from peft import LoraConfig, get_peft_model
 
-    family = get_adapter(pruned).family
-    targets, fan_in_fan_out = LORA_TARGETS[family]
+    targets, fan_in_fan_out = LORA_TARGETS[pruned.adapter.family]
     torch.manual_seed(seed)
     config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=targets,
                         fan_in_fan_out=fan_in_fan_out, bias="none")
-    return get_peft_model(pruned, config)
+    return get_peft_model(pruned.model, config)
 
 
 def _lora_state(peft_model) -> dict:
@@ -219,7 +217,7 @@ def _discard_progress(key: dict) -> None:
     sidecar_path(path).unlink(missing_ok=True)
 
 
-def _train_lora(pruned: nn.Module, calibration: Windows, key: dict, *, steps: int, batch_size: int, lr: float,
+def _train_lora(pruned: Subject, calibration: Windows, key: dict, *, steps: int, batch_size: int, lr: float,
                 rank: int, seed: int, save_every: int, cache: bool, progress: bool, resume: bool = True):
     """Train, checkpointing to the cache (resuming from its checkpoint when ``resume``); returns
     (merged model, history rows)."""
@@ -235,7 +233,7 @@ def _train_lora(pruned: nn.Module, calibration: Windows, key: dict, *, steps: in
             _set_lora_state(peft_model, state["lora"])
             optimizer.load_state_dict(state["optimizer"])
             start, rows = int(state["step"]), list(state["rows"])
-    device = model_device(pruned)
+    device = pruned.device
     ids = calibration.input_ids
     per_batch = batch_size * (calibration.seq_len - 1)
     peft_model.eval()  # no dropout: the update is deterministic given the seed
@@ -261,7 +259,7 @@ def _train_lora(pruned: nn.Module, calibration: Windows, key: dict, *, steps: in
     return peft_model.merge_and_unload().eval(), state, rows
 
 
-def _apply_lora(pruned: nn.Module, state: dict, rank: int, seed: int) -> nn.Module:
+def _apply_lora(pruned: Subject, state: dict, rank: int, seed: int) -> nn.Module:
     peft_model = _lora_model(pruned, rank, seed)
     _set_lora_state(peft_model, state)
     return peft_model.merge_and_unload().eval()
@@ -275,18 +273,18 @@ def _first(output):
     return output[0] if isinstance(output, (tuple, list)) else output
 
 
-def _capture(model: nn.Module, windows: Windows, modules: dict, batch_size: int) -> dict:
+def _capture(subject: Subject | nn.Module, windows: Windows, modules: dict, batch_size: int) -> dict:
     """Outputs (hidden size last, flattened over tokens, float64) of named modules on ``windows``."""
+    subject = as_subject(subject)   # a Subject passes as it is
     store = {name: [] for name in modules}
     handles = [module.register_forward_hook(lambda _m, _a, out, name=name: store[name].append(
         _first(out).detach().reshape(-1, _first(out).shape[-1]).double().cpu()))
         for name, module in modules.items()]
-    device = model_device(model)
     try:
         with torch.inference_mode():
             for batch in windows.input_ids.split(batch_size):
-                model.base_model(input_ids=batch.to(device), use_cache=False)
-                for block in get_adapter(model).blocks():  # the body only: no LM head
+                subject.model.base_model(input_ids=batch.to(subject.device), use_cache=False)
+                for block in subject.adapter.blocks():  # the body only: no LM head
                     count_module(block, batch.numel())
     finally:
         for handle in handles:
@@ -294,10 +292,9 @@ def _capture(model: nn.Module, windows: Windows, modules: dict, batch_size: int)
     return {name: torch.cat(parts) for name, parts in store.items()}
 
 
-def _mlp_out(model: nn.Module, block: nn.Module) -> tuple[nn.Module, bool]:
-    family = get_adapter(model).family
-    name, conv1d = MLP_OUT[family]
-    return getattr(get_adapter(model).mlp(block), name), conv1d
+def _mlp_out(subject: Subject, block: nn.Module) -> tuple[nn.Module, bool]:
+    name, conv1d = MLP_OUT[subject.adapter.family]
+    return getattr(subject.adapter.mlp(block), name), conv1d
 
 
 def fit_bridge(rest: torch.Tensor, mlp: torch.Tensor, target: torch.Tensor, ridge: float = DEFAULT_RIDGE):
@@ -338,31 +335,31 @@ def choose_bridge(rest: torch.Tensor, mlp: torch.Tensor, target: torch.Tensor, n
     return fit_bridge(rest, mlp, target, chosen), chosen
 
 
-def _fit_and_fold(pruned: nn.Module, block: nn.Module, target: torch.Tensor, windows: Windows, *,
+def _fit_and_fold(pruned: Subject, block: nn.Module, target: torch.Tensor, windows: Windows, *,
                   batch_size: int, ridge: float) -> torch.Tensor:
     """Fit the bridge in ``block``'s MLP (of ``pruned``) that pulls the block's output towards
     ``target``, fold it in, and return it (float32, the stored precision)."""
     module, conv1d = _mlp_out(pruned, block)
-    got = _capture(pruned, windows, dict(h=block, m=get_adapter(pruned).mlp(block)), batch_size)
+    got = _capture(pruned, windows, dict(h=block, m=pruned.adapter.mlp(block)), batch_size)
     bridge, _ = choose_bridge(got["h"] - got["m"], got["m"], target, windows.n_windows, ridge)
     bridge = bridge.float()  # the stored precision: the cached model then equals this one bit for bit
     _fold(module, conv1d, bridge.double())
     return bridge
 
 
-def _bridge_last(pruned: nn.Module, full: nn.Module, windows: Windows, *, batch_size: int, ridge: float):
+def _bridge_last(pruned: Subject, full: Subject, windows: Windows, *, batch_size: int, ridge: float):
     """The matched bridge: one, in the MLP of the pruned model's last block, pulling its output
     towards the output of the full model's last block; returns ({:data:`LAST`: T}, notes)."""
-    target = _capture(full, windows, dict(y=get_adapter(full).blocks()[-1]), batch_size)["y"]
-    block = get_adapter(pruned).blocks()[-1]
+    target = _capture(full, windows, dict(y=full.adapter.blocks()[-1]), batch_size)["y"]
+    block = pruned.adapter.blocks()[-1]
     return {LAST: _fit_and_fold(pruned, block, target, windows, batch_size=batch_size, ridge=ridge)}, []
 
 
-def _bridge_spans(pruned: nn.Module, full: nn.Module, removed: list[int], windows: Windows, *,
+def _bridge_spans(pruned: Subject, full: Subject, removed: list[int], windows: Windows, *,
                   batch_size: int, ridge: float, progress: bool):
     """Fit and fold a bridge per span (unequal capacity), in depth order (each span sees the
     bridges before it); returns ({span: T}, notes)."""
-    full_blocks = get_adapter(full).blocks()
+    full_blocks = full.adapter.blocks()
     kept = [i for i in range(len(full_blocks)) if i not in set(removed)]
     spans = _spans(removed)
     targets = _capture(full, windows, {f"{a}-{b}": full_blocks[b] for a, b in spans if a > 0}, batch_size)
@@ -371,27 +368,34 @@ def _bridge_spans(pruned: nn.Module, full: nn.Module, removed: list[int], window
         if a == 0:
             notes.append(f"blocks {a}..{b}: no bridge (no block precedes the span)")
             continue
-        block = get_adapter(pruned).blocks()[kept.index(a - 1)]
+        block = pruned.adapter.blocks()[kept.index(a - 1)]
         bridges[f"{a}-{b}"] = _fit_and_fold(pruned, block, targets[f"{a}-{b}"], windows, batch_size=batch_size,
                                             ridge=ridge)
     return bridges, notes
 
 
-def _apply_bridges(pruned: nn.Module, removed: list[int], bridges: dict) -> nn.Module:
+def _apply_bridges(pruned: Subject, removed: list[int], bridges: dict) -> nn.Module:
     """Fold cached bridges back in: :data:`LAST` at the last block, a span ``"a-b"`` at block a−1."""
-    n = len(removed) + get_adapter(pruned).n_blocks
+    n = len(removed) + pruned.n_blocks
     kept = [i for i in range(n) if i not in set(removed)]
-    blocks = get_adapter(pruned).blocks()
+    blocks = pruned.adapter.blocks()
     for span, bridge in bridges.items():
         block = blocks[-1] if span == LAST else blocks[kept.index(int(span.split("-")[0]) - 1)]
         module, conv1d = _mlp_out(pruned, block)
         _fold(module, conv1d, bridge.double())
-    return pruned
+    return pruned.model
 
 
 # --------------------------------------------------------------------------------------------
 # The entry point
 # --------------------------------------------------------------------------------------------
+
+def _frozen(model: nn.Module) -> nn.Module:
+    """``model`` in eval mode with no parameter asking for a gradient (a healed model is served)."""
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model.eval()
+
 
 def tokens_used(method: str, tokens: int, calibration: Windows, batch_size: int) -> int:
     """The calibration tokens a healing run sees (scored tokens, ``seq_len − 1`` per window):
@@ -434,14 +438,14 @@ def heal(model: nn.Module, removed: Sequence[int], calibration: Windows, *, meth
     """
     _check(method, tokens, calibration, batch_size, lr=lr, rank=rank, ridge=ridge, seed=seed, bridges=bridges)
     removed = check_removed(model, removed)
-    fingerprint = fingerprint or model_fingerprint(model)
+    full = as_subject(model, fingerprint=fingerprint)   # the door: the source model, wrapped once
+    full.check_fit(calibration)
+    fingerprint = full.fingerprint
     hyper = (dict(lr=float(lr), rank=int(rank), batch_size=batch_size) if method == "lora"
              else dict(ridge=float(ridge), bridges=bridges))
     key = heal_key(fingerprint, removed, method, tokens, seed, calibration, **hyper)
     path = entry_path("heal", key, "pt")
-    pruned = pruned_copy(model, removed).eval()
-    for p in pruned.parameters():
-        p.requires_grad_(False)
+    pruned = as_subject(_frozen(pruned_copy(model, removed)))   # the pruned copy, wrapped once
     n_fit = min(calibration.n_windows, math.ceil(tokens / (calibration.seq_len - 1)))
     fit_windows = Windows(calibration.input_ids[:n_fit], calibration.corpus, calibration.split,
                           calibration.fingerprint)
@@ -459,7 +463,7 @@ def heal(model: nn.Module, removed: Sequence[int], calibration: Windows, *, meth
         return HealResult(healed, removed, method, used, seed, key, history, float(state["before"]),
                           float(state["after"]), notes, from_cache=True, parameters=int(state["parameters"]))
     score_windows = calibration if method == "lora" else fit_windows
-    before = evaluate_loss(pruned, score_windows, batch_size).loss
+    before = evaluate_loss(pruned, score_windows, batch_size).loss   # a fresh copy: not cached
     notes: list[str] = []
     if method == "lora":
         steps = math.ceil(tokens / (batch_size * (calibration.seq_len - 1)))
@@ -468,18 +472,17 @@ def heal(model: nn.Module, removed: Sequence[int], calibration: Windows, *, meth
                                          progress=progress, resume=not refresh)
         payload, parameters = dict(lora=lora), sum(int(v.numel()) for v in lora.values())
     else:
-        fitted, notes = (_bridge_last(pruned, model, fit_windows, batch_size=batch_size, ridge=ridge)
+        fitted, notes = (_bridge_last(pruned, full, fit_windows, batch_size=batch_size, ridge=ridge)
                          if bridges == "one" else
-                         _bridge_spans(pruned, model, removed, fit_windows, batch_size=batch_size, ridge=ridge,
+                         _bridge_spans(pruned, full, removed, fit_windows, batch_size=batch_size, ridge=ridge,
                                        progress=progress))
-        healed, rows = pruned, []
+        healed, rows = pruned.model, []
         payload, parameters = dict(bridges=fitted), sum(int(t.numel()) for t in fitted.values())
-    for p in healed.parameters():
-        p.requires_grad_(False)
+    healed = _frozen(healed)
     after = evaluate_loss(healed, score_windows, batch_size).loss
     if method == "bridge" and payload["bridges"] and not after < before:
         notes.append(f"bridges dropped: they raised the calibration loss ({before:.4f} -> {after:.4f} nats)")
-        healed, payload, after = pruned_copy(model, removed).eval(), dict(bridges={}), before
+        healed, payload, after = _frozen(pruned_copy(model, removed)), dict(bridges={}), before
     rows = [(0, 0, before)] + rows + [(len(rows) + 1 if method == "bridge" else len(rows), used, after)]
     rows = [(int(s), int(t), float(v)) for s, t, v in rows]
     if cache:
@@ -494,7 +497,7 @@ def export_healed(result: HealResult, out: str | Path, *, tokenizer=None, source
                   strategy: str | None = None) -> Path:
     """Write a healed model as a plain Hugging Face directory (``zones.pruning.export.save_directory``),
     its provenance naming the source model, the removed blocks and the healing."""
-    n_source = get_adapter(result.model).n_blocks + len(result.removed)
+    n_source = as_subject(result.model).n_blocks + len(result.removed)
     record = provenance(result.model, result.removed, source=source, strategy=strategy,
                         healing=result.record(), fingerprint=result.key["model"])
     record["source_blocks"] = n_source
