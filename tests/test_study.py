@@ -577,3 +577,39 @@ def test_a_signal_stops_the_study_with_one_line_and_keeps_what_finished(signum, 
     state = json.loads((out / STATE_FILE).read_text())
     assert state["state"] == "stopped" and state["stopped_by"] == name
     assert {s: signal.getsignal(s) for s in before} == before  # the study's handlers are gone, the old ones back
+
+
+def test_the_study_bar_counts_each_jobs_expected_work_in_reference_forwards(tiny_model_dir, micro_corpus,
+                                                                             monkeypatch, tmp_path):
+    from zones import study as study_module
+    from zones.book import expected_forwards
+    from zones.core.progress import REFERENCE_FLOPS, training_flops
+    from zones.series.config import parameter_count
+    from zones.study import TRAIN, model_scale, study_work
+
+    models = [str(tiny_model_dir), "smollm2-135m"]
+    params = dict(corpus=micro_corpus, depths=[2], seeds=1)
+    stages = plan(models, params, root=ROOT, only=["pruning", "sublayers"])
+    works = study_work(stages, root=ROOT)
+    scale = model_scale(str(tiny_model_dir))
+    assert 0 < scale < 0.01 and model_scale("smollm2-135m") == 1.0  # a tiny model weighs a sliver of SmolLM2
+    label = Path(tiny_model_dir).name
+    assert works["pruning · smollm2-135m"] == expected_forwards("pruning")  # the book's cost at the cpu budget
+    assert works[f"pruning · {label}"] == pytest.approx(expected_forwards("pruning") * scale)
+    train = next(s for s in stages if s.chapter == TRAIN)
+    c = train.kwargs["config"]
+    weights = c.depth * (4 + 2 * c.mlp_ratio) * c.hidden_size ** 2 + c.vocab_size * c.hidden_size
+    assert works[train.name] == pytest.approx(c.steps * training_flops(weights, c.batch_size * c.seq_len,
+                                                                       parameter_count(c)) / REFERENCE_FLOPS)
+
+    seen = {}
+
+    def recorded(jobs, executor, **kwargs):
+        seen.update(unit=kwargs["unit"], works={job.name: job.work for job in jobs})
+        raise JobFailed("recorded")
+
+    monkeypatch.setattr(study_module, "run_jobs", recorded)
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(JobFailed):
+        study(models, params, only=["pruning", "sublayers"], root=ROOT, progress=False, log=lambda _: None)
+    assert seen == dict(unit="RF", works=works)  # the bar's total: the jobs' expected work, not their count
