@@ -348,6 +348,8 @@ class FakeRay(types.ModuleType):
     def __init__(self, resources: dict, lose: tuple = (), node_cache: Path | None = None):
         super().__init__("ray")
         self.resources, self.requests, self.lose, self.node_cache = resources, [], set(lose), node_cache
+        self.raylet = socket.create_server(("127.0.0.1", 0))  # what the driver's look at the node finds
+        self.port = self.raylet.getsockname()[1]
 
         class RayError(Exception):
             pass
@@ -358,8 +360,20 @@ class FakeRay(types.ModuleType):
         class WorkerCrashedError(RayError):
             pass
 
+        class NodeDiedError(RayError):
+            pass
+
         self.exceptions = types.SimpleNamespace(RayError=RayError, RayTaskError=RayTaskError,
-                                                WorkerCrashedError=WorkerCrashedError)
+                                                WorkerCrashedError=WorkerCrashedError, NodeDiedError=NodeDiedError)
+        self.util = types.SimpleNamespace(scheduling_strategies=types.SimpleNamespace(
+            NodeAffinitySchedulingStrategy=lambda node, soft: (node, soft)))
+
+    def nodes(self):  # one node with every resource; its raylet is this test's to answer
+        return [dict(NodeID="fake-node-0123456789", Alive=True, Resources=dict(self.resources),
+                     NodeManagerAddress="127.0.0.1", NodeManagerPort=self.port)]
+
+    def cancel(self, ref, force=False):
+        pass
 
     def is_initialized(self):
         return True
@@ -377,7 +391,7 @@ class FakeRay(types.ModuleType):
 
         return Task()
 
-    def wait(self, refs, num_returns=1):
+    def wait(self, refs, num_returns=1, timeout=None):
         return refs[:num_returns], refs[num_returns:]
 
     def get(self, ref):
@@ -426,10 +440,68 @@ def test_a_ray_job_whose_worker_died_is_submitted_again_and_counted(monkeypatch,
     events = []
     assert run_jobs([Job("a", double, (1,)), Job("b", double, (2,))], "ray", progress=False, events=events) == [2, 4]
     assert events == [("b", "retry", "WorkerCrashedError: the worker running it died")]
-    assert "zones: job b lost its worker (WorkerCrashedError); retry 1 of 2" in capsys.readouterr().err
+    assert ("zones: job b lost its worker (WorkerCrashedError); resubmitted to a live node (within 12 s of the loss); "
+            "retry 1 of 2") in capsys.readouterr().err
     fake.lose = {"b"}
     with pytest.raises(JobFailed, match=r"b \(WorkerCrashedError: the worker running it died; 1 attempt\)"):
         run_jobs([Job("b", double, (2,))], "ray", retries=0, progress=False)
+
+
+class TwoNodes(FakeRay):
+    """Two nodes of one CPU; the second's raylet stops answering as its first job starts, and that
+    job never returns (a machine gone silent: Ray itself would wait for its health check)."""
+
+    def __init__(self):
+        super().__init__({"CPU": 2})
+        self.second = socket.create_server(("127.0.0.1", 0))
+        self.second_port = self.second.getsockname()[1]
+        self.hung: list = []
+
+    def nodes(self):
+        return [dict(NodeID=node, Alive=True, Resources={"CPU": 1.0}, NodeManagerAddress="127.0.0.1",
+                     NodeManagerPort=port) for node, port in (("node-one", self.port), ("node-two", self.second_port))]
+
+    def remote(self, fn):
+        fake = self
+
+        class Task:
+            def options(self, **options):
+                fake.requests.append(options)
+
+                def remote(*args):
+                    ref = FakeRef(fn, args)
+                    if options["scheduling_strategy"][0] == "node-two" and not fake.hung:
+                        fake.hung.append(ref)
+                        fake.second.close()  # the node dies while this job runs
+                    return ref
+
+                return types.SimpleNamespace(remote=remote)
+
+        return Task()
+
+    def wait(self, refs, num_returns=1, timeout=None):
+        ready = [r for r in refs if r not in self.hung][:num_returns]
+        if not ready:
+            time.sleep(timeout or 0)
+        return ready, [r for r in refs if r not in ready]
+
+
+def test_a_job_on_a_node_gone_silent_is_resubmitted_to_a_live_node_within_the_stated_bound(monkeypatch, capsys):
+    from zones.core import executors
+
+    monkeypatch.setattr(executors, "POLL_SECONDS", 0.2)
+    bound = executors.LOST_AFTER * (0.2 + executors.NODE_PROBE_SECONDS)
+    fake = TwoNodes()
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    events = []
+    started = time.monotonic()
+    assert run_jobs([Job("a", double, (1,)), Job("b", double, (2,))], "ray", progress=False, events=events) == [2, 4]
+    assert time.monotonic() - started <= bound + 1
+    assert [r["scheduling_strategy"] for r in fake.requests] == [("node-one", False), ("node-two", False),
+                                                                 ("node-one", False)]  # b again, on the live node
+    assert events == [("b", "retry", "NodeLost: its node stopped answering")]
+    assert "zones: job b lost its node (node-two did not answer for 3 looks); resubmitted to a live node" \
+        in capsys.readouterr().err
 
 
 # --- Ray addresses that do not answer ----------------------------------------------------------------------

@@ -23,7 +23,7 @@ again, up to ``retries`` times, and each such retry is said on stderr and record
 ``events``; a job asking for more CPUs or GPUs than the cluster has fails before anything
 runs. The driver places each job on a node with room for it (so no job waits in a queue on a
 node that may die, and it knows where each runs), and a job whose node is lost is resubmitted
-to a live node, ahead of the jobs not started, within ``LOST_NODE_SECONDS`` (15 s): at once when
+to a live node, ahead of the jobs not started, within ``LOST_NODE_SECONDS`` (12 s): at once when
 Ray reports the worker or node dead, else when ``LOST_AFTER`` looks ``POLL_SECONDS`` apart find
 its node gone from ``ray.nodes()`` or its raylet not answering. The progress bar
 (``zones.core.progress.WorkBar``) weighs each job by the work it is expected to count and names
@@ -425,7 +425,7 @@ def _run_ray(jobs, *, retries, bar, events, prepare=None, on_result=None, on_fai
         check_resources(jobs, {"CPU": os.cpu_count() or 1, "GPU": torch.cuda.device_count()},
                         "this machine (a local Ray instance)")  # before starting Ray at all
     ray = ray_connect(ray_address)
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    NodeAffinitySchedulingStrategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy
 
     resources = ray.cluster_resources()
     check_resources(jobs, resources, "the Ray cluster (ray.cluster_resources())")
