@@ -40,6 +40,12 @@ Ray, each job is sent the entries it read or wrote the last time (this cache rec
 under ``study/``), so it computes nothing again on whichever node it lands. SIGINT or SIGTERM
 stop the study cleanly: one line says what finished and the command that resumes it (the same
 command), and ``zones study`` exits with 130 or 143.
+
+One bar shows the study in counted work (``zones.core.progress.WorkBar``): each job weighs what it
+is expected to count in reference forwards (:func:`stage_work`: a trained run from its shapes, a
+chapter from the book's cost at the budget, scaled by its tokens and its model's size), a running
+local job moves it with the work it counts, the time left is the work left at the rate measured
+so far, and other tools' bars (lm-eval's, datasets', a training loop's) stay out of its line.
 """
 from __future__ import annotations
 
@@ -473,7 +479,8 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
     jobs = [Job(stage.name, run_stage, (stage, [], carry, since), cpus=cpus_per_job, gpus=gpus_per_job,
                 after=stage.after, work=works[stage.name]) for stage in stages]
     where = f"; tables and jobs.csv in {out} as jobs finish (zones study --status {out})" if out is not None else ""
-    log(f"zones study: {len(models)} model{'s' if len(models) > 1 else ''}, {len(jobs)} jobs ({executor}){where}")
+    log(f"zones study: {len(models)} model{'s' if len(models) > 1 else ''}, {len(jobs)} jobs ({executor}), about "
+        f"{sum(works.values()):.3g} reference forwards of work (the bar's unit, RF){where}")
     started = time.time()
     here = Tally()
     try:
