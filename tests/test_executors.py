@@ -222,10 +222,22 @@ def test_the_bar_counts_each_jobs_work_and_other_bars_stay_out_of_its_line(capsy
 def test_the_time_left_is_the_work_left_at_the_measured_rate(monkeypatch):
     from zones.core import progress
 
-    clock = iter([0.0, 100.0, 100.0, 100.0])
-    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    now = [0.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
     bar = progress.WorkBar({"a": 1.0, "b": 3.0}, "jobs", "RF", enabled=False)
-    assert bar.seconds_left(0.0) is None  # no figure before any work is counted
-    bar.done = 1.0
+    assert bar.total == 4.0 and bar.seconds_left(0.0) is None  # no figure before any work is counted
+    now[0] = 100.0
+    bar.finish("a")
+    assert bar.position() == 1.0
     assert bar.seconds_left(bar.position()) == pytest.approx(300.0)  # 3 RF left at 100 s per RF
     bar.close()
+
+    live = progress.WorkBar({"a": 1.0, "b": 3.0}, "jobs", "RF", enabled=False, live=True)
+    live.start("b")
+    progress.add_flops(1.5 * progress.REFERENCE_FLOPS)  # the running job counts half its expected work
+    assert live.position() == pytest.approx(1.5)
+    progress.add_flops(10 * progress.REFERENCE_FLOPS)  # more than expected: never done before it ends
+    assert live.position() == pytest.approx(progress.RUNNING_CAP * 3.0)
+    live.finish("b")
+    assert live.position() == 3.0
+    live.close()
