@@ -196,3 +196,48 @@ def test_more_cpus_than_the_ray_cluster_has_fail_at_once(ray_instance, tmp_path)
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def draws_its_own_bar(steps: int) -> int:
+    """A job that runs a tool with its own progress bar (as lm-eval, datasets or a training loop
+    do), explicitly enabled, and says one line of its own."""
+    from tqdm import tqdm
+
+    for _ in tqdm(range(steps), desc="nested-bar", disable=False, mininterval=0):
+        pass
+    print("a line of the job's own", file=sys.stderr)
+    return steps
+
+
+def test_the_bar_counts_each_jobs_work_and_other_bars_stay_out_of_its_line(capsys):
+    jobs = [Job("a", draws_its_own_bar, (20,), work=3.0), Job("b", draws_its_own_bar, (30,), work=5.0)]
+    assert run_jobs(jobs, progress=True, desc="study", unit="RF") == [20, 30]
+    err = capsys.readouterr().err
+    assert "nested-bar" not in err  # nothing of the job's own bar reaches the terminal
+    assert "a line of the job's own" in err  # its other lines do, above the bar
+    assert "8.0/8.0 RF" in err and "3.0/8.0 RF" in err  # the bar's total is the jobs' work; a job adds its own
+    assert sys.stderr is not None and type(sys.stderr).__name__ != "_NestedBars"  # put back
+
+
+def test_the_time_left_is_the_work_left_at_the_measured_rate(monkeypatch):
+    from zones.core import progress
+
+    now = [0.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    bar = progress.WorkBar({"a": 1.0, "b": 3.0}, "jobs", "RF", enabled=False)
+    assert bar.total == 4.0 and bar.seconds_left(0.0) is None  # no figure before any work is counted
+    now[0] = 100.0
+    bar.finish("a")
+    assert bar.position() == 1.0
+    assert bar.seconds_left(bar.position()) == pytest.approx(300.0)  # 3 RF left at 100 s per RF
+    bar.close()
+
+    live = progress.WorkBar({"a": 1.0, "b": 3.0}, "jobs", "RF", enabled=False, live=True)
+    live.start("b")
+    progress.add_flops(1.5 * progress.REFERENCE_FLOPS)  # the running job counts half its expected work
+    assert live.position() == pytest.approx(1.5)
+    progress.add_flops(10 * progress.REFERENCE_FLOPS)  # more than expected: never done before it ends
+    assert live.position() == pytest.approx(progress.RUNNING_CAP * 3.0)
+    live.finish("b")
+    assert live.position() == 3.0
+    live.close()

@@ -4,9 +4,13 @@ The cluster is what a user starts by hand (README, "Study across models"): ``ray
 and ``ray start --address`` processes on 127.0.0.1, each with its own CPUs, its own small object
 store and its own ``ZONES_CACHE``, and token authentication on (the head's token handed to the
 other node and to the driver, as on a real cluster). The driver is the ``zones study`` command.
-While a job runs on the worker node, every process of that node is killed (SIGKILL: a machine
-lost). The study must finish anyway, give the local executor's tables bit for bit (timings and
-places aside), hold every entry in the driver's cache, and leave nothing for the book to compute.
+The models are three tiny ones of three families (Llama, GPT-NeoX, GPT-2). While a job runs on
+the worker node, that node's raylet is killed (SIGKILL: a machine lost). The study must write
+each job's tables as it finishes, resubmit the lost job to the live node within
+``LOST_NODE_SECONDS`` of the kill, finish anyway with every job once in ``jobs.csv``, give the
+local executor's tables bit for bit (timings and places aside), hold every entry in the driver's
+cache, and leave nothing for the book to compute. Its wall time against the local executor's is
+``benchmarks/bench_study.py``'s to measure (a speed target, not a test).
 Every process the test started is killed at the end, found by a marker in its environment.
 """
 from __future__ import annotations
@@ -31,6 +35,7 @@ from conftest import autogroup_nice, tiny_model
 ray = pytest.importorskip("ray", reason='the cluster test needs Ray: pip install "zones[ray]"')
 
 from zones.core.cache import counting  # noqa: E402
+from zones.core.executors import LOST_NODE_SECONDS  # noqa: E402
 from zones.study import STATE_FILE, book_calls, plan, stable_view, study, volatile  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sys.platform.startswith("linux"),
@@ -135,6 +140,12 @@ class LocalCluster:
         for pid in self.pids(node):
             os.kill(pid, signal.SIGKILL)
 
+    def kill_raylet(self, node: str) -> None:
+        """SIGKILL the node's raylet only (its workers and agents are left to notice)."""
+        for pid in self.pids(node):
+            if Path(cmdline_of(pid).split(" ")[0]).name == "raylet":
+                os.kill(pid, signal.SIGKILL)
+
     def shutdown(self) -> None:
         for _ in range(3):  # processes started while the first ones died
             for pid in self.pids():
@@ -207,8 +218,10 @@ def test_a_study_on_a_two_node_cluster_survives_a_lost_node_and_leaves_the_book_
 
     # the reference: the same study with the local executor, in this process, one thread as a Ray job has
     monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "local-cache"))
+    local_started = time.time()
     local = study(study_models, params, executor="local", out=tmp_path / "local", root=ROOT, progress=False,
                   log=lambda _: None)
+    local_seconds = time.time() - local_started
     assert local.jobs["job"].tolist() == [s.name for s in stages]
 
     cluster = LocalCluster(tmp_path)
@@ -230,7 +243,7 @@ def test_a_study_on_a_two_node_cluster_survives_a_lost_node_and_leaves_the_book_
             deadline = time.time() + 600
             while time.time() < deadline and not cluster.running_job("worker"):
                 time.sleep(0.2)
-            cluster.kill_node("worker")
+            cluster.kill_raylet("worker")  # as a machine lost: its raylet gone, SIGKILL
             lost["at"] = time.time()
 
         killer = threading.Thread(target=kill_the_worker_during_a_job, daemon=True)
@@ -240,19 +253,40 @@ def test_a_study_on_a_two_node_cluster_survives_a_lost_node_and_leaves_the_book_
         command += [arg for name, value in params.items()
                     for arg in ("--param", f"{name}={json.dumps(value)}")]  # JSON is YAML
         started = time.time()
-        driven = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1500,
-                                env=cluster.env("driver", caches["driver"]))
+        driver = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env=cluster.env("driver", caches["driver"]))
+        said: list[tuple[float, str]] = []  # the driver's lines, with when it said them
+        reader = threading.Thread(target=lambda: said.extend((time.time(), line) for line in driver.stderr),
+                                  daemon=True)
+        reader.start()
+        tables_before_the_end = 0
+        while driver.poll() is None:  # each job's tables appear as it finishes, before the study ends
+            tables_before_the_end = max(tables_before_the_end, len(list((tmp_path / "ray").rglob("*.csv"))) - 1)
+            time.sleep(0.5)
+        ended = time.time()
+        driver.wait(timeout=1500)
+        reader.join(timeout=10)
         killer.join(timeout=5)
     finally:
         cluster.shutdown()
-    assert driven.returncode == 0, driven.stderr[-4000:]
+    stderr = "".join(line for _, line in said)
+    assert driver.returncode == 0, stderr[-4000:]
     assert cluster.pids() == []  # nothing of the cluster outlives the test
-    assert started < lost["at"] < time.time(), "the worker node was never seen running a job"
+    assert started < lost["at"] < ended, "the worker node was never seen running a job"
+    assert tables_before_the_end > 0
+
+    # the lost node's job was resubmitted to a live node within the stated bound
+    resubmitted = [when for when, line in said if "resubmitted to a live node" in line]
+    assert resubmitted, stderr[-4000:]
+    assert resubmitted[0] - lost["at"] <= LOST_NODE_SECONDS + 1, (resubmitted[0] - lost["at"], stderr[-4000:])
+    print(f"lost node: job resubmitted {resubmitted[0] - lost['at']:.1f} s after the raylet was killed; "
+          f"study {ended - started:.0f} s with the kill, local {local_seconds:.0f} s")
 
     # the study finished every job once, and the lost node's job was run again elsewhere
     jobs = pd.read_csv(tmp_path / "ray" / "jobs.csv")
-    assert sorted(jobs["job"]) == sorted(s.name for s in stages)
-    assert jobs["retries"].sum() >= 1 and "lost its worker" in driven.stderr
+    assert jobs["job"].tolist() == [s.name for s in stages]  # no job missing or twice
+    assert (jobs["status"] == "done").all()
+    assert jobs["retries"].sum() >= 1
     assert (jobs["gpus"] == 0).all() and (jobs["cpus"] == 1).all()
 
     # every table equals the local executor's, bit for bit (when and where it ran aside): no row missing or twice

@@ -348,6 +348,8 @@ class FakeRay(types.ModuleType):
     def __init__(self, resources: dict, lose: tuple = (), node_cache: Path | None = None):
         super().__init__("ray")
         self.resources, self.requests, self.lose, self.node_cache = resources, [], set(lose), node_cache
+        self.raylet = socket.create_server(("127.0.0.1", 0))  # what the driver's look at the node finds
+        self.port = self.raylet.getsockname()[1]
 
         class RayError(Exception):
             pass
@@ -358,8 +360,20 @@ class FakeRay(types.ModuleType):
         class WorkerCrashedError(RayError):
             pass
 
+        class NodeDiedError(RayError):
+            pass
+
         self.exceptions = types.SimpleNamespace(RayError=RayError, RayTaskError=RayTaskError,
-                                                WorkerCrashedError=WorkerCrashedError)
+                                                WorkerCrashedError=WorkerCrashedError, NodeDiedError=NodeDiedError)
+        self.util = types.SimpleNamespace(scheduling_strategies=types.SimpleNamespace(
+            NodeAffinitySchedulingStrategy=lambda node, soft: (node, soft)))
+
+    def nodes(self):  # one node with every resource; its raylet is this test's to answer
+        return [dict(NodeID="fake-node-0123456789", Alive=True, Resources=dict(self.resources),
+                     NodeManagerAddress="127.0.0.1", NodeManagerPort=self.port)]
+
+    def cancel(self, ref, force=False):
+        pass
 
     def is_initialized(self):
         return True
@@ -377,7 +391,7 @@ class FakeRay(types.ModuleType):
 
         return Task()
 
-    def wait(self, refs, num_returns=1):
+    def wait(self, refs, num_returns=1, timeout=None):
         return refs[:num_returns], refs[num_returns:]
 
     def get(self, ref):
@@ -426,10 +440,68 @@ def test_a_ray_job_whose_worker_died_is_submitted_again_and_counted(monkeypatch,
     events = []
     assert run_jobs([Job("a", double, (1,)), Job("b", double, (2,))], "ray", progress=False, events=events) == [2, 4]
     assert events == [("b", "retry", "WorkerCrashedError: the worker running it died")]
-    assert "zones: job b lost its worker (WorkerCrashedError); retry 1 of 2" in capsys.readouterr().err
+    assert ("zones: job b lost its worker (WorkerCrashedError); resubmitted to a live node (within 12 s of the loss); "
+            "retry 1 of 2") in capsys.readouterr().err
     fake.lose = {"b"}
     with pytest.raises(JobFailed, match=r"b \(WorkerCrashedError: the worker running it died; 1 attempt\)"):
         run_jobs([Job("b", double, (2,))], "ray", retries=0, progress=False)
+
+
+class TwoNodes(FakeRay):
+    """Two nodes of one CPU; the second's raylet stops answering as its first job starts, and that
+    job never returns (a machine gone silent: Ray itself would wait for its health check)."""
+
+    def __init__(self):
+        super().__init__({"CPU": 2})
+        self.second = socket.create_server(("127.0.0.1", 0))
+        self.second_port = self.second.getsockname()[1]
+        self.hung: list = []
+
+    def nodes(self):
+        return [dict(NodeID=node, Alive=True, Resources={"CPU": 1.0}, NodeManagerAddress="127.0.0.1",
+                     NodeManagerPort=port) for node, port in (("node-one", self.port), ("node-two", self.second_port))]
+
+    def remote(self, fn):
+        fake = self
+
+        class Task:
+            def options(self, **options):
+                fake.requests.append(options)
+
+                def remote(*args):
+                    ref = FakeRef(fn, args)
+                    if options["scheduling_strategy"][0] == "node-two" and not fake.hung:
+                        fake.hung.append(ref)
+                        fake.second.close()  # the node dies while this job runs
+                    return ref
+
+                return types.SimpleNamespace(remote=remote)
+
+        return Task()
+
+    def wait(self, refs, num_returns=1, timeout=None):
+        ready = [r for r in refs if r not in self.hung][:num_returns]
+        if not ready:
+            time.sleep(timeout or 0)
+        return ready, [r for r in refs if r not in ready]
+
+
+def test_a_job_on_a_node_gone_silent_is_resubmitted_to_a_live_node_within_the_stated_bound(monkeypatch, capsys):
+    from zones.core import executors
+
+    monkeypatch.setattr(executors, "POLL_SECONDS", 0.2)
+    bound = executors.LOST_AFTER * (0.2 + executors.NODE_PROBE_SECONDS)
+    fake = TwoNodes()
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    events = []
+    started = time.monotonic()
+    assert run_jobs([Job("a", double, (1,)), Job("b", double, (2,))], "ray", progress=False, events=events) == [2, 4]
+    assert time.monotonic() - started <= bound + 1
+    assert [r["scheduling_strategy"] for r in fake.requests] == [("node-one", False), ("node-two", False),
+                                                                 ("node-one", False)]  # b again, on the live node
+    assert events == [("b", "retry", "NodeLost: its node stopped answering")]
+    assert "zones: job b lost its node (node-two did not answer for 3 looks); resubmitted to a live node" \
+        in capsys.readouterr().err
 
 
 # --- Ray addresses that do not answer ----------------------------------------------------------------------
@@ -577,3 +649,39 @@ def test_a_signal_stops_the_study_with_one_line_and_keeps_what_finished(signum, 
     state = json.loads((out / STATE_FILE).read_text())
     assert state["state"] == "stopped" and state["stopped_by"] == name
     assert {s: signal.getsignal(s) for s in before} == before  # the study's handlers are gone, the old ones back
+
+
+def test_the_study_bar_counts_each_jobs_expected_work_in_reference_forwards(tiny_model_dir, micro_corpus,
+                                                                             monkeypatch, tmp_path):
+    from zones import study as study_module
+    from zones.book import expected_forwards
+    from zones.core.progress import REFERENCE_FLOPS, training_flops
+    from zones.series.config import parameter_count
+    from zones.study import TRAIN, model_scale, study_work
+
+    models = [str(tiny_model_dir), "smollm2-135m"]
+    params = dict(corpus=micro_corpus, depths=[2], seeds=1)
+    stages = plan(models, params, root=ROOT, only=["pruning", "sublayers"])
+    works = study_work(stages, root=ROOT)
+    scale = model_scale(str(tiny_model_dir))
+    assert 0 < scale < 0.01 and model_scale("smollm2-135m") == 1.0  # a tiny model weighs a sliver of SmolLM2
+    label = Path(tiny_model_dir).name
+    assert works["pruning · smollm2-135m"] == expected_forwards("pruning")  # the book's cost at the cpu budget
+    assert works[f"pruning · {label}"] == pytest.approx(expected_forwards("pruning") * scale)
+    train = next(s for s in stages if s.chapter == TRAIN)
+    c = train.kwargs["config"]
+    weights = c.depth * (4 + 2 * c.mlp_ratio) * c.hidden_size ** 2 + c.vocab_size * c.hidden_size
+    assert works[train.name] == pytest.approx(c.steps * training_flops(weights, c.batch_size * c.seq_len,
+                                                                       parameter_count(c)) / REFERENCE_FLOPS)
+
+    seen = {}
+
+    def recorded(jobs, executor, **kwargs):
+        seen.update(unit=kwargs["unit"], works={job.name: job.work for job in jobs})
+        raise JobFailed("recorded")
+
+    monkeypatch.setattr(study_module, "run_jobs", recorded)
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(JobFailed):
+        study(models, params, only=["pruning", "sublayers"], root=ROOT, progress=False, log=lambda _: None)
+    assert seen == dict(unit="RF", works=works)  # the bar's total: the jobs' expected work, not their count

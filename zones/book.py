@@ -72,7 +72,7 @@ from zones.core.cache import (
 )
 from zones.core.checks import check_models
 from zones.core.glossary import DEFAULT_BUDGET, TERMS, check_value, default, parse_text, preset
-from zones.core.progress import PROGRESS_ENV, read_progress
+from zones.core.progress import PROGRESS_ENV, RUNNING_CAP, clock, quiet_nested_bars, read_progress
 from zones.figures import BOOK_MODE_ENV, write_vega_bundle
 
 RUN_LAST = ("across_models", "claims")  # chapters that read what the other chapters wrote (tables, cache)
@@ -95,7 +95,6 @@ EXPECTED_REFERENCE_FORWARDS = {
 DEFAULT_REFERENCE_FORWARDS = 10
 REFERENCE_SEQ_LEN = 256         # the reference forward: 8 windows of 256 tokens
 REFERENCE_SECONDS_GUESS = 5.0   # a reference forward's seconds when it could not be timed (2 cores, AVX-512)
-RUNNING_CAP = 0.98              # a running chapter never shows as done before it ends
 PROGRESS_EVERY = 5              # seconds between updates of the estimate
 # The note at the top of every page of a build at a budget other than the default (a Markdown cell).
 BUDGET_NOTES = {
@@ -660,12 +659,6 @@ class Estimate:
         return max(0.0, self.total - position - unknown) * self.seconds_per_forward()
 
 
-def _clock(seconds: float) -> str:
-    seconds = int(round(seconds))
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 \
-        else f"{seconds // 60:02d}:{seconds % 60:02d}"
-
-
 def chapter_values(name: str, declared: dict[str, Any], budget: str, implicit: dict[str, Any],
                    parameters: dict[str, Any]) -> dict[str, Any]:
     """What chapter ``name`` is given: the ``budget``'s values of the parameters it declares
@@ -711,7 +704,9 @@ def _execute_chapters(root: Path, names: list[str], parameters: dict[str, Any] |
     source = "the last build" if last_timings(key) else (
         f"the expected costs{'' if budget == DEFAULT_BUDGET else ', scaled from the cpu budget by tokens'}")
     say(opening_line(names, costs, budget, estimate.seconds_per_forward(), source))
-    bar = tqdm(total=max(estimate.total, 1e-9), unit="ref", file=sys.stderr, disable=not progress,
+    quiet = quiet_nested_bars(progress)  # other tools' bars (in this process) stay out of the book's line
+    terminal = quiet.__enter__()
+    bar = tqdm(total=max(estimate.total, 1e-9), unit="ref", file=terminal, disable=not progress,
                desc=f"zones book: chapter 1/{len(names)} {names[0]}" if names else "zones book",
                bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed} elapsed{postfix}")
     running: dict[str, Any] = dict(name=None, file=None)
@@ -722,7 +717,7 @@ def _execute_chapters(root: Path, names: list[str], parameters: dict[str, Any] |
         position = estimate.position(running["name"], work)
         bar.n = min(position, bar.total)
         unknown = f" + {len(estimate.unknown)} chapter(s) with no estimate" if estimate.unknown else ""
-        bar.set_postfix_str(f"about {_clock(estimate.seconds_left(position))} left{unknown}", refresh=False)
+        bar.set_postfix_str(f"about {clock(estimate.seconds_left(position))} left{unknown}", refresh=False)
         bar.refresh()
 
     def tick():
@@ -753,6 +748,7 @@ def _execute_chapters(root: Path, names: list[str], parameters: dict[str, Any] |
     finally:
         stop.set()
         bar.close()
+        quiet.__exit__(None, None, None)
     return done
 
 

@@ -40,6 +40,12 @@ Ray, each job is sent the entries it read or wrote the last time (this cache rec
 under ``study/``), so it computes nothing again on whichever node it lands. SIGINT or SIGTERM
 stop the study cleanly: one line says what finished and the command that resumes it (the same
 command), and ``zones study`` exits with 130 or 143.
+
+One bar shows the study in counted work (``zones.core.progress.WorkBar``): each job weighs what it
+is expected to count in reference forwards (:func:`stage_work`: a trained run from its shapes, a
+chapter from the book's cost at the budget, scaled by its tokens and its model's size), a running
+local job moves it with the work it counts, the time left is the work left at the rate measured
+so far, and other tools' bars (lm-eval's, datasets', a training loop's) stay out of its line.
 """
 from __future__ import annotations
 
@@ -67,10 +73,13 @@ from zones.analysis.importance import model_labels
 from zones.book import (
     RUN_LAST,
     book_wording,
+    budget_scale,
     chapter_source,
     chapters,
     check_parameters,
     declared_parameters,
+    expected_forwards,
+    measured_budget,
     name_values,
     project_root,
 )
@@ -96,6 +105,7 @@ from zones.core.checks import duplicate_models, duplicate_text
 from zones.core.executors import Job, JobFailed, check_executor, ray_connect, run_jobs
 from zones.core.glossary import DEFAULT_BUDGET, add_flag, check_value, default, preset, term
 from zones.core.models import BUILTIN_MODELS, resolve_source
+from zones.core.progress import BLOCK_WEIGHTS, HEAD_WEIGHTS, REFERENCE_FLOPS, module_weights, training_flops
 from zones.report import chapter_arguments
 
 TRAIN = "train"  # the stage that trains one run of the depth series
@@ -276,6 +286,56 @@ def plan(models: Sequence[str], parameters: dict[str, Any] | None = None, root: 
     return list(trains.values()) + stages
 
 
+# --- what each job is expected to count (the progress bar's weights) ------------------------------------
+
+REFERENCE_WEIGHTS = 30 * BLOCK_WEIGHTS + HEAD_WEIGHTS  # SmolLM2-135M's matrices: the book's costs are for it
+
+
+def model_scale(model: str | None) -> float:
+    """A model's matrix weights over SmolLM2-135M's (a chapter's work grows with them): from its
+    ``config.json`` (a directory, or a hub id in this machine's hub cache), built on the meta device
+    (no weights read); 1.0 for SmolLM2-135M itself and for a model whose config is not here."""
+    if model is None or model in BUILTIN_MODELS or str(model).endswith(".gguf"):
+        return 1.0
+    try:
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        config = AutoConfig.from_pretrained(model, local_files_only=True)
+        with torch.device("meta"):
+            built = AutoModelForCausalLM.from_config(config)
+        return max(module_weights(built), 1) / REFERENCE_WEIGHTS
+    except Exception:  # noqa: BLE001 - a weight for the bar only: any model it cannot read weighs as the reference
+        return 1.0
+
+
+def stage_work(stage: Stage, budget: str = DEFAULT_BUDGET, root: Path | None = None,
+               scales: dict[str, float] | None = None) -> float:
+    """What ``stage``'s job is expected to count, in reference forwards (``zones.core.progress``):
+    a trained run, its steps' training work from its shapes; a chapter, its cost in the book at
+    ``budget`` (``zones.book.expected_forwards``, for SmolLM2-135M) scaled by the token budgets it
+    is given (``zones.book.budget_scale``) and by its model's ``model_scale`` (``scales``: by model)."""
+    if stage.chapter == TRAIN:
+        from zones.series.config import parameter_count
+
+        config = stage.kwargs["config"]
+        d, m = config.hidden_size, config.mlp_ratio
+        weights = config.depth * (4 + 2 * m) * d * d + config.vocab_size * d  # blocks' matrices and the head
+        step = training_flops(weights, config.batch_size * config.seq_len, parameter_count(config))
+        return config.steps * step / REFERENCE_FLOPS
+    declared = declared_parameters(chapter_source(project_root(root), stage.chapter))
+    tokens = budget_scale(stage.chapter, declared, stage.kwargs, base=measured_budget(stage.chapter, budget))
+    forwards = expected_forwards(stage.chapter, budget, tokens) or expected_forwards(stage.chapter)
+    scale = (scales or {}).get(stage.model) if stage.model is not None else 1.0
+    return forwards * (model_scale(stage.model) if scale is None else scale)
+
+
+def study_work(stages: Sequence[Stage], budget: str = DEFAULT_BUDGET, root: Path | None = None) -> dict[str, float]:
+    """Each stage's ``stage_work`` (each model's scale read once): the study bar's weights, and its total."""
+    scales = {model: model_scale(model) for model in {s.model for s in stages if s.model is not None}}
+    return {stage.name: stage_work(stage, budget, root, scales) for stage in stages}
+
+
 # --- a job ----------------------------------------------------------------------------------------------
 
 def _node(on_ray: bool) -> tuple[str, dict[str, float]]:
@@ -415,10 +475,12 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
 
     with refreshing(refresh):  # the start of the refresh, on this machine's clock, for every job
         since = refresh_since()
+    works = study_work(stages, budget, root)
     jobs = [Job(stage.name, run_stage, (stage, [], carry, since), cpus=cpus_per_job, gpus=gpus_per_job,
-                after=stage.after) for stage in stages]
+                after=stage.after, work=works[stage.name]) for stage in stages]
     where = f"; tables and jobs.csv in {out} as jobs finish (zones study --status {out})" if out is not None else ""
-    log(f"zones study: {len(models)} model{'s' if len(models) > 1 else ''}, {len(jobs)} jobs ({executor}){where}")
+    log(f"zones study: {len(models)} model{'s' if len(models) > 1 else ''}, {len(jobs)} jobs ({executor}), about "
+        f"{sum(works.values()):.3g} reference forwards of work (the bar's unit, RF){where}")
     started = time.time()
     here = Tally()
     try:
@@ -429,7 +491,7 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
             _prepare_models(models)
             try:
                 run_jobs(jobs, executor, ray_address=ray_address, retries=retries, progress=progress,
-                         desc="zones study", events=events, prepare=prepare, on_result=take,
+                         desc="zones study", unit="RF", events=events, prepare=prepare, on_result=take,
                          on_failure=lambda job, why, attempts: ledger.fail(job.name, why, attempts))
             except JobFailed as err:
                 raise JobFailed(study_wording(str(err), stages)) from None

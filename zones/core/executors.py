@@ -21,13 +21,20 @@ unsupported model, an unreachable hub) would only fail again, and is reported at
 Ray a job whose worker or node died (killed, out of memory, its machine gone) is submitted
 again, up to ``retries`` times, and each such retry is said on stderr and recorded in
 ``events``; a job asking for more CPUs or GPUs than the cluster has fails before anything
-runs. The progress bar names the jobs not finished yet. Jobs that still
+runs. The driver places each job on a node with room for it (so no job waits in a queue on a
+node that may die, and it knows where each runs), and a job whose node is lost is resubmitted
+to a live node, ahead of the jobs not started, within ``LOST_NODE_SECONDS`` (12 s): at once when
+Ray reports the worker or node dead, else when ``LOST_AFTER`` looks ``POLL_SECONDS`` apart find
+its node gone from ``ray.nodes()`` or its raylet not answering. The progress bar
+(``zones.core.progress.WorkBar``) weighs each job by the work it is expected to count and names
+the jobs running. Jobs that still
 fail are reported together, each with its name, its error and its attempts, in one
 ``JobFailed`` error raised after every other job has finished: results are returned for all
 jobs or for none, so a table is never silently short of rows.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import socket
@@ -38,9 +45,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
-from tqdm.auto import tqdm
 
 from zones.core.checks import check_choice, check_float, check_int
+from zones.core.progress import WorkBar, quiet_nested_bars
 
 EXECUTORS = ("local", "ray")
 
@@ -62,6 +69,7 @@ class Job:
     cpus: float = 1
     gpus: float | None = None
     after: tuple[str, ...] = ()
+    work: float = 1.0  # what it is expected to count, in run_jobs' unit (the progress bar's weight)
 
 
 def check_executor(executor: str) -> str:
@@ -72,7 +80,7 @@ def check_executor(executor: str) -> str:
 
 
 def run_jobs(jobs: Sequence[Job], executor: str = "local", *, ray_address: str | None = None,
-             retries: int = 2, progress: bool = True, desc: str = "jobs",
+             retries: int = 2, progress: bool = True, desc: str = "jobs", unit: str = "job",
              events: list[tuple[str, str, str]] | None = None,
              prepare: Callable[[Job, dict[str, Any]], Job] | None = None,
              on_result: Callable[[Job, Any], None] | None = None,
@@ -87,20 +95,25 @@ def run_jobs(jobs: Sequence[Job], executor: str = "local", *, ray_address: str |
     succeeds, ``on_failure(job, why, attempts)`` as each job fails for good (both as they happen,
     so a caller can record every outcome before the last job ends). ``events``, when given,
     receives ``(job name, "retry", why)`` for every attempt that failed and was tried again (a
-    transient error, or on Ray a worker or node that died)."""
+    transient error, or on Ray a worker or node that died). The progress bar (``WorkBar``) weighs
+    each job by its ``work``, in ``unit``s (1 each: jobs); other tools' bars stay out of its line."""
     check_executor(executor)
     retries = check_int(retries, "retries", min=0)
     for job in jobs:
         check_float(job.cpus, f"job {job.name}: cpus", min=0, min_inclusive=False)
+        check_float(job.work, f"job {job.name}: work", min=0)
         if job.gpus is not None:
             check_float(job.gpus, f"job {job.name}: gpus", min=0)
     if not jobs:
         return []
     _check_order(jobs)
     run = _run_local if executor == "local" else _run_ray
-    return run(list(jobs), retries=retries, progress=progress, desc=desc, ray_address=ray_address,
-               events=events if events is not None else [], prepare=prepare, on_result=on_result,
-               on_failure=on_failure)
+    with quiet_nested_bars(progress) as terminal, \
+            WorkBar({job.name: job.work for job in jobs}, desc, unit, enabled=progress, live=executor == "local",
+                    file=terminal) as bar:
+        return run(list(jobs), retries=retries, bar=bar, ray_address=ray_address,
+                   events=events if events is not None else [], prepare=prepare, on_result=on_result,
+                   on_failure=on_failure)
 
 
 def _check_order(jobs: Sequence[Job]) -> None:
@@ -185,29 +198,28 @@ def _report(failures: list[tuple[str, str, int]], total: int) -> JobFailed:
                      f"and rerun to compute only the rest")
 
 
-def _run_local(jobs, *, retries, progress, desc, events, prepare=None, on_result=None, on_failure=None,
-               ray_address=None):
+def _run_local(jobs, *, retries, bar, events, prepare=None, on_result=None, on_failure=None, ray_address=None):
     results: list[Any] = [None] * len(jobs)
     failures = []
     finished: set[int] = set()
     succeeded: set[int] = set()
-    with tqdm(total=len(jobs), desc=desc, unit="job", disable=not progress) as bar:
-        while len(finished) < len(jobs):
-            k = _ready(jobs, finished, finished)[0]  # in list order, once its `after` jobs are done
-            job = _prepared(jobs[k], prepare, jobs, results, succeeded)
-            bar.set_postfix_str(f"running {job.name}", refresh=True)
-            ok, value = attempt(job.name, job.fn, job.args, job.kwargs, retries, events)
-            finished.add(k)
-            if ok:
-                results[k] = value
-                succeeded.add(k)
-                if on_result is not None:
-                    on_result(job, value)
-            else:
-                failures.append((job.name, *value))
-                if on_failure is not None:
-                    on_failure(job, *value)
-            bar.update(1)
+    while len(finished) < len(jobs):
+        k = _ready(jobs, finished, finished)[0]  # in list order, once its `after` jobs are done
+        job = _prepared(jobs[k], prepare, jobs, results, succeeded)
+        bar.start(job.name)
+        bar.redraw(f"running {job.name}")
+        ok, value = attempt(job.name, job.fn, job.args, job.kwargs, retries, events)
+        finished.add(k)
+        if ok:
+            results[k] = value
+            succeeded.add(k)
+            if on_result is not None:
+                on_result(job, value)
+        else:
+            failures.append((job.name, *value))
+            if on_failure is not None:
+                on_failure(job, *value)
+        bar.finish(job.name)
     if failures:
         raise _report(failures, len(jobs))
     return results
@@ -363,19 +375,58 @@ def _lost_worker(err: BaseException, ray) -> bool:
 
 
 def _left(jobs: Sequence[Job], pending) -> str:
-    """The progress bar's note: the jobs submitted and not finished (running, or queued for a worker)."""
+    """The progress bar's note: the jobs running (on a node, or queued there for a free CPU)."""
     names = [jobs[k].name for k in sorted(pending)]
     more = f" +{len(names) - 2}" if len(names) > 2 else ""
-    return f"in flight: {', '.join(names[:2])}{more}" if names else ""
+    return f"running: {', '.join(names[:2])}{more}" if names else ""
 
 
-def _run_ray(jobs, *, retries, progress, desc, events, prepare=None, on_result=None, on_failure=None,
-             ray_address=None):
+# --- a lost node, in bounded time -------------------------------------------------------------------------
+
+POLL_SECONDS = 2.0   # the driver looks at the nodes running its jobs this often
+NODE_PROBE_SECONDS = 2.0  # for a node's raylet to accept a connection
+LOST_AFTER = 3       # looks in a row at which a node is dead (Ray says so, or its raylet does not answer)
+# A job whose node died is resubmitted to a live node within this many seconds: at once when Ray
+# reports its worker lost; else after LOST_AFTER looks, POLL_SECONDS apart, each waiting at most
+# NODE_PROBE_SECONDS for the node's raylet (Ray's own health check of a silent machine takes
+# longer, and a task queued or running on it would wait for it).
+LOST_NODE_SECONDS = LOST_AFTER * (POLL_SECONDS + NODE_PROBE_SECONDS)
+
+
+def _live_nodes(ray, lost: set[str]) -> dict[str, dict]:
+    """The cluster's nodes Ray lists as alive, less those found ``lost``: node id → its
+    ``ray.nodes()`` record."""
+    return {n["NodeID"]: n for n in ray.nodes() if n.get("Alive") and n["NodeID"] not in lost}
+
+
+def raylet_answers(node: dict, seconds: float = NODE_PROBE_SECONDS) -> bool:
+    """The node's raylet accepts a connection within ``seconds`` (a busy node does: the kernel
+    accepts; a dead process or a machine gone does not)."""
+    try:
+        socket.create_connection((node["NodeManagerAddress"], int(node["NodeManagerPort"])), timeout=seconds).close()
+        return True
+    except (OSError, KeyError, ValueError):
+        return False
+
+
+def _room(node: dict, placed: list[tuple[float, float]], asked: tuple[float, float]) -> bool:
+    """``asked`` (CPUs, GPUs) fits beside the jobs ``placed`` on ``node``."""
+    have = node.get("Resources", {})
+    return all(sum(p[i] for p in placed) + asked[i] <= have.get(r, 0) + 1e-9 for i, r in enumerate(("CPU", "GPU")))
+
+
+def _run_ray(jobs, *, retries, bar, events, prepare=None, on_result=None, on_failure=None, ray_address=None):
+    """Each job a Ray task placed by this driver on a node with room for it (``NodeAffinitySchedulingStrategy``):
+    so it knows where each job runs, and a job whose node is lost (Ray reports its worker or node
+    dead, or ``LOST_AFTER`` looks find the node dead) is resubmitted at once to a live node, ahead
+    of the jobs not started, within ``LOST_NODE_SECONDS``."""
     ray = _import_ray()
     if not ray.is_initialized() and not (ray_address or os.environ.get("RAY_ADDRESS")):
         check_resources(jobs, {"CPU": os.cpu_count() or 1, "GPU": torch.cuda.device_count()},
                         "this machine (a local Ray instance)")  # before starting Ray at all
     ray = ray_connect(ray_address)
+    NodeAffinitySchedulingStrategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy
+
     resources = ray.cluster_resources()
     check_resources(jobs, resources, "the Ray cluster (ray.cluster_resources())")
     task = ray.remote(_call)
@@ -384,54 +435,131 @@ def _run_ray(jobs, *, retries, progress, desc, events, prepare=None, on_result=N
     prepared: dict[int, Job] = {}
     finished: set[int] = set()
     succeeded: set[int] = set()
-
-    def submit(k: int):
-        # Ray retries nothing itself (max_retries=0): a lost worker is resubmitted below, counted and said
-        job = prepared.setdefault(k, _prepared(jobs[k], prepare, jobs, results, succeeded))
-        cpus, gpus = task_resources(job, resources)
-        return task.options(num_cpus=cpus, num_gpus=gpus, max_retries=0, retry_exceptions=False,
-                            name=f"zones:{job.name}"[:200]).remote(job.name, job.fn, job.args, job.kwargs, retries)
-
-    refs = {submit(k): k for k in _ready(jobs, finished, set())}
+    refs: dict[Any, int] = {}          # task → job
+    where: dict[int, str] = {}         # job → the node it was placed on
+    lost: set[str] = set()             # nodes found dead
+    misses: dict[str, int] = {}        # node → looks in a row that found it dead
+    first: list[int] = []              # jobs to place before any other (their node was lost)
     attempts = [1] * len(jobs)
     failures = []
-    with tqdm(total=len(jobs), desc=desc, unit="job", disable=not progress) as bar:
-        bar.set_postfix_str(_left(jobs, refs.values()))
-        while refs:
-            done, _ = ray.wait(list(refs), num_returns=1)
-            for ref in done:
-                k = refs.pop(ref)
-                try:
-                    ok, value, job_events = ray.get(ref)
-                    events.extend(job_events)
-                except ray.exceptions.RayError as err:
-                    why = f"{type(err).__name__}: the worker running it died"
-                    if not _lost_worker(err, ray):
-                        ok, value = False, (_first_line(err), attempts[k])
-                    elif attempts[k] <= retries:
-                        print(f"zones: job {jobs[k].name} lost its worker ({type(err).__name__}); retry "
-                              f"{attempts[k]} of {retries}", file=sys.stderr)
-                        events.append((jobs[k].name, "retry", why))
-                        attempts[k] += 1
-                        refs[submit(k)] = k
-                        continue
-                    else:
-                        ok, value = False, (why, attempts[k])
-                finished.add(k)
-                if ok:
-                    results[k] = value
-                    succeeded.add(k)
-                    if on_result is not None:
-                        on_result(prepared[k], value)
-                else:
-                    failures.append((jobs[k].name, *value))
-                    if on_failure is not None:
-                        on_failure(prepared[k], *value)
-                bar.update(1)
-                started = set(prepared)
-                for ready in _ready(jobs, finished, started):
-                    refs[submit(ready)] = ready
-                bar.set_postfix_str(_left(jobs, refs.values()))
+
+    def asked(k: int) -> tuple[float, float]:
+        return task_resources(prepared.get(k, jobs[k]), resources)
+
+    def submit(k: int, node: str):
+        # Ray retries nothing itself (max_retries=0): a lost job is resubmitted here, counted and said
+        job = prepared.setdefault(k, _prepared(jobs[k], prepare, jobs, results, succeeded))
+        cpus, gpus = task_resources(job, resources)
+        where[k] = node
+        refs[task.options(num_cpus=cpus, num_gpus=gpus, max_retries=0, retry_exceptions=False,
+                          scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+                          name=f"zones:{job.name}"[:200]).remote(job.name, job.fn, job.args, job.kwargs, retries)] = k
+        bar.start(job.name)
+
+    def place(nodes: dict[str, dict]) -> None:
+        """Start the jobs that may start, lost ones first, each on a node with room for it; a lost
+        job goes to the least busy live node even when it has no room (it runs next there)."""
+        running = {n: [asked(k) for k in refs.values() if where[k] == n] for n in nodes}
+        for k in list(first) + [k for k in _ready(jobs, finished, set(prepared)) if k not in first]:
+            node = next((n for n in nodes if _room(nodes[n], running[n], asked(k))), None)
+            if node is None and k in first:
+                fits = [n for n in nodes if _room(nodes[n], [], asked(k))]
+                node = min(fits, key=lambda n: len(running[n]), default=None)
+            if node is None:
+                continue
+            if k in first:
+                first.remove(k)
+            submit(k, node)
+            running[node].append(asked(k))
+
+    def end(k: int, ok: bool, value) -> None:
+        finished.add(k)
+        if ok:
+            results[k] = value
+            succeeded.add(k)
+            if on_result is not None:
+                on_result(prepared[k], value)
+        else:
+            failures.append((jobs[k].name, *value))
+            if on_failure is not None:
+                on_failure(prepared[k], *value)
+        bar.finish(jobs[k].name)
+
+    def again(k: int, why: str, line: str) -> None:
+        """Job ``k`` lost its worker or node: resubmitted (first in line), or failed after its retries."""
+        if attempts[k] > retries:
+            end(k, False, (why, attempts[k]))
+            return
+        print(f"zones: job {jobs[k].name} {line}; resubmitted to a live node (within {LOST_NODE_SECONDS:g} s "
+              f"of the loss); retry {attempts[k]} of {retries}", file=sys.stderr)
+        events.append((jobs[k].name, "retry", why))
+        attempts[k] += 1
+        bar.requeue(jobs[k].name)
+        first.append(k)
+
+    def look() -> dict[str, dict]:
+        """The live nodes; the jobs of a node found dead ``LOST_AFTER`` times in a row are lost."""
+        nodes = _live_nodes(ray, lost)
+        busy = {where[k] for k in refs.values()}
+        for node in set(misses) - busy:  # a node without jobs is looked at again when it has one
+            misses.pop(node)
+        for node in busy:
+            dead = node not in nodes or not raylet_answers(nodes[node])
+            misses[node] = misses.get(node, 0) + 1 if dead else 0
+            if misses[node] >= LOST_AFTER:
+                lost.add(node)
+                nodes.pop(node, None)
+                for ref, k in list(refs.items()):
+                    if where[k] == node:
+                        refs.pop(ref)
+                        with contextlib.suppress(Exception):  # a dead node's task: nothing to stop there
+                            ray.cancel(ref, force=True)
+                        again(k, "NodeLost: its node stopped answering",
+                              f"lost its node ({node[:12]} did not answer for {LOST_AFTER} looks)")
+        return nodes
+
+    nodes = look()
+    place(nodes)
+    bar.redraw(_left(jobs, refs.values()))
+    looked = time.monotonic()
+    while len(finished) < len(jobs):
+        if not refs and not _live_nodes(ray, lost):
+            raise RuntimeError("every node of the Ray cluster is lost; start its nodes again and rerun the same "
+                               "command: the finished jobs are cached")
+        if refs:
+            done, _ = ray.wait(list(refs), num_returns=1, timeout=POLL_SECONDS)
+        else:  # nothing runs: a node was just lost, the next look places the jobs
+            done = []
+            time.sleep(POLL_SECONDS)
+        for ref in done:
+            k = refs.pop(ref)
+            try:
+                ok, value, job_events = ray.get(ref)
+                events.extend(job_events)
+            except ray.exceptions.RayError as err:
+                if _lost_worker(err, ray):
+                    if isinstance(err, ray.exceptions.NodeDiedError):
+                        lost.add(where[k])  # nothing more goes there
+                    again(k, f"{type(err).__name__}: the worker running it died",
+                          f"lost its worker ({type(err).__name__})")
+                    continue
+                ok, value = False, (_first_line(err), attempts[k])
+            end(k, ok, value)
+        if time.monotonic() - looked >= POLL_SECONDS or not done:
+            nodes, looked = look(), time.monotonic()
+        nodes = {n: record for n, record in nodes.items() if n not in lost and not misses.get(n)}
+        if not nodes:
+            continue
+        place(nodes)
+        if not refs:  # nothing could start: the jobs no live node can hold fail
+            for k in list(first) + [k for k in _ready(jobs, finished, set(prepared)) if k not in first]:
+                if not any(_room(n, [], asked(k)) for n in nodes.values()):
+                    if k in first:
+                        first.remove(k)
+                    prepared.setdefault(k, jobs[k])
+                    end(k, False, ("no live node of the Ray cluster has the CPUs or GPUs it asks for",
+                                   attempts[k]))
+        bar.redraw(_left(jobs, refs.values()))
     if failures:
         raise _report(failures, len(jobs))
     return results

@@ -14,16 +14,25 @@ weight matrices for the book's models), so a count is a floor of the work, not a
 When ``$ZONES_PROGRESS`` names a file (``zones book`` sets it for each chapter's kernel), the
 running total is written there (at most once a second, and at exit); otherwise counting costs
 one addition. Nothing of it reaches a page.
+
+While a job or a chapter runs, the terminal shows one bar over this counted work
+(:class:`WorkBar`: ``zones study``'s jobs, each weighed by the work it is expected to count,
+the time left at the rate measured so far), and other tools' progress bars (lm-eval's,
+datasets', transformers', a training loop's) stay out of its line (:func:`quiet_nested_bars`).
 """
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
+import sys
+import threading
 import time
 import weakref
 from pathlib import Path
 
 from torch import nn
+from tqdm.auto import tqdm
 
 from zones.core.cache import atomic_write_text
 
@@ -33,6 +42,8 @@ HEAD_WEIGHTS = 49_152 * 576        # its LM head (tied to the embedding)
 REFERENCE_TOKENS = 2048            # 8 windows of 256
 REFERENCE_FLOPS = 2.0 * (30 * BLOCK_WEIGHTS + HEAD_WEIGHTS) * REFERENCE_TOKENS
 WRITE_EVERY = 1.0                  # seconds between writes of the progress file
+RUNNING_CAP = 0.98                 # a running job or chapter never shows as done before it ends
+REDRAW_EVERY = 2.0                 # seconds between redraws of a WorkBar (the running job's counted work)
 BACKWARD_PASSES = 2                # a backward pass costs about two forwards (input and weight gradients)
 OPTIMIZER_FLOPS = 12               # AdamW's update, per trained parameter (moments, bias corrections, decay)
 
@@ -120,3 +131,141 @@ def read_progress(path: str | Path) -> float:
 
 
 atexit.register(flush)
+
+
+# --- what the terminal shows --------------------------------------------------------------------------
+
+def clock(seconds: float) -> str:
+    """``04:05``, ``1:02:03``: a time left."""
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 \
+        else f"{seconds // 60:02d}:{seconds % 60:02d}"
+
+
+class WorkBar:
+    """One bar over jobs weighed by the work each is expected to count (``works``: job name →
+    its expected work, in ``unit``s: reference forwards for ``zones study``; 1 each counts jobs).
+
+    A finished job counts its expected work; with ``live``, a running job (in this process)
+    counts the share of its expected work it has counted so far (:func:`work_done`, never more
+    than ``RUNNING_CAP`` of it). The time left is the work left at the rate measured so far
+    (wall seconds per unit done since the bar began): no figure before any work is counted,
+    and one that does not swing with the jobs' order, as a job's count of done jobs would."""
+
+    def __init__(self, works: dict[str, float], desc: str, unit: str = "job", *, enabled: bool = True,
+                 live: bool = False, file=None):
+        self.works, self.unit, self.live = dict(works), unit, live
+        self.total = float(sum(self.works.values()))
+        self.done = 0.0
+        self.running: dict[str, float] = {}  # job → work_done() when it started
+        self.note = ""
+        self.started = time.monotonic()
+        self.lock = threading.Lock()
+        self.bar = tqdm(total=max(self.total, 1e-9), desc=desc, unit=unit, disable=not enabled,
+                        file=file or sys.stderr, bar_format="{desc}: {percentage:3.0f}%|{bar}| {postfix}")
+        self.stop = threading.Event()
+        self.ticker = threading.Thread(target=self._tick, daemon=True)
+        if enabled and live:
+            self.ticker.start()
+        self.redraw()
+
+    def start(self, name: str) -> None:
+        with self.lock:
+            self.running[name] = work_done()
+        self.redraw()
+
+    def finish(self, name: str) -> None:
+        with self.lock:
+            self.running.pop(name, None)
+            self.done += self.works[name]
+        self.redraw()
+
+    def requeue(self, name: str) -> None:
+        """``name`` is running again from its start (its node was lost): what it counted is not done."""
+        with self.lock:
+            self.running.pop(name, None)
+
+    def position(self) -> float:
+        """Work done: the finished jobs', and (``live``) the running jobs' share so far."""
+        with self.lock:
+            now = work_done()
+            partial = sum(min((now - begun) / self.works[name], RUNNING_CAP) * self.works[name]
+                          for name, begun in self.running.items() if self.live and self.works[name] > 0)
+            return min(self.done + partial, self.total)
+
+    def seconds_left(self, position: float) -> float | None:
+        """The work left at the rate measured so far; None before any work is counted."""
+        if position <= 0:
+            return None
+        return (self.total - position) * (time.monotonic() - self.started) / position
+
+    def redraw(self, note: str | None = None) -> None:
+        if note is not None:
+            self.note = note
+        position = self.position()
+        left = self.seconds_left(position)
+        self.bar.n = position
+        eta = "estimating the time left" if left is None else f"about {clock(left)} left"
+        self.bar.set_postfix_str(f"{position:.1f}/{self.total:.1f} {self.unit}, "
+                                 f"{clock(time.monotonic() - self.started)} elapsed, {eta}"
+                                 f"{'; ' + self.note if self.note else ''}", refresh=False)
+        self.bar.refresh()
+
+    def _tick(self) -> None:
+        while not self.stop.wait(REDRAW_EVERY):
+            self.redraw()
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.ticker.is_alive():
+            self.ticker.join()
+        self.bar.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+class _NestedBars:
+    """``sys.stderr`` while a :class:`WorkBar` runs: each whole line goes above the bar
+    (``tqdm.write``); a line redrawn in place (carriage returns, cursor moves: another tool's
+    progress bar) is dropped."""
+
+    REDRAWN = ("\r", "\x1b[A")
+
+    def __init__(self, target):
+        self.target, self.line = target, ""
+
+    def write(self, text: str) -> int:
+        *lines, self.line = (self.line + text).split("\n")
+        for line in lines:
+            if line and not any(mark in line for mark in self.REDRAWN):
+                tqdm.write(line, file=self.target)
+        if "\r" in self.line:  # a bar redrawing itself: only its last state is kept, to be dropped
+            self.line = "\r" + self.line.rsplit("\r", 1)[1]
+        return len(text)
+
+    def flush(self) -> None:
+        self.target.flush()
+
+    def __getattr__(self, name):  # encoding, fileno, isatty, ...: the terminal's
+        return getattr(self.target, name)
+
+
+@contextlib.contextmanager
+def quiet_nested_bars(enabled: bool = True):
+    """While it lasts, other tools' progress bars (any tqdm writing to ``sys.stderr``: lm-eval,
+    datasets, the hub, a training loop) do not print into the bar's line; their other lines
+    still show, above it. Yields the terminal's stream, for the bar itself."""
+    terminal = sys.stderr
+    if not enabled or isinstance(terminal, _NestedBars):
+        yield terminal
+        return
+    sys.stderr = _NestedBars(terminal)
+    try:
+        yield terminal
+    finally:
+        sys.stderr = terminal
