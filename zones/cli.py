@@ -362,7 +362,7 @@ def lifecycle_run(args) -> None:
     table = lifecycle_snapshots(args.checkpoints, args.model, revisions=args.revisions, train_run=args.train_run,
                                 executor=args.executor, ray_address=args.ray_address, retries=args.retries,
                                 cpus_per_job=args.cpus_per_job, device=args.device, refresh=args.refresh,
-                                memory_budget=int(args.memory_budget * 2**20) or None)
+                                memory_budget=args.memory_budget or None)
     _write(table, args.out, "snapshots.csv")
 
 

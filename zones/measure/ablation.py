@@ -41,12 +41,13 @@ from zones.measure.evaluate import forward_nll_windows, loss_name, score_windows
 from zones.measure.stats import LEVEL, N_RESAMPLES, SEED, check_finite, delta_loss_interval, interval_columns
 from zones.measure.subject import Subject, as_subject
 from zones.measure.sublayers import PARTS
+from zones.core.glossary import default
 
 METHODS = ("prefix", "naive")
 # Scored tokens for a CPU run of the chapter: 24 windows of 256, about 4 minutes on 2 idle cores
 # for SmolLM2-135M (chosen by benchmarks/bench_precision.py and the book's 30-minute budget). A
 # GPU run should score the whole eval split (``None``).
-DEFAULT_EVAL_TOKENS = 3060
+DEFAULT_EVAL_TOKENS = default("eval_tokens", context="ablate")  # the glossary's, written once there
 # The chapters' scoring precision for the ablation (layer ablation, importance, predictors, one
 # value so they read one cache): "auto" where benchmarks/bench_dtype.py found bf16 to agree.
 CHAPTER_DTYPE = "float32"

@@ -65,22 +65,23 @@ from zones.report.common import ChapterResult, save
 from zones.report.format import fmt_interval, fmt_num, fmt_p
 from zones.report.verdicts import LAST_N_KEEP_LAST, OURS, score_task_accuracy
 from zones.spectra import alpha_table
+from zones.core.glossary import default
 
 REFERENCE = LAST_N_KEEP_LAST    # Last-N as practitioners use it: the final block stays
 # the healing chapter's arms, so that its healed models are read from the cache, not healed again
-DEFAULT_STRATEGIES = (OURS, REFERENCE, "greedy", "random_protected")
-DEFAULT_K = (4, 8)
-DEFAULT_SEEDS = 1
-DEFAULT_METHOD = "bridge"
-DEFAULT_HEAL_TOKENS = 4 * 255
+DEFAULT_STRATEGIES = tuple(default("strategies", context="task_accuracy"))
+DEFAULT_K = tuple(default("k_values"))
+DEFAULT_SEEDS = default("seeds", context="task_accuracy")
+DEFAULT_METHOD = default("method", context="task_accuracy")
+DEFAULT_HEAL_TOKENS = default("heal_tokens", context="task_accuracy")
 FULL = "full"                    # the unpruned model's row in every table
 ALL = "all"                      # every example of the chapter's tasks, pooled
-DEFAULT_TASKS = ("zones_next_sentence", "zones_next_line")
-DEFAULT_LIMIT = 100              # examples per task: 200 in all give the exact test power 0.88 for +0.10 (Methods)
+DEFAULT_TASKS = tuple(default("tasks", context="task_accuracy"))
+DEFAULT_LIMIT = default("limit", context="task_accuracy")  # examples per task: 200 in all give the exact test power 0.88 for +0.10 (Methods)
 # lm-eval's acc_norm: the choice with the highest log-likelihood per byte. The distractors' lengths
 # differ from the answer's by up to 25%, which plain acc (summed log-likelihood) rewards or punishes:
 # on SmolLM2-135M's first 50 next-sentence examples acc is 0.40, acc_norm 0.58.
-DEFAULT_METRIC = "acc_norm"
+DEFAULT_METRIC = default("metric", context="task_accuracy")
 AGREEMENT_EXAMPLES = 2           # examples whose every choice is scored by lm-eval and by zones
 ACCURACY_COLUMNS = ["strategy", "task", "accuracy", "accuracy_low", "accuracy_high", "n", "n_seeds"]
 DIFFERENCE_COLUMNS = ["strategy", "reference", "task", "difference", "difference_low", "difference_high", "n", "b",
