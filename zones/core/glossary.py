@@ -524,6 +524,9 @@ KINDS = {"int": {"int"}, "float": {"float", "int"}, "bool": {"bool"}, "str": {"s
          "list[str]": {"list"}, "str | list[str]": {"str", "list"}}
 
 
+PLAIN = {"int", "float", "bool", "str", "list", "dict"}
+
+
 def annotation_kinds(annotation: str) -> set[str]:
     """The basic kinds an annotation (as a string) admits: ``"int | None"`` → {int, None};
     ``"Sequence[str]"`` → {list}."""
@@ -562,6 +565,9 @@ def problems(where: str, context: str | None, used: Mapping[str, Mapping[str, An
         kinds = set(use.get("kinds") or ())
         if "annotation" in use and use["annotation"] not in (None, ""):
             kinds |= annotation_kinds(use["annotation"]) - {"None"}
+        if library:   # an object (a loaded model, a table, a path) is what the name names, loaded: not a value;
+            kinds &= PLAIN   # and a list may come as the command line's text "a,b"
+            allowed = allowed | ({"str"} if "list" in allowed else set())
         odd = {k for k in kinds if k not in allowed and k != "any"}
         if odd:
             found.append(f"{where}: {name} is used as {', '.join(sorted(odd))}, but the glossary's {name} is "

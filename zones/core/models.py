@@ -40,8 +40,8 @@ from zones.core.cache import (
     verify_manifest,
     write_manifest,
 )
-from zones.core.hub import HubUnreachableError, hub_lookup
 from zones.core.glossary import default
+from zones.core.hub import HubUnreachableError, hub_lookup
 
 DEFAULT_MODEL = default("model")
 # alias -> (package holding the GGUF file, file name)

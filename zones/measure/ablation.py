@@ -36,12 +36,12 @@ from torch import nn
 
 from zones.core.checks import check_choice, check_int
 from zones.core.data import Windows
+from zones.core.glossary import default
 from zones.measure.blocks import check_layers, skip_blocks, zero_sublayer
 from zones.measure.evaluate import forward_nll_windows, loss_name, score_windows
 from zones.measure.stats import LEVEL, N_RESAMPLES, SEED, check_finite, delta_loss_interval, interval_columns
 from zones.measure.subject import Subject, as_subject
 from zones.measure.sublayers import PARTS
-from zones.core.glossary import default
 
 METHODS = ("prefix", "naive")
 # Scored tokens for a CPU run of the chapter: 24 windows of 256, about 4 minutes on 2 idle cores

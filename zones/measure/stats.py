@@ -36,7 +36,7 @@ N_RESAMPLES = default("n_resamples")       # bootstrap resamples behind every in
 N_PERMUTATIONS = default("n_permutations")   # permutations behind every permutation p-value
 LEVEL = 0.95
 METHOD = "percentile"
-SEED = 0
+SEED = default("seed")
 BATCH_BYTES = 64 * 2 ** 20  # resampled data held at once by one bootstrap call (about)
 
 

@@ -64,11 +64,11 @@ from zones.core.adapters import get_adapter
 from zones.core.cache import entry_path, read_entry, sidecar_path, write_entry
 from zones.core.checks import check_choice, check_float, check_int
 from zones.core.data import Windows
+from zones.core.glossary import default
 from zones.core.models import model_fingerprint
 from zones.core.progress import count_module, count_training
 from zones.measure.evaluate import evaluate_loss, model_device
 from zones.pruning.export import _spans, check_removed, provenance, pruned_copy, save_directory
-from zones.core.glossary import default
 
 VERSION = "2"   # 2: the matched bridge (one per pruned model) is the default; bridges joins the key
 METHODS = ("lora", "bridge")

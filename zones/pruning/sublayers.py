@@ -39,6 +39,7 @@ from zones.analysis.sublayers import sublayer_alpha
 from zones.core.cache import cached_table
 from zones.core.checks import check_int
 from zones.core.data import Windows
+from zones.core.glossary import default
 from zones.core.progress import count_module
 from zones.measure.agreement import agreement_window_losses, summarize_agreement
 from zones.measure.blocks import BlockTrace
@@ -61,7 +62,6 @@ from zones.pruning.strategies import (
     register_strategy,
     zone_aware_order,
 )
-from zones.core.glossary import default
 
 VERSION = "1"
 DEFAULT_SUBLAYER_STRATEGIES = tuple(default("sublayer_strategies"))  # + sublayer_greedy: gpu budget

@@ -47,10 +47,10 @@ from torch import nn
 
 from zones.core.checks import check_int
 from zones.core.data import Windows
+from zones.core.glossary import default
 from zones.measure.evaluate import score_windows
 from zones.measure.subject import Subject, as_subject
 from zones.pruning.strategies import BLOCK, PruningContext, Strategy, StrategyError, get_strategy, strategy_names
-from zones.core.glossary import default
 
 COLUMNS = ["model", "strategy", "k", "seed", "removed", "ppl", "base_ppl", "delta_ppl", "delta_loss", "n_tokens"]
 WINDOW_COLUMNS = ["removed", "window", "nll", "n_tokens"]

@@ -38,6 +38,7 @@ from zones.analysis.importance import (
 from zones.analysis.profile import profile_shape
 from zones.core.checks import check_models
 from zones.core.data import corpus_windows, load_corpus
+from zones.core.glossary import default
 from zones.core.models import load_model
 from zones.figures import BOOK_MODE_ENV
 from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES
@@ -186,8 +187,9 @@ def overview(table: pd.DataFrame) -> pd.DataFrame:
 
 def run(models=("smollm2-135m",), profile: str | None = "cpu", depths: Sequence[int] | None = None,
         seeds: int | None = None, train_overrides: dict | None = None, corpus: str = "stdlib", seq_len: int = 256,
-        eval_tokens: int | None = 3060, pruning_eval_tokens: int | None = 2040,
-        series_eval_tokens: int | None = 8128, batch_size: int = 8, series_batch_size: int = 16,
+        eval_tokens: int | None = default("eval_tokens", context="across_models"),
+        pruning_eval_tokens: int | None = default("pruning_eval_tokens"),
+        series_eval_tokens: int | None = default("series_eval_tokens", context="across_models"), batch_size: int = 8, series_batch_size: int = 16,
         alpha_estimator: str = "alpha_shape", alpha_role: str = "weighted", role: str = "q",
         n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, seed: int = 0,
         out_dir: str = "results/across_models", *, dtype: str = "float32",

@@ -35,6 +35,7 @@ import pandas as pd
 from zones.core.adapters import get_adapter
 from zones.core.checks import check_choice, check_models
 from zones.core.data import corpus_windows, load_corpus
+from zones.core.glossary import default
 from zones.core.models import load_model
 from zones.figures import BOOK_MODE_ENV
 from zones.measure.evaluate import evaluate_loss, evaluate_removals
@@ -52,7 +53,6 @@ from zones.report.common import ChapterResult, precision_text, save
 from zones.report.format import fmt_int, fmt_interval, fmt_num
 from zones.report.verdicts import LAST_N_KEEP_LAST, OURS, score_after_healing
 from zones.spectra import alpha_table
-from zones.core.glossary import default
 
 REFERENCE = LAST_N_KEEP_LAST   # Last-N as practitioners (and Lu et al.) use it: the final block stays
 DEFAULT_STRATEGIES = tuple(default("strategies", context="healing"))

@@ -27,6 +27,7 @@ from zones.analysis.bootstrap import interval_side
 from zones.analysis.importance import model_labels, spearman
 from zones.analysis.sublayers import part_difference, sublayer_importance, sublayer_rho_table
 from zones.core.data import corpus_windows, load_corpus
+from zones.core.glossary import default
 from zones.core.models import load_model
 from zones.figures import BOOK_MODE_ENV
 from zones.measure.ablation import CHAPTER_DTYPE, ablation_window_losses
@@ -48,14 +49,13 @@ from zones.report.verdicts import rho_verdict
 from zones.series import series_sublayer_rho
 from zones.series.runs import SUBLAYER_RHO_COLUMNS
 from zones.spectra import alpha_table
-from zones.core.glossary import default
 
 # CPU budgets of the chapter on SmolLM2-135M: the book's one eval set (windows of 256, as every
 # chapter), its first batch of 8 windows (the attention-only and MLP-only ablation costs about
 # two single-block sweeps more; the whole-block rows are the layer-ablation chapter's, read from
 # the loss store), one calibration window for the similarity and the greedy searches; budgets of
 # 1-2 blocks.
-SEQ_LEN = 256
+SEQ_LEN = default("seq_len", context="sublayers")
 EVAL_TOKENS = default("eval_tokens", context="sublayers")
 CALIBRATION_TOKENS = default("calibration_tokens", context="sublayers")
 K_MAX = default("k_max", context="sublayers")
@@ -64,7 +64,7 @@ SPEED_WINDOWS = 2   # windows per timed forward: a ratio of speeds needs no more
 
 
 def series_rho_table(profile: str | None = "cpu", depths=None, train_overrides: dict | None = None, *,
-                     eval_tokens: int = SERIES_EVAL_TOKENS, alpha_estimator: str = "alpha_shape", batch_size: int = 16,
+                     series_eval_tokens: int = SERIES_EVAL_TOKENS, alpha_estimator: str = "alpha_shape", batch_size: int = 16,
                      n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, seed: int = 0,
                      progress: bool = False) -> pd.DataFrame:
     """``zones.series.series_sublayer_rho`` of the trained series ``profile`` (the same
@@ -72,7 +72,7 @@ def series_rho_table(profile: str | None = "cpu", depths=None, train_overrides: 
     row's ``verdict`` (``zones.report.verdicts.rho_verdict``); empty for ``profile=None``."""
     if profile is None:
         return pd.DataFrame(columns=[*SUBLAYER_RHO_COLUMNS, "verdict"])
-    table = series_sublayer_rho(profile, depths, train_overrides, eval_tokens=eval_tokens, alpha_estimator=alpha_estimator,
+    table = series_sublayer_rho(profile, depths, train_overrides, eval_tokens=series_eval_tokens, alpha_estimator=alpha_estimator,
                                 batch_size=batch_size, n_resamples=n_resamples, n_permutations=n_permutations,
                                 seed=seed, progress=progress)
     names = {"attn": "attention", "mlp": "MLP"}
@@ -219,7 +219,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = SEQ_LEN
         gc.collect()
     importance = pd.concat(importance, ignore_index=True)
     rhos = pd.concat(rhos, ignore_index=True)
-    series = series_rho_table(profile, depths, train_overrides, eval_tokens=series_eval_tokens, alpha_estimator=alpha_estimator,
+    series = series_rho_table(profile, depths, train_overrides, series_eval_tokens=series_eval_tokens, alpha_estimator=alpha_estimator,
                               n_resamples=n_resamples, n_permutations=n_permutations, seed=seed, progress=progress)
     first = per_model[0]
     cheapest = scored.loc[scored.groupby("k")["delta_loss"].idxmin()]

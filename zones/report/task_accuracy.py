@@ -47,6 +47,7 @@ import pandas as pd
 from zones.core.adapters import get_adapter
 from zones.core.checks import check_models
 from zones.core.data import corpus_windows, load_corpus
+from zones.core.glossary import default
 from zones.core.models import load_model
 from zones.analysis.paired import mcnemar_exact, mcnemar_power
 from zones.figures import BOOK_MODE_ENV
@@ -65,7 +66,6 @@ from zones.report.common import ChapterResult, save
 from zones.report.format import fmt_interval, fmt_num, fmt_p
 from zones.report.verdicts import LAST_N_KEEP_LAST, OURS, score_task_accuracy
 from zones.spectra import alpha_table
-from zones.core.glossary import default
 
 REFERENCE = LAST_N_KEEP_LAST    # Last-N as practitioners use it: the final block stays
 # the healing chapter's arms, so that its healed models are read from the cache, not healed again
@@ -82,7 +82,7 @@ DEFAULT_LIMIT = default("limit", context="task_accuracy")  # examples per task: 
 # differ from the answer's by up to 25%, which plain acc (summed log-likelihood) rewards or punishes:
 # on SmolLM2-135M's first 50 next-sentence examples acc is 0.40, acc_norm 0.58.
 DEFAULT_METRIC = default("metric", context="task_accuracy")
-AGREEMENT_EXAMPLES = 2           # examples whose every choice is scored by lm-eval and by zones
+AGREEMENT_EXAMPLES = default("agreement_examples")  # examples whose every choice is scored by lm-eval and by zones
 ACCURACY_COLUMNS = ["strategy", "task", "accuracy", "accuracy_low", "accuracy_high", "n", "n_seeds"]
 DIFFERENCE_COLUMNS = ["strategy", "reference", "task", "difference", "difference_low", "difference_high", "n", "b",
                       "c", "p_exact"]

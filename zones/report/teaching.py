@@ -23,12 +23,12 @@ from pathlib import Path
 import pandas as pd
 
 from zones.core.cache import ENTRY, CacheError, cache_dir, read_entry, sidecar_path
+from zones.core.glossary import DEFAULT_BUDGET  # a build at this budget carries no ``budget`` in its parameters
 from zones.core.hardware import cpu_capability
 from zones.report.common import ChapterResult, save
 from zones.report.format import fmt_num
 
 TIMINGS_KIND = "book_timings"   # the parts' ``kind`` of zones.book's timing entries
-DEFAULT_BUDGET = "cpu"          # a build at this budget carries no ``budget`` in its parameters
 TIME_COLUMNS = ["chapter", "seconds", "minutes", "share"]
 
 

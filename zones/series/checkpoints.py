@@ -42,8 +42,8 @@ from tqdm.auto import tqdm
 
 from zones.core.cache import CacheError, entry_path, read_cached_table, write_cached_table
 from zones.core.checks import check_float, check_int
-from zones.core.glossary import default
 from zones.core.executors import Job, run_jobs
+from zones.core.glossary import default
 from zones.core.hub import HubUnreachableError, hub_lookup
 from zones.core.weights import (
     CheckpointError,
