@@ -317,7 +317,7 @@ KNOWN = {
     "metric": ("the sublayer comparison's metric (delta_loss), not the task accuracy's: to rename",
                ("zones.pruning.sublayers.compare_at_budget",)),
     "model": ("a table's label (a string, empty for none)", ("zones.analysis.importance.depth_controlled",)),
-    "seeds": ("the primer's heavy-tail seeds (5)", ("zones.report.primer.tail_seeds",)),
+    "seeds": ("the primer's heavy-tail draws (5)", ("zones.spectra.described.tail_seeds",)),
     "strategies": ("the strategies a figure draws by default", ("zones.figures.pruning.delta_ppl_bars",)),
     "width": ("a title's width in characters, not a model's hidden size: to rename", ("zones.figures.wrap_titles",)),
 }
