@@ -1,7 +1,8 @@
 """One vocabulary: every parameter of a chapter's parameters cell, of a ``zones.report.<chapter>.run``
 signature and of a subcommand's flags is a term of ``zones.core.glossary``, with one meaning (type)
 and the glossary's ``cpu`` default; the presets (class, cpu, gpu) are the glossary's table, and the
-README's budget table is that table."""
+README's budget table is that table. Below the surface (issue 40): the library's keywords, the
+``summary.json`` keys the chapters write, one ``CHAPTERS``, and every default written once."""
 from __future__ import annotations
 
 import argparse

@@ -15,7 +15,11 @@ API: ``TERMS`` (name → Term), :func:`term`, :func:`default`, :func:`preset`,
 parameter), :func:`parse_text` (a command-line or ``--param`` string), ``BUDGETS``, and
 :func:`problems` — the check ``tests/test_glossary.py`` runs over every notebook, ``run`` and
 flag: a name outside the glossary, a name used with another meaning (type), a default that is
-not the glossary's ``cpu`` default.
+not the glossary's ``cpu`` default — and below the surface, over every public function of the
+library (``library=True``: a glossary name keeps its meaning and one of its defaults, a
+``RETIRED`` name is nowhere) and every ``summary.json`` key a chapter writes. The library's
+constants named after a term (``DEFAULT_EVAL_TOKENS``, ``N_RESAMPLES``) are :func:`default`'s
+values, so each default is written once, here.
 
 Adding a parameter anywhere: add its Term here first (name, type, meaning, defaults).
 """
