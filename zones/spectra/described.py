@@ -53,9 +53,9 @@ def describe(matrix, *, window=DEFAULT_WINDOW, bins: int = 40) -> dict:
     return dict(row=row, spectrum=spectrum, rank=rank, density=density, line=line)
 
 
-def stack_pictures(parts: Iterable[tuple[dict, pd.DataFrame]]) -> pd.DataFrame:
+def stack_pictures(pictures: Iterable[tuple[dict, pd.DataFrame]]) -> pd.DataFrame:
     """Pictures of several matrices as one table, each under its labels (``{"df": 2.0}``: ``df`` first)."""
-    frames = [frame.assign(**labels)[[*labels, *frame.columns]] for labels, frame in parts if len(frame)]
+    frames = [frame.assign(**labels)[[*labels, *frame.columns]] for labels, frame in pictures if len(frame)]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
