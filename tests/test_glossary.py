@@ -297,9 +297,8 @@ KNOWN = {
                   "reference strategy: to rename",
                   ("zones.book.execute_chapters", "zones.pruning.compare.gain_share", "zones.report.pruning.claim_text",
                    "zones.report.pruning.crossover_text", "zones.report.verdicts.score_crossover")),
-    "method": ("the ablation's method is the glossary's ablation_method, the bootstrap's its interval: to rename",
-               ("zones.measure.ablation.ablation_table", "zones.measure.ablation.ablation_window_losses",
-                "zones.measure.stats.paired_bootstrap")),
+    "method": ("the bootstrap's interval method (percentile), not the healing method: to rename",
+               ("zones.measure.stats.paired_bootstrap",)),
     "batch_size": ("healing's windows per step (4: the chapters' numbers), where zones heal passes its --batch-size "
                    "(8): to reconcile", ("zones.pruning.heal.check_options", "zones.pruning.heal.heal")),
     "n_resamples": ("a power simulation's own count (400 per simulated interval)",

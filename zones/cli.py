@@ -173,7 +173,7 @@ def ablate_run(args) -> None:
     loaded = _load(args)
     with refreshing(args.refresh):  # the loss store's rows are scored again, and replace the old ones
         windows = corpus_windows(corpus, loaded.tokenizer, args.seq_len, args.split, tokens)
-        table = ablation_table(loaded.model, windows, parts=args.parts, method=args.ablation_method,
+        table = ablation_table(loaded.model, windows, parts=args.parts, ablation_method=args.ablation_method,
                                batch_size=args.batch_size, dtype=args.dtype)
     _write(table, args.out, "ablation.csv")
 
