@@ -312,15 +312,12 @@ KNOWN = {
     "device": ("a torch.device or its name", ("zones.core.hardware.auto_precision", "zones.core.hardware.check_precision",
                                               "zones.core.hardware.native_bf16")),
     "dtype": ("load_model's torch dtype, not the scoring precision: to rename", ("zones.core.models.load_model",)),
-    "estimators": ("a figure's α columns (alpha_shape, ...), not zones alpha's estimators (shape, ...): to rename",
-                   ("zones.figures.alpha_profile.estimators_by_depth",)),
     "k": ("the number of blocks a sentence names", ("zones.report.layer_ablation.ablation_numbers",)),
     "metric": ("the sublayer comparison's metric (delta_loss), not the task accuracy's: to rename",
                ("zones.pruning.sublayers.compare_at_budget",)),
     "model": ("a table's label (a string, empty for none)", ("zones.analysis.importance.depth_controlled",)),
     "seeds": ("the primer's heavy-tail draws (5)", ("zones.spectra.described.tail_seeds",)),
     "strategies": ("the strategies a figure draws by default", ("zones.figures.pruning.delta_ppl_bars",)),
-    "width": ("a title's width in characters, not a model's hidden size: to rename", ("zones.figures.wrap_titles",)),
 }
 
 
