@@ -179,7 +179,7 @@ def without_ends(table: pd.DataFrame, n_blocks: int | None = None) -> pd.DataFra
     return table[(table["layer"] != 0) & (table["layer"] != last)]
 
 
-def depth_controlled(table: pd.DataFrame, *, model: str = "", n_resamples: int = N_RESAMPLES,
+def depth_controlled(table: pd.DataFrame, *, label: str = "", n_resamples: int = N_RESAMPLES,
                      n_permutations: int = N_PERMUTATIONS, seed: int = 0) -> pd.DataFrame:
     """One model's ρ(α, ΔLoss) three ways (rows ``kind``): ``raw`` (:func:`spearman`, the
     paper's figure), ``partial_depth`` (:func:`partial_spearman` on block index) and
@@ -194,7 +194,7 @@ def depth_controlled(table: pd.DataFrame, *, model: str = "", n_resamples: int =
     results = {"raw": spearman(table["alpha"], table["delta_loss"], **options),
                "partial_depth": partial_spearman(table["alpha"], table["delta_loss"], table["layer"], **options),
                "without_ends": spearman(inner["alpha"], inner["delta_loss"], **options)}
-    return pd.DataFrame([dict(model=model, kind=kind, rho=c.rho, ci_low=c.ci_low, ci_high=c.ci_high,
+    return pd.DataFrame([dict(model=label, kind=kind, rho=c.rho, ci_low=c.ci_low, ci_high=c.ci_high,
                               p_value=c.p_value, n_blocks=c.n) for kind, c in results.items()],
                         columns=DEPTH_COLUMNS)
 
@@ -207,7 +207,7 @@ def attribution(result: "ModelImportance", alpha_estimator: str = "alpha_shape",
     """Where one model's ρ(α, ΔLoss) comes from: :func:`depth_controlled` (raw, partialled on
     block index, without the end blocks) for the α of each of ``roles`` (the book's weighted α
     and the Q-projection α the paper reads). Columns :data:`ATTRIBUTION_COLUMNS`."""
-    parts = [depth_controlled(result.importance(alpha_estimator, role), model=result.label, **options)
+    parts = [depth_controlled(result.importance(alpha_estimator, role), label=result.label, **options)
              .assign(alpha_role=role) for role in roles]
     return pd.concat(parts, ignore_index=True)[ATTRIBUTION_COLUMNS]
 
@@ -235,7 +235,7 @@ def pooled_partial(frame: pd.DataFrame, *, n_resamples: int = N_RESAMPLES, n_per
 def depth_table(frame: pd.DataFrame, **options) -> pd.DataFrame:
     """:func:`depth_controlled` for each model of an :func:`importance_frame` (``model`` column),
     and with several models one :func:`pooled_partial` row."""
-    parts = [depth_controlled(part, model=str(label), **options) for label, part in frame.groupby("model", sort=False)]
+    parts = [depth_controlled(part, label=str(label), **options) for label, part in frame.groupby("model", sort=False)]
     if frame["model"].nunique() > 1:
         parts.append(pooled_partial(frame, **options))
     return pd.concat(parts, ignore_index=True)

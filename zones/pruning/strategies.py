@@ -290,15 +290,15 @@ def check_sublayer_order(order, n_blocks: int, name: str = "strategy") -> None:
         raise StrategyError(f"{name} returned a sublayer twice: {[s for s in order if order.count(s) > 1][:2]}")
 
 
-def plan_at_budget(order: Sequence[tuple[int, str]], params: pd.DataFrame, budget: float) -> list[tuple[int, str]]:
-    """The shortest prefix of ``order`` that removes at least ``(1 − TOLERANCE) · budget``
+def plan_at_budget(order: Sequence[tuple[int, str]], params: pd.DataFrame, target_params: float) -> list[tuple[int, str]]:
+    """The shortest prefix of ``order`` that removes at least ``(1 − TOLERANCE) · target_params``
     parameters (``params``: ``zones.measure.sublayers.sublayer_params``); ``None`` when the whole
     order does not reach it."""
     size = params.set_index(["layer", "part"])["n_params"]
     total = 0.0
     for i, item in enumerate(order):
         total += float(size[tuple(item)])
-        if total >= (1 - TOLERANCE) * budget:
+        if total >= (1 - TOLERANCE) * target_params:
             return list(order[:i + 1])
     return None
 
