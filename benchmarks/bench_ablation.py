@@ -3,9 +3,9 @@
 The sweeps score the same windows of the same model in one run, without the cache,
 alternating batch by batch so that a drifting machine load affects them alike:
 
-* ``naive``: ``ablation_table(method="naive")``, one full forward per ablation scored as
+* ``naive``: ``ablation_table(ablation_method="naive")``, one full forward per ablation scored as
   ``zones.measure.evaluate.evaluate_loss`` does (the model's body, then the LM head in chunks);
-* ``prefix``: ``ablation_table(method="prefix")``, the shared prefix reused, the LM head
+* ``prefix``: ``ablation_table(ablation_method="prefix")``, the shared prefix reused, the LM head
   applied in chunks with a log-sum-exp;
 * ``naive, chunked head`` (with ``--breakdown``): the same written out by hand (since
   ``evaluate_loss`` adopted the chunked head, it equals ``naive``; kept as a check).
@@ -93,9 +93,9 @@ def main() -> None:
         model(input_ids=windows.input_ids[:1].to(next(model.parameters()).device), use_cache=False)
 
     sweeps = {
-        "naive": lambda w: ablation_table(model, w, method="naive", batch_size=args.batch_size,
+        "naive": lambda w: ablation_table(model, w, ablation_method="naive", batch_size=args.batch_size,
                                           cache=False, progress=False),
-        "prefix": lambda w: ablation_table(model, w, method="prefix", batch_size=args.batch_size,
+        "prefix": lambda w: ablation_table(model, w, ablation_method="prefix", batch_size=args.batch_size,
                                            cache=False, progress=False),
     }
     if args.breakdown:

@@ -44,7 +44,7 @@ def test_prefix_sweep_equals_naive_sweep(family):
     model = tiny_model(family, n_layers=4)
     windows = random_windows()  # 7 windows in batches of 3: the last batch is short
     prefix = ablation_table(model, windows, parts=True, batch_size=3, cache=False, progress=False)
-    naive = ablation_table(model, windows, parts=True, batch_size=3, method="naive", cache=False,
+    naive = ablation_table(model, windows, parts=True, batch_size=3, ablation_method="naive", cache=False,
                            progress=False)
     assert list(prefix.columns) == COLUMNS + PART_COLUMNS
     assert (prefix[LOSS_COLUMNS] - naive[LOSS_COLUMNS]).abs().max().max() < 1e-4
@@ -78,7 +78,7 @@ def test_prefix_runs_only_the_blocks_after_the_removed_one():
     for method, per_batch in (("prefix", n + n * (n - 1) // 2), ("naive", n + n * (n - 1))):
         model = tiny_model("llama", n_layers=n)
         calls = count_block_calls(model)
-        ablation_table(model, windows, batch_size=2, method=method, cache=False, progress=False)
+        ablation_table(model, windows, batch_size=2, ablation_method=method, cache=False, progress=False)
         assert len(calls) == 2 * per_batch, method
 
 
@@ -156,7 +156,7 @@ def test_interrupted_sweep_resumes_and_is_never_read_partial(own_cache, monkeypa
     (dict(layers=[4]), IndexError, "out of range"),
     (dict(layers=[-1]), IndexError, "out of range"),
     (dict(layers=[]), ValueError, "no blocks"),
-    (dict(method="fast"), ValueError, "method"),
+    (dict(ablation_method="fast"), ValueError, "ablation_method"),
     (dict(batch_size=0), ValueError, "batch_size"),
     (dict(batch_size=2.5), ValueError, "batch_size"),
 ])
@@ -219,7 +219,7 @@ def test_default_model_prefix_equals_naive(user_cache):
     windows = corpus_windows("stdlib", loaded.tokenizer, seq_len=32, max_tokens=2 * 31)
     kwargs = dict(layers=[0, 14, 29], cache=False, progress=False)
     prefix = ablation_table(loaded.model, windows, **kwargs)
-    naive = ablation_table(loaded.model, windows, method="naive", **kwargs)
+    naive = ablation_table(loaded.model, windows, ablation_method="naive", **kwargs)
     assert (prefix[LOSS_COLUMNS[:3]] - naive[LOSS_COLUMNS[:3]]).abs().max().max() < 1e-4
     assert prefix["delta_loss"][0] > prefix["delta_loss"][1]  # the first block matters most
 
@@ -245,7 +245,7 @@ def test_window_losses_sum_to_the_table_and_intervals_cover_it():
     assert long.query("layer == 1 and window == 4")["nll"].item() == pytest.approx(expected, rel=1e-6)
 
 
-@pytest.mark.parametrize("kwargs", [dict(), dict(method="naive"), dict(parts=True)])
+@pytest.mark.parametrize("kwargs", [dict(), dict(ablation_method="naive"), dict(parts=True)])
 def test_a_nan_weight_is_an_error_naming_the_block_and_window(kwargs, own_cache):
     model = tiny_model("llama", n_layers=4)
     with torch.no_grad():

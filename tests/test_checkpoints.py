@@ -42,7 +42,7 @@ def in_memory_rows(path: Path) -> pd.DataFrame:
 @pytest.mark.parametrize("budget", [None, 20_000])
 def test_streamed_rows_equal_the_in_memory_alpha_table_for_every_family(family, budget, tmp_path):
     path = save_series(tmp_path, family, steps=(7,))[0]
-    rows = checkpoint_snapshot(Checkpoint(str(path), 7), memory_budget=budget).rows
+    rows = checkpoint_snapshot(Checkpoint(str(path), 7), memory_budget=budget and budget / 2**20).rows
     expected = in_memory_rows(path)
     assert rows[["layer", "role"]].values.tolist() == expected[["layer", "role"]].values.tolist()
     np.testing.assert_allclose(rows[VALUES].to_numpy(), expected[VALUES].to_numpy(), rtol=1e-12, atol=0)
@@ -59,7 +59,7 @@ def test_matrices_stream_in_groups_within_the_memory_budget(tmp_path, monkeypatc
     monkeypatch.setattr(checkpoints, "spectral_table", spy)
     largest = max(m.numel() * 8 for _, _, m in iter_checkpoint_matrices(path))
     budget = 2 * largest
-    rows = checkpoints.snapshot_rows(iter_checkpoint_matrices(path), memory_budget=budget)
+    rows = checkpoints.snapshot_rows(iter_checkpoint_matrices(path), memory_budget=budget / 2**20)  # MB
     assert len(rows) == 4 * 7 and len(sizes) > 1
     assert max(sizes) <= budget
     sizes.clear()
@@ -297,7 +297,7 @@ def test_the_default_model_streamed_equals_its_alpha_table(user_cache, tmp_path,
 
     source = resolve_source("smollm2-135m")  # the converted safetensors directory
     monkeypatch.setenv("ZONES_CACHE", str(tmp_path))  # compute, do not read the user's entries
-    rows = checkpoint_snapshot(Checkpoint(source, 0), memory_budget=64 * 2**20).rows
+    rows = checkpoint_snapshot(Checkpoint(source, 0), memory_budget=64).rows
     expected = alpha_table(load_model(source, device="cpu").model, cache=False)
     assert len(rows) == 30 * 7
     np.testing.assert_allclose(rows[VALUES].to_numpy(), expected[VALUES].to_numpy(), rtol=1e-10)

@@ -1,7 +1,8 @@
 """One vocabulary: every parameter of a chapter's parameters cell, of a ``zones.report.<chapter>.run``
 signature and of a subcommand's flags is a term of ``zones.core.glossary``, with one meaning (type)
 and the glossary's ``cpu`` default; the presets (class, cpu, gpu) are the glossary's table, and the
-README's budget table is that table."""
+README's budget table is that table. Below the surface (issue 40): the library's keywords, the
+``summary.json`` keys the chapters write, one ``CHAPTERS``, and every default written once."""
 from __future__ import annotations
 
 import argparse
@@ -240,3 +241,225 @@ def test_the_readmes_budget_table_is_the_glossarys():
         "print(budget_markdown(budget_table()))'"
     assert re.search(r"\| `?eval_tokens`? \| .*pruning.* \| `?504`? \| `?2040`? \| `?16320`? \|", "\n".join(
         line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| ")))
+
+
+# --- below the surface: the library's keywords, summary.json keys, constants --------------------
+
+def library_functions():
+    """``(qualified name, function)`` of every public function and method of zones' modules."""
+    import pkgutil
+
+    import zones
+
+    for info in pkgutil.walk_packages(zones.__path__, "zones."):
+        if info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for name, obj in vars(module).items():
+            if name.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
+                continue
+            if inspect.isfunction(obj):
+                yield f"{module.__name__}.{name}", obj
+            elif inspect.isclass(obj):
+                for attr, member in vars(obj).items():
+                    if inspect.isfunction(member) and not attr.startswith("_"):
+                        yield f"{module.__name__}.{name}.{attr}", member
+
+
+# The library's uses of a glossary name with another meaning or default that are known and not yet
+# renamed (issue 40): name -> (why, the functions). The list may only shrink: a new use fails, and
+# so does an entry that no longer is one (take it out).
+_PROGRESS = ("zones.analysis.importance.measure_models", "zones.analysis.quantization.quantization_effect",
+             "zones.api.ablate", "zones.api.alpha_table", "zones.book.build_book", "zones.book.execute_chapters",
+             "zones.core.executors.run_jobs", "zones.measure.ablation.ablation_table",
+             "zones.measure.ablation.ablation_window_losses", "zones.measure.agreement.agreement_window_losses",
+             "zones.measure.evaluate.evaluate_loss", "zones.measure.evaluate.evaluate_removals",
+             "zones.measure.evaluate.score_windows", "zones.pruning.export.choose_removed", "zones.pruning.heal.heal",
+             "zones.pruning.compare.pair_at_k", "zones.pruning.sublayers.plan_table",
+             "zones.pruning.sublayers.score_plans",
+             "zones.pruning.sublayers.sublayer_greedy_order", "zones.pruning.sweep.pruning_sweep",
+             "zones.report.sublayers.series_rho_table", "zones.series.checkpoints.checkpoint_snapshot",
+             "zones.series.checkpoints.lifecycle_snapshots", "zones.series.checkpoints.snapshot_rows",
+             "zones.series.loop.train_model", "zones.series.runs.series_importance",
+             "zones.series.runs.series_quantization", "zones.series.runs.series_sublayer_rho",
+             "zones.series.runs.train_series", "zones.spectra.gram.gram_eigenvalues", "zones.spectra.sweep.alpha_sweep",
+             "zones.spectra.table.alpha_table", "zones.spectra.table.spectral_table", "zones.study.study")
+KNOWN = {
+    "progress": ("a library function's own True/False (bars in a terminal, none inside a job); the chapters and "
+                 "commands pass the glossary's", _PROGRESS),
+    "parts": ("zones.core.cache's key parts (a dict), not zones ablate's --parts: to rename",
+              ("zones.core.cache.cache_key", "zones.core.cache.cached_table", "zones.core.cache.entry_path",
+               "zones.core.cache.read_cached_table", "zones.core.cache.read_entry", "zones.core.cache.resumable_table",
+               "zones.core.cache.verify_manifest", "zones.core.cache.write_cached_table",
+               "zones.core.cache.write_entry", "zones.core.cache.write_manifest",
+               "zones.series.checkpoints.store_snapshot")),
+    "reference": ("the claim's comparator (Last-N) or the book's reference forward, not the pruning chapter's "
+                  "reference strategy: to rename",
+                  ("zones.book.execute_chapters", "zones.pruning.compare.gain_share", "zones.report.pruning.claim_text",
+                   "zones.report.pruning.crossover_text", "zones.report.verdicts.score_crossover")),
+    "method": ("the bootstrap's interval method (percentile), not the healing method: to rename",
+               ("zones.measure.stats.paired_bootstrap",)),
+    "batch_size": ("healing's windows per step (4: the chapters' numbers), where zones heal passes its --batch-size "
+                   "(8): to reconcile", ("zones.pruning.heal.check_options", "zones.pruning.heal.heal")),
+    "n_resamples": ("a power simulation's own count (400 per simulated interval)",
+                    ("zones.analysis.power.mean_draws", "zones.analysis.power.rho_draws")),
+    "n_permutations": ("a power simulation's own count (400 per simulated p-value)", ("zones.analysis.power.rho_draws",)),
+    "rows": ("a table's rows, not the primer's matrix rows: to rename",
+             ("zones.core.glossary.budget_markdown", "zones.measure.tasks.build.jsonl_bytes",
+              "zones.report.format.list_table")),
+    "device": ("a torch.device or its name", ("zones.core.hardware.auto_precision", "zones.core.hardware.check_precision",
+                                              "zones.core.hardware.native_bf16")),
+    "dtype": ("load_model's torch dtype, not the scoring precision: to rename", ("zones.core.models.load_model",)),
+    "metric": ("the sublayer comparison's metric (delta_loss), not the task accuracy's: to rename",
+               ("zones.pruning.sublayers.compare_at_budget",)),
+    "seeds": ("the primer's heavy-tail draws (5)", ("zones.spectra.described.tail_seeds",)),
+    "strategies": ("the strategies a figure draws by default", ("zones.figures.pruning.delta_ppl_bars",)),
+}
+
+
+def library_problems() -> dict[str, dict[str, str]]:
+    """name -> {function: problem} for every library signature (chapters' ``run``: checked above)."""
+    found: dict[str, dict[str, str]] = {}
+    chapters = {f"zones.report.{c}.run" for c in glossary.CHAPTERS}
+    for where, function in library_functions():
+        if where in chapters:
+            continue
+        for line in problems(where, None, signature_uses(function), library=True):
+            name = line.removeprefix(f"{where}: ").removeprefix("default parameter ").split(" ")[0]
+            found.setdefault(name, {})[where] = line
+    return found
+
+
+def test_the_librarys_keywords_are_the_glossarys():
+    """A library keyword with a glossary name has the glossary's meaning and one of its defaults;
+    a name the glossary retired (estimator: alpha_estimator) is nowhere."""
+    found = library_problems()
+    new = [line for name, lines in found.items() for where, line in lines.items()
+           if where not in KNOWN.get(name, ("", ()))[1]]
+    assert not new, "\n".join(new)
+    gone = [f"{name}: {where}" for name, (_, functions) in KNOWN.items() for where in functions
+            if where not in found.get(name, {})]
+    assert not gone, "no longer a problem, take it out of KNOWN:\n" + "\n".join(gone)
+
+
+def test_the_library_check_catches_the_old_keywords():
+    """What the library wrote before issue 40: estimator=, an α role named role, eval tokens of another
+    chapter, memory_budget in bytes."""
+    def layer_alpha(table, estimator: str = "alpha_shape", role: str = "weighted"):
+        """The old spectra.layer_alpha."""
+
+    def ablation_table(model, windows, *, eval_tokens: int | None = 3061, memory_budget: float = 256 * 2**20):
+        """Another chapter's budget, and bytes where the glossary says MB."""
+
+    found = problems("old.layer_alpha", None, signature_uses(layer_alpha), library=True)
+    assert any("estimator is not in the glossary (zones/core/glossary.py): the glossary's name is alpha_estimator"
+               in f for f in found), found
+    assert any("role defaults to 'weighted', but the glossary's cpu defaults of role are 'q'" in f for f in found), found
+    found = problems("old.ablation_table", None, signature_uses(ablation_table), library=True)
+    assert any(f.startswith("old.ablation_table: eval_tokens defaults to 3061") for f in found), found
+    assert any(f.startswith("old.ablation_table: memory_budget defaults to 268435456") for f in found), found
+
+
+def summary_keys(path: Path) -> dict[str, ast.expr]:
+    """The keys a chapter module writes to ``summary.json``: the keywords of ``summary = dict(...)``
+    and the names of ``summary["name"] = ...``, with the value written."""
+    keys = {}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "summary" for t in node.targets) \
+                and isinstance(node.value, ast.Call) and getattr(node.value.func, "id", None) == "dict":
+            keys.update({k.arg: k.value for k in node.value.keywords if k.arg})
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Subscript) and getattr(t.value, "id", None) == "summary" \
+                        and isinstance(t.slice, ast.Constant) and isinstance(t.slice.value, str):
+                    keys[t.slice.value] = node.value
+    return keys
+
+
+def summary_problems(path: Path) -> list[str]:
+    """A retired key, or a parameter of ``run`` written under another name (``estimator=estimator``
+    where run takes alpha_estimator; ``role=alpha_role``)."""
+    run = next(node for node in ast.parse(path.read_text()).body
+               if isinstance(node, ast.FunctionDef) and node.name == "run")
+    parameters = {a.arg for a in run.args.args + run.args.kwonlyargs}
+    found = []
+    for key, value in summary_keys(path).items():
+        if key in glossary.RETIRED:
+            found.append(f"{path.name}: summary.json key {key} is retired: the glossary's name is "
+                         f"{glossary.RETIRED[key]}")
+        elif isinstance(value, ast.Name) and value.id in parameters and value.id != key and \
+                (key in TERMS or value.id in TERMS):
+            found.append(f"{path.name}: summary.json writes run's {value.id} as {key}: one name")
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(glossary.CHAPTERS))
+def test_summary_json_keys_are_the_glossarys(name):
+    found = summary_problems(ROOT / "zones" / "report" / f"{name}.py")
+    assert not found, "\n".join(found)
+
+
+def test_the_summary_check_catches_the_old_keys(tmp_path):
+    """alpha_profile's summary.json before issue 40 wrote the α estimator as estimator."""
+    old = tmp_path / "alpha_profile.py"
+    old.write_text("def run(models, role='q', alpha_estimator='alpha_shape'):\n    estimator = alpha_estimator\n"
+                   "    summary = dict(model=models[0], role=role, estimator=estimator)\n"
+                   "    summary['alpha_role'] = role\n")
+    found = summary_problems(old)
+    assert found == ["alpha_profile.py: summary.json key estimator is retired: the glossary's name is alpha_estimator",
+                     "alpha_profile.py: summary.json writes run's role as alpha_role: one name"]
+
+
+def test_a_summary_written_under_a_retired_key_is_stale_not_misread(tmp_path):
+    import json
+
+    from zones.report.common import StaleSummaryError, read_summary
+
+    (tmp_path / "summary.json").write_text(json.dumps(dict(estimator="alpha_esd", role="q")))
+    with pytest.raises(StaleSummaryError, match="estimator is now alpha_estimator.*run its chapter again"):
+        read_summary(tmp_path)
+    (tmp_path / "summary.json").write_text(json.dumps(dict(alpha_estimator="alpha_esd")))
+    assert read_summary(tmp_path) == dict(alpha_estimator="alpha_esd")
+
+
+def test_the_chapters_are_one_list():
+    """``zones.core.glossary.CHAPTERS`` is the only ``CHAPTERS`` (zones.report's is it), and it
+    names the book's chapters (_toc.yml)."""
+    from zones import report
+
+    assert report.CHAPTERS is glossary.CHAPTERS
+    assert set(glossary.CHAPTERS) == set(chapter_names())
+    defined = [str(path.relative_to(ROOT)) for path in (ROOT / "zones").rglob("*.py")
+               for node in ast.parse(path.read_text()).body if isinstance(node, ast.Assign)
+               for t in node.targets if isinstance(t, ast.Name) and t.id == "CHAPTERS"]
+    assert defined == ["zones/core/glossary.py"], defined
+
+
+def literal_constants() -> list[tuple[str, str, object]]:
+    """Module-level constants of zones named after a glossary term — ``DEFAULT_<term>``, or a
+    number named as its term (``N_RESAMPLES``, ``K_MAX``) — whose value is written out (a literal or
+    arithmetic on literals)."""
+    found = []
+    for path in sorted((ROOT / "zones").rglob("*.py")):
+        if path.name == "glossary.py":
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if not isinstance(node, ast.Assign) or len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
+                continue
+            name = node.targets[0].id
+            term = name.removeprefix("DEFAULT_").lower()
+            term = {"k": "k_values", "tokens": "heal_tokens"}.get(term, term)
+            numbers = term in TERMS and TERMS[term].type in ("int", "float", "tokens")  # not a tuple of choices
+            if term not in TERMS or not (name.startswith("DEFAULT_") or numbers) or not all(isinstance(n, (ast.Constant, ast.BinOp, ast.Tuple, ast.List, ast.operator,
+                                                           ast.expr_context, ast.UnaryOp, ast.unaryop))
+                                            for n in ast.walk(node.value)):
+                continue
+            found.append((str(path.relative_to(ROOT)), name, eval(compile(ast.Expression(node.value), "", "eval"))))
+    return found
+
+
+def test_every_default_is_written_once_in_the_glossary():
+    """A library constant named after a term takes its value from ``zones.core.glossary.default``:
+    3060 written in measure/ablation.py and 2040 in pruning/sweep.py drifted apart from the glossary."""
+    found = literal_constants()
+    assert not found, "write these as zones.core.glossary.default(...):\n" + "\n".join(map(str, found))

@@ -310,7 +310,7 @@ def test_without_ends_drops_the_first_and_last_blocks():
     inner = without_ends(table)
     assert inner["layer"].tolist() == list(range(1, 9))
     assert without_ends(table.iloc[:6], n_blocks=10)["layer"].tolist() == [1, 2, 3, 4, 5]  # block 9 absent already
-    rows = depth_controlled(table, model="m", n_resamples=200, n_permutations=200).set_index("kind")
+    rows = depth_controlled(table, label="m", n_resamples=200, n_permutations=200).set_index("kind")
     assert list(rows.index) == ["raw", "partial_depth", "without_ends"]
     assert rows.loc["without_ends", "n_blocks"] == 8 and rows.loc["raw", "n_blocks"] == 10
     assert rows.loc["without_ends", "rho"] == pytest.approx(spearmanr(inner["alpha"], inner["delta_loss"])[0])

@@ -115,3 +115,41 @@ def test_the_chapter_check_sees_a_chapter_import(tmp_path):
     source = root / "report" / "claims.py"
     source.write_text("from . import healing\nfrom zones.report.verdicts import HOLDS\n")
     assert chapter_imports(source, ("healing", "claims"), root) == ["zones.report.healing"]
+
+
+# --- the report floor computes no statistics: it calls the library's and writes words ------------
+
+# What only the library does: resampling and random draws, describing a spectrum, and a pruning
+# sweep (the pruning chapter's own call excepted: the sweep is what that chapter reports).
+COMPUTING = {"paired_bootstrap", "unit_bootstrap", "default_rng", "spectral_table", "marchenko_pastur_fit",
+             "density_picture", "rank_picture", "pruning_sweep"}
+OWN_CALL = {"pruning_sweep": {"pruning"}}
+
+
+def computing_names(path: Path) -> set[str]:
+    """The names of :data:`COMPUTING` that ``path`` imports or reads, and ``scipy`` if it imports it."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            found |= {a.name for a in node.names if a.name in COMPUTING}
+            found |= {"scipy"} if (node.module or "").split(".")[0] == "scipy" else set()
+        elif isinstance(node, ast.Import):
+            found |= {"scipy"} if any(a.name.split(".")[0] == "scipy" for a in node.names) else set()
+        elif isinstance(node, ast.Attribute) and node.attr in COMPUTING:
+            found.add(node.attr)
+    return found
+
+
+@pytest.mark.parametrize("path", sorted(REPORT.glob("*.py")), ids=lambda p: p.name)
+def test_report_modules_call_the_librarys_statistics(path):
+    found = {n for n in computing_names(path) if path.stem not in OWN_CALL.get(n, ())}
+    assert not found, (f"zones/report/{path.name} computes {sorted(found)} itself: move it to zones.analysis, "
+                       f"zones.spectra or zones.pruning and call that")
+
+
+def test_the_statistics_check_sees_a_chapters_own_bootstrap(tmp_path):
+    """task_accuracy before issue 40 bootstrapped its examples itself; across_models swept pruning."""
+    source = tmp_path / "task_accuracy.py"
+    source.write_text("import scipy.stats\nfrom zones.measure.stats import N_RESAMPLES, paired_bootstrap\n"
+                      "from zones.pruning import pruning_sweep\n")
+    assert computing_names(source) == {"scipy", "paired_bootstrap", "pruning_sweep"}

@@ -195,6 +195,7 @@ def test_primer_run_on_a_tiny_model_returns_the_tables_the_page_draws(tmp_path, 
 
 def test_rules_of_the_primer_sentences():
     from zones.report import primer
+    from zones.spectra import described
 
     assert primer.tail_start(3.0, 2.9) == "beyond the twin's edge"
     assert primer.tail_start(2.0, 2.9) == "below the twin's edge"
@@ -207,8 +208,8 @@ def test_rules_of_the_primer_sentences():
     # ν = 1, 2, 3 → 0.3, 0.5, 0.3
     assert primer.grid_trend(grid.assign(alpha_shape=[0.3, 0.3, 0.5])) == "ends where it started"
     assert primer.grid_trend(grid.assign(alpha_shape=[0.3, float("nan"), 0.5])) == "undefined"
-    assert primer.relative_spread([1.0, 2.0, 3.0]) == pytest.approx(1.0)
-    assert math.isnan(primer.relative_spread([1.0]))
+    assert described.relative_spread([1.0, 2.0, 3.0]) == pytest.approx(1.0)
+    assert math.isnan(described.relative_spread([1.0]))
     draws = pd.DataFrame({"df": [3.0, 3.0, 1.5, 1.5], "alpha_esd": [2.0, 4.0, 1.9, 1.9],
                           "alpha_shape": [0.50, 0.51, 0.5, 0.6], "n_tail": [20, 80, 150, 160]})
     assert primer.seed_reading(draws) == (
@@ -225,13 +226,13 @@ def test_rules_of_the_primer_sentences():
         15, 3, 5, 0]
     with pytest.raises(ValueError, match="position"):
         primer.block_at(6, 1.5)
-    seeds = primer.tail_seeds(30, 60, [2.0, 3.0], seeds=3)
+    seeds = described.tail_seeds(30, 60, [2.0, 3.0], seeds=3)
     assert seeds["seed"].tolist() == [0, 1, 2] * 2 and seeds["df"].tolist() == [2.0] * 3 + [3.0] * 3
     assert seeds["alpha_esd"].nunique() == 6
-    assert seeds.iloc[0]["alpha_esd"] == primer.tail_seeds(30, 60, 2.0, seeds=1).iloc[0]["alpha_esd"]
-    table = primer.compare({"wide": gaussian_matrix(30, 60), "square": gaussian_matrix(60, 60)})
+    assert seeds.iloc[0]["alpha_esd"] == described.tail_seeds(30, 60, 2.0, seeds=1).iloc[0]["alpha_esd"]
+    table = described.compare({"wide": gaussian_matrix(30, 60), "square": gaussian_matrix(60, 60)})
     assert table["mp_low"].iloc[1] == 0.0 and table["mp_low"].iloc[0] > 0
-    assert table.columns.tolist() == primer.COMPARE_COLUMNS
+    assert table.columns.tolist() == described.COMPARE_COLUMNS
 
 
 def _micro_parameters(model_dir: Path, corpus: str) -> dict:

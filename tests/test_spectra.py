@@ -241,11 +241,11 @@ def test_layer_alpha_weighted_mean_and_single_role():
     assert weighted.name == "alpha_shape" and weighted.index.name == "layer"
     assert weighted[0] == pytest.approx((16 * 1 + 8 * 2 + 32 * 4) / 56)
     assert weighted[1] == pytest.approx((16 * 3 + 32 * 1) / 48)  # the NaN is skipped
-    assert layer_alpha(table, role="v").tolist()[0] == 2.0 and np.isnan(layer_alpha(table, role="v")[1])
+    assert layer_alpha(table, alpha_role="v").tolist()[0] == 2.0 and np.isnan(layer_alpha(table, alpha_role="v")[1])
     with pytest.raises(ValueError, match="role"):
-        layer_alpha(table, role="nope")
+        layer_alpha(table, alpha_role="nope")
     with pytest.raises(ValueError, match="estimator"):
-        layer_alpha(table, estimator="rows")
+        layer_alpha(table, alpha_estimator="rows")
 
 
 def test_depth_spread_separates_moving_and_flat_roles():

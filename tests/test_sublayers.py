@@ -304,7 +304,7 @@ def test_series_sublayer_rho_matches_scipy_on_each_trained_model(micro_corpus, o
     for part in ("attn", "mlp"):
         expected = spearmanr(ablation[f"delta_loss_{part}"], alphas[alphas["part"] == part]["alpha"]).statistic
         assert table.loc[table["part"] == part, "rho"].item() == pytest.approx(expected, abs=1e-9)
-    shown = series_rho_table("cpu", [5], dict(overrides, seed=0), eval_tokens=8 * 31, n_resamples=100,
+    shown = series_rho_table("cpu", [5], dict(overrides, seed=0), series_eval_tokens=8 * 31, n_resamples=100,
                              n_permutations=200)
     assert shown.drop(columns="verdict").equals(table) and shown["verdict"].str.contains("On depth 5, seed 0").all()
     assert "of 1 intervals" in series_text(shown) and series_rho_table(None).empty

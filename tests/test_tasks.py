@@ -15,6 +15,8 @@ import pandas as pd
 import pytest
 from conftest import tiny_model
 
+from zones.analysis.accuracy import ACCURACY_COLUMNS, DIFFERENCE_COLUMNS
+from zones.analysis.paired import mcnemar_exact
 from zones.measure.tasks import (
     OFFLINE_DIR,
     OFFLINE_TASKS,
@@ -331,6 +333,7 @@ def _chapter_examples(p: dict[str, float], n: int = 300, seed: int = 0) -> pd.Da
 
 
 def test_chapter_intervals_take_the_median_over_seeds_and_pair_every_difference():
+    from zones.analysis.accuracy import accuracy_intervals
     from zones.report import task_accuracy as ta
 
     arms = pd.DataFrame([dict(strategy="zone_aware", seed=0, k=2, removed="1,2"),
@@ -338,7 +341,7 @@ def test_chapter_intervals_take_the_median_over_seeds_and_pair_every_difference(
                          dict(strategy="random_protected", seed=0, k=2, removed="1,3"),
                          dict(strategy="random_protected", seed=1, k=2, removed="2,4")])
     examples = _chapter_examples({"": 0.8, "1,2": 0.7, "3,4": 0.4, "1,3": 0.5, "2,4": 0.6})
-    found = ta.interval_tables(examples, arms, OFFLINE_TASKS, n_resamples=500)
+    found = accuracy_intervals(examples, arms, OFFLINE_TASKS, n_resamples=500)
     acc = found["accuracy"].set_index(["strategy", "task"])
     assert acc.loc[("full", "all"), "accuracy"] == pytest.approx(examples[examples["removed"] == ""]["acc"].mean())
     assert acc.loc[("random_protected", "all"), "n_seeds"] == 2
@@ -384,7 +387,7 @@ def test_the_task_accuracy_rule_branch_by_branch():
     # Last-N listed first: d is still zone-aware − Last-N, and b, c swap with it
     between = pd.DataFrame([dict(strategy="last_n_keep_last", reference="zone_aware", task="all", difference=0.2,
                                  difference_low=0.05, difference_high=0.35, n=80, b=18, c=2,
-                                 p_exact=ta.mcnemar_exact([1] * 18 + [0] * 2, [0] * 18 + [1] * 2).p_exact)])
+                                 p_exact=mcnemar_exact([1] * 18 + [0] * 2, [0] * 18 + [1] * 2).p_exact)])
     row = ta.verdict_table(between, "m", 8, "bridge").iloc[0]
     assert row["difference"] == -0.2 and (row["difference_low"], row["difference_high"]) == (-0.35, -0.05)
     assert (row["b"], row["c"], row["discordance"]) == (2, 18, 0.25)
@@ -395,7 +398,7 @@ def test_the_task_accuracy_rule_branch_by_branch():
                            difference_high=0.28, n=40, b=7, c=1, p_exact=0.0703125)
     row = ta.verdict_table(issue, "m", 8, "bridge").iloc[0]
     assert row["verdict"] == "inconclusive" and row["power"] == pytest.approx(0.1724, abs=1e-3)
-    said = ta.findings(pd.DataFrame(columns=ta.ACCURACY_COLUMNS), pd.DataFrame(columns=ta.DIFFERENCE_COLUMNS),
+    said = ta.findings(pd.DataFrame(columns=ACCURACY_COLUMNS), pd.DataFrame(columns=DIFFERENCE_COLUMNS),
                        issue, ta.verdict_table(issue, "m", 8, "bridge"))
     said_text = said["verdict_text"]
     assert "bootstrap interval [+0.02, +0.28]; the exact McNemar test, which decides: 7 examples" in said_text
@@ -405,13 +408,14 @@ def test_the_task_accuracy_rule_branch_by_branch():
 
 
 def test_the_power_table_is_the_rules_power_at_each_budget():
+    from zones.analysis.accuracy import power_rate, power_table
     from zones.analysis.paired import mcnemar_power
-    from zones.report import task_accuracy as ta
+    from zones.report.task_accuracy import POWER_EFFECT
 
-    table = ta.power_table(0.2, [400, 40, 100, 40])
+    table = power_table(0.2, [400, 40, 100, 40], POWER_EFFECT)
     assert list(table["n_examples"]) == [40, 100, 400]
     assert list(table["power"]) == [mcnemar_power(0.10, 0.2, n) for n in (40, 100, 400)]
-    assert ta.power_rate(1, 1, 40) == 0.10 and ta.power_rate(7, 1, 40) == pytest.approx(0.2)
+    assert power_rate(1, 1, 40, POWER_EFFECT) == 0.10 and power_rate(7, 1, 40, POWER_EFFECT) == pytest.approx(0.2)
 
 
 def test_the_scorecard_row_reads_the_chapters_verdict_table():

@@ -110,7 +110,7 @@ def ablate(model: ModelLike, *, corpus: str = _d("corpus", "ablate"), seq_len: i
     windows = corpus_windows(text, loaded.tokenizer, seq_len, split, eval_tokens if split == "eval" else
                              calibration_tokens)
     with refreshing(refresh):  # what the cache held is computed again
-        table = ablation_table(loaded.model, windows, parts=parts, method=ablation_method, batch_size=batch_size,
+        table = ablation_table(loaded.model, windows, parts=parts, ablation_method=ablation_method, batch_size=batch_size,
                                dtype=dtype, progress=progress)
     return _written(table, out, "ablation.csv")
 

@@ -173,7 +173,7 @@ def ablate_run(args) -> None:
     loaded = _load(args)
     with refreshing(args.refresh):  # the loss store's rows are scored again, and replace the old ones
         windows = corpus_windows(corpus, loaded.tokenizer, args.seq_len, args.split, tokens)
-        table = ablation_table(loaded.model, windows, parts=args.parts, method=args.ablation_method,
+        table = ablation_table(loaded.model, windows, parts=args.parts, ablation_method=args.ablation_method,
                                batch_size=args.batch_size, dtype=args.dtype)
     _write(table, args.out, "ablation.csv")
 
@@ -362,7 +362,7 @@ def lifecycle_run(args) -> None:
     table = lifecycle_snapshots(args.checkpoints, args.model, revisions=args.revisions, train_run=args.train_run,
                                 executor=args.executor, ray_address=args.ray_address, retries=args.retries,
                                 cpus_per_job=args.cpus_per_job, device=args.device, refresh=args.refresh,
-                                memory_budget=int(args.memory_budget * 2**20) or None)
+                                memory_budget=args.memory_budget or None)
     _write(table, args.out, "snapshots.csv")
 
 

@@ -179,7 +179,7 @@ def without_ends(table: pd.DataFrame, n_blocks: int | None = None) -> pd.DataFra
     return table[(table["layer"] != 0) & (table["layer"] != last)]
 
 
-def depth_controlled(table: pd.DataFrame, *, model: str = "", n_resamples: int = N_RESAMPLES,
+def depth_controlled(table: pd.DataFrame, *, label: str = "", n_resamples: int = N_RESAMPLES,
                      n_permutations: int = N_PERMUTATIONS, seed: int = 0) -> pd.DataFrame:
     """One model's ρ(α, ΔLoss) three ways (rows ``kind``): ``raw`` (:func:`spearman`, the
     paper's figure), ``partial_depth`` (:func:`partial_spearman` on block index) and
@@ -194,7 +194,7 @@ def depth_controlled(table: pd.DataFrame, *, model: str = "", n_resamples: int =
     results = {"raw": spearman(table["alpha"], table["delta_loss"], **options),
                "partial_depth": partial_spearman(table["alpha"], table["delta_loss"], table["layer"], **options),
                "without_ends": spearman(inner["alpha"], inner["delta_loss"], **options)}
-    return pd.DataFrame([dict(model=model, kind=kind, rho=c.rho, ci_low=c.ci_low, ci_high=c.ci_high,
+    return pd.DataFrame([dict(model=label, kind=kind, rho=c.rho, ci_low=c.ci_low, ci_high=c.ci_high,
                               p_value=c.p_value, n_blocks=c.n) for kind, c in results.items()],
                         columns=DEPTH_COLUMNS)
 
@@ -202,12 +202,12 @@ def depth_controlled(table: pd.DataFrame, *, model: str = "", n_resamples: int =
 ATTRIBUTION_COLUMNS = ["model", "alpha_role", "kind", "rho", "ci_low", "ci_high", "p_value", "n_blocks"]
 
 
-def attribution(result: "ModelImportance", estimator: str = "alpha_shape", roles: Sequence[str] = ("weighted", "q"),
+def attribution(result: "ModelImportance", alpha_estimator: str = "alpha_shape", roles: Sequence[str] = ("weighted", "q"),
                 **options) -> pd.DataFrame:
     """Where one model's ρ(α, ΔLoss) comes from: :func:`depth_controlled` (raw, partialled on
     block index, without the end blocks) for the α of each of ``roles`` (the book's weighted α
     and the Q-projection α the paper reads). Columns :data:`ATTRIBUTION_COLUMNS`."""
-    parts = [depth_controlled(result.importance(estimator, role), model=result.label, **options)
+    parts = [depth_controlled(result.importance(alpha_estimator, role), label=result.label, **options)
              .assign(alpha_role=role) for role in roles]
     return pd.concat(parts, ignore_index=True)[ATTRIBUTION_COLUMNS]
 
@@ -235,7 +235,7 @@ def pooled_partial(frame: pd.DataFrame, *, n_resamples: int = N_RESAMPLES, n_per
 def depth_table(frame: pd.DataFrame, **options) -> pd.DataFrame:
     """:func:`depth_controlled` for each model of an :func:`importance_frame` (``model`` column),
     and with several models one :func:`pooled_partial` row."""
-    parts = [depth_controlled(part, model=str(label), **options) for label, part in frame.groupby("model", sort=False)]
+    parts = [depth_controlled(part, label=str(label), **options) for label, part in frame.groupby("model", sort=False)]
     if frame["model"].nunique() > 1:
         parts.append(pooled_partial(frame, **options))
     return pd.concat(parts, ignore_index=True)
@@ -275,11 +275,11 @@ def rho_table(ablation: pd.DataFrame, alphas: pd.DataFrame, *, estimators: Seque
         roles = ["weighted", *alphas["role"].drop_duplicates()]
     importance = ablation.set_index("layer")[value]
     rows = []
-    for estimator in estimators:
+    for alpha_estimator in estimators:
         for role in roles:
-            alpha = layer_alpha(alphas, estimator=estimator, role=role).reindex(importance.index)
+            alpha = layer_alpha(alphas, alpha_estimator=alpha_estimator, alpha_role=role).reindex(importance.index)
             result = spearman(alpha.to_numpy(), importance.to_numpy(), n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
-            rows.append(dict(estimator=estimator, role=role, rho=result.rho, ci_low=result.ci_low,
+            rows.append(dict(estimator=alpha_estimator, role=role, rho=result.rho, ci_low=result.ci_low,
                              ci_high=result.ci_high, p_value=result.p_value, n_layers=result.n))
     return pd.DataFrame(rows, columns=RHO_COLUMNS)
 
@@ -298,9 +298,9 @@ class ModelImportance:
     alphas: pd.DataFrame     # zones.spectra.alpha_table
     dtype: str = "float32"   # the precision the ablation was scored in (resolved: never "auto")
 
-    def importance(self, estimator: str = "alpha_shape", role: str = "weighted") -> pd.DataFrame:
+    def importance(self, alpha_estimator: str = "alpha_shape", alpha_role: str = "weighted") -> pd.DataFrame:
         """``importance_table`` with this model's α, plus a ``model`` column (the label)."""
-        table = importance_table(self.ablation, layer_alpha(self.alphas, estimator=estimator, role=role))
+        table = importance_table(self.ablation, layer_alpha(self.alphas, alpha_estimator=alpha_estimator, alpha_role=alpha_role))
         table.insert(0, "model", self.label)
         return table
 
@@ -345,10 +345,10 @@ def measure_models(models: Sequence[str] | str, *, corpus: str = "stdlib", seq_l
     return results
 
 
-def importance_frame(results: Iterable[ModelImportance], estimator: str = "alpha_shape",
-                     role: str = "weighted") -> pd.DataFrame:
+def importance_frame(results: Iterable[ModelImportance], alpha_estimator: str = "alpha_shape",
+                     alpha_role: str = "weighted") -> pd.DataFrame:
     """One tidy table for every model: ``model`` (label), the ablation columns, ``alpha``."""
-    return pd.concat([r.importance(estimator, role) for r in results], ignore_index=True)
+    return pd.concat([r.importance(alpha_estimator, alpha_role) for r in results], ignore_index=True)
 
 
 # --- reading ρ tables and ablation tables --------------------------------------------------------

@@ -135,10 +135,10 @@ def compression_onset(snapshots: pd.DataFrame, group: str = "Q/K", fraction: flo
     return pd.DataFrame(rows)
 
 
-def final_profile(snapshots: pd.DataFrame, estimator: str = "alpha_shape",
+def final_profile(snapshots: pd.DataFrame, alpha_estimator: str = "alpha_shape",
                   groups: tuple[str, ...] = GROUPS + (ALL,)) -> pd.DataFrame:
     """The α profile at each run's last snapshot: ``depth, group, layer, relative_depth, value``."""
-    grid = group_grid(snapshots, estimator, groups)
+    grid = group_grid(snapshots, alpha_estimator, groups)
     last = grid.groupby("depth")["step"].transform("max")
     return grid[grid["step"] == last].drop(columns="step").reset_index(drop=True)
 
@@ -152,12 +152,12 @@ def spread_over_time(snapshots: pd.DataFrame, value: str = "alpha_shape",
     return spread.rename("spread").reset_index()
 
 
-def delta_alpha(snapshots: pd.DataFrame, estimator: str = "alpha_shape",
+def delta_alpha(snapshots: pd.DataFrame, alpha_estimator: str = "alpha_shape",
                 groups: tuple[str, ...] = GROUPS + (ALL,)) -> pd.DataFrame:
     """Per (depth, group) at the last step: ``delta_alpha`` (max − min over layers),
     ``alpha_min, alpha_max``, the layer of the maximum ``peak_layer`` and its
     ``peak_position`` (relative depth; inside (0, 1) for an inverted U)."""
-    profile = final_profile(snapshots, estimator, groups)
+    profile = final_profile(snapshots, alpha_estimator, groups)
     rows = []
     for (depth, group), part in profile.groupby(["depth", "group"], sort=True):
         top = part.loc[part["value"].idxmax()]
@@ -198,13 +198,13 @@ def delta_alpha_fits(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def asymmetry(snapshots: pd.DataFrame, estimator: str = "alpha_shape") -> pd.DataFrame:
+def asymmetry(snapshots: pd.DataFrame, alpha_estimator: str = "alpha_shape") -> pd.DataFrame:
     """How much each group varies with depth, at the last step and at the wave's height:
     ``depth, group, compression_spread_final, compression_spread_max, alpha_spread_final``
     (spreads are max − min over layers). Q/K carrying the depth dependence and V/O
     compressing uniformly shows as larger spreads for Q/K than for V/O."""
     comp = spread_over_time(snapshots, "compression")
-    alpha = spread_over_time(snapshots, estimator)
+    alpha = spread_over_time(snapshots, alpha_estimator)
     last = comp.groupby("depth")["step"].transform("max")
     final_comp = comp[comp["step"] == last].set_index(["depth", "group"])["spread"]
     max_comp = comp.groupby(["depth", "group"])["spread"].max()
@@ -294,17 +294,17 @@ def wave_reversal(compression: pd.DataFrame, depth: int, group: str = "Q/K", *, 
                 after=a, after_low=a_low, after_high=a_high, n_early=int(early.size), n_late=int(late.size))
 
 
-def late_delta_alpha(snapshots: pd.DataFrame, estimator: str = "alpha_shape", group: str = ALL,
+def late_delta_alpha(snapshots: pd.DataFrame, alpha_estimator: str = "alpha_shape", group: str = ALL,
                      fraction: float = LATE_FRACTION) -> pd.DataFrame:
     """Δα (max − min over layers of the group's mean α) at each snapshot of the late part of
     training (steps ≥ ``fraction`` · the run's last step): ``depth, step, delta_alpha``."""
-    spread = spread_over_time(snapshots, estimator, (group,))
+    spread = spread_over_time(snapshots, alpha_estimator, (group,))
     last = spread.groupby("depth")["step"].transform("max")
     late = spread[spread["step"] >= fraction * last]
     return late.rename(columns={"spread": "delta_alpha"})[["depth", "step", "delta_alpha"]].reset_index(drop=True)
 
 
-def run_delta_alpha(snapshots: pd.DataFrame, estimator: str = "alpha_shape", group: str = ALL) -> pd.DataFrame:
+def run_delta_alpha(snapshots: pd.DataFrame, alpha_estimator: str = "alpha_shape", group: str = ALL) -> pd.DataFrame:
     """Δα of every training run: the mean of its late snapshots' Δα (:func:`late_delta_alpha`).
     Runs are told apart by ``seed`` (one run per depth without it): ``depth, seed, delta_alpha,
     n_late``."""
@@ -312,12 +312,12 @@ def run_delta_alpha(snapshots: pd.DataFrame, estimator: str = "alpha_shape", gro
         snapshots = snapshots.assign(seed=0)
     rows = []
     for (depth, seed), part in snapshots.groupby(["depth", "seed"]):
-        late = late_delta_alpha(part, estimator, group)["delta_alpha"]
+        late = late_delta_alpha(part, alpha_estimator, group)["delta_alpha"]
         rows.append(dict(depth=int(depth), seed=int(seed), delta_alpha=float(late.mean()), n_late=int(late.size)))
     return pd.DataFrame(rows, columns=["depth", "seed", "delta_alpha", "n_late"])
 
 
-def delta_alpha_exponent(snapshots: pd.DataFrame, estimator: str = "alpha_shape", group: str = ALL, *,
+def delta_alpha_exponent(snapshots: pd.DataFrame, alpha_estimator: str = "alpha_shape", group: str = ALL, *,
                          level: float = LEVEL) -> dict:
     """The exponent b of Δα ∝ L^b over training runs, with its exact 95% interval.
 
@@ -328,7 +328,7 @@ def delta_alpha_exponent(snapshots: pd.DataFrame, estimator: str = "alpha_shape"
     2–4 runs cannot. It is undefined with fewer than two depths or three runs. A run whose Δα is
     not positive has no logarithm and is left out (``dropped``). Returns ``exponent, low, high,
     depths, runs`` (runs per depth), ``n_runs, df, dropped, group``."""
-    runs = run_delta_alpha(snapshots, estimator, group)
+    runs = run_delta_alpha(snapshots, alpha_estimator, group)
     usable = runs[runs["delta_alpha"] > 0]
     depths = sorted(int(d) for d in usable["depth"].unique())
     per_depth = [int((usable["depth"] == d).sum()) for d in depths]
@@ -341,7 +341,7 @@ def delta_alpha_exponent(snapshots: pd.DataFrame, estimator: str = "alpha_shape"
                 df=max(0, int(len(usable)) - 2), dropped=int(len(runs) - len(usable)), group=group)
 
 
-def gradient_persistence(gradient: pd.DataFrame, snapshots: pd.DataFrame, depth: int, estimator: str,
+def gradient_persistence(gradient: pd.DataFrame, snapshots: pd.DataFrame, depth: int, alpha_estimator: str,
                          group: str = ALL) -> dict:
     """Is the rank gradient a transient and the α gradient lasting? For the run of ``depth``:
     ``wave_share`` (|final Q/K wave gradient| / its largest magnitude), ``alpha_share`` (Δα of
@@ -349,7 +349,7 @@ def gradient_persistence(gradient: pd.DataFrame, snapshots: pd.DataFrame, depth:
     snapshot's step) and ``steps`` (the run's last step)."""
     wave = gradient[(gradient["depth"] == depth) & (gradient["group"] == "Q/K")].sort_values("step")
     wave_share = float(abs(wave["gradient"].iloc[-1]) / max(wave["gradient"].abs().max(), 1e-12))
-    spread = spread_over_time(snapshots, estimator, (group,))
+    spread = spread_over_time(snapshots, alpha_estimator, (group,))
     spread = spread[spread["depth"] == depth].sort_values("step")
     steps = int(spread["step"].max())
     halfway = spread.iloc[int((spread["step"] - steps / 2).abs().argmin())]

@@ -31,8 +31,8 @@ from zones.analysis.bootstrap import slope_interval
 from zones.core.checks import check_float, check_int
 
 N_DRAWS = 200          # simulated data sets per cell: a share's standard error is at most 0.035
-N_RESAMPLES = 400      # bootstrap resamples per simulated interval
-N_PERMUTATIONS = 400   # permutations per simulated p-value (p resolves to 1/401)
+SIMULATED_RESAMPLES = 400      # bootstrap resamples per simulated interval
+SIMULATED_PERMUTATIONS = 400   # permutations per simulated p-value (p resolves to 1/401)
 WORDS = ("holds", "does not hold", "inconclusive")
 
 
@@ -50,8 +50,8 @@ def pearson_for_spearman(rho: float) -> float:
     return 2.0 * math.sin(math.pi * rho / 6.0)
 
 
-def rho_draws(rho: float, n_blocks: int, *, n_draws: int = N_DRAWS, n_resamples: int = N_RESAMPLES,
-              n_permutations: int = N_PERMUTATIONS, seed: int = 0) -> dict[str, np.ndarray]:
+def rho_draws(rho: float, n_blocks: int, *, n_draws: int = N_DRAWS, n_resamples: int = SIMULATED_RESAMPLES,
+              n_permutations: int = SIMULATED_PERMUTATIONS, seed: int = 0) -> dict[str, np.ndarray]:
     """``n_draws`` simulated models of ``n_blocks`` blocks whose true Spearman ρ(α, ΔLoss) is
     ``rho``: each draw's ``rho``, ``low``, ``high`` (95% percentile interval, blocks resampled,
     re-ranked) and ``p`` (two-sided permutation p), as the importance chapter computes them."""
@@ -77,7 +77,7 @@ def rho_draws(rho: float, n_blocks: int, *, n_draws: int = N_DRAWS, n_resamples:
                 n=np.full(n_draws, n))
 
 
-def mean_draws(effect: float, sd: float, n_units: int, *, n_draws: int = N_DRAWS, n_resamples: int = N_RESAMPLES,
+def mean_draws(effect: float, sd: float, n_units: int, *, n_draws: int = N_DRAWS, n_resamples: int = SIMULATED_RESAMPLES,
                seed: int = 0) -> dict[str, np.ndarray]:
     """``n_draws`` simulated sets of ``n_units`` paired differences ~ Normal(``effect``, ``sd``):
     each draw's ``estimate`` (the mean), ``low`` and ``high`` (95% percentile bootstrap interval,

@@ -7,7 +7,7 @@ Each predictor gives one number per block:
   ``zones.analysis.importance.ESTIMATORS`` (``alpha_shape``, ``alpha_esd``, ``alpha_hill``,
   ``alpha_weighted``, ``stable_rank``, ``log_lambda_max``, ``entropy``), aggregated per block
   as the importance chapter does: the parameter-weighted mean over the block's matrices
-  (``zones.spectra.layer_alpha(role="weighted")``);
+  (``zones.spectra.layer_alpha(alpha_role="weighted")``);
 * simple baselines: ``frobenius`` (the block's weights' Frobenius norm, √Σ‖W‖²_F, weights
   only), ``block_influence`` (ShortGPT's 1 − mean cos(input, output) on the calibration
   windows), ``angular`` (Gromov et al.'s arccos(cos)/π between a block's input and output at
@@ -115,12 +115,12 @@ def available_predictors() -> pd.DataFrame:
                         columns=["predictor", "kind", "description"])
 
 
-def _spectral(estimator: str):
+def _spectral(alpha_estimator: str):
     def predictor(inputs: PredictorInputs):
         alphas = inputs.alphas
-        if estimator not in alphas.columns or not alphas[estimator].notna().any():
+        if alpha_estimator not in alphas.columns or not alphas[alpha_estimator].notna().any():
             return None
-        return layer_alpha(alphas, estimator=estimator, role="weighted")
+        return layer_alpha(alphas, alpha_estimator=alpha_estimator, alpha_role="weighted")
 
     return predictor
 

@@ -28,7 +28,7 @@ def trend_word(low: float, high: float) -> str:
             "undefined": "undefined"}[interval_side(low, high, 0.0)]
 
 
-def depth_trend(table: pd.DataFrame, estimator: str = "alpha_shape", *, n_resamples: int = N_RESAMPLES,
+def depth_trend(table: pd.DataFrame, alpha_estimator: str = "alpha_shape", *, n_resamples: int = N_RESAMPLES,
                 seed: int = 0) -> pd.DataFrame:
     """How each role's value changes from the first block to the last, with a 95% interval.
 
@@ -41,10 +41,10 @@ def depth_trend(table: pd.DataFrame, estimator: str = "alpha_shape", *, n_resamp
     """
     rows = []
     for role, part in table.groupby("role", sort=False):
-        part = part[["layer", estimator]].dropna().sort_values("layer")
+        part = part[["layer", alpha_estimator]].dropna().sort_values("layer")
         n_blocks = int(table["layer"].nunique())
         x = part["layer"].to_numpy(float) / max(n_blocks - 1, 1)
-        y = part[estimator].to_numpy(float)
+        y = part[alpha_estimator].to_numpy(float)
         if len(part) >= 2:
             rise, low, high = unit_bootstrap([x, y], slope, n_resamples=n_resamples, seed=seed)
             first = float(y.mean() - rise * x.mean())
@@ -72,7 +72,7 @@ def curvature(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
     return quadratic(x, y, axis)[..., 2]
 
 
-def profile_shape(table: pd.DataFrame, role: str = "q", estimator: str = "alpha_shape", *,
+def profile_shape(table: pd.DataFrame, role: str = "q", alpha_estimator: str = "alpha_shape", *,
                   n_resamples: int = N_RESAMPLES, seed: int = 0) -> dict:
     """The shape of one role's α profile over relative depth x = layer / (L − 1), with intervals
     (blocks resampled).
@@ -87,10 +87,10 @@ def profile_shape(table: pd.DataFrame, role: str = "q", estimator: str = "alpha_
     ``U-shaped`` (curvature interval above 0, 0 < vertex < 1), ``not separable`` (intervals
     include 0), ``undefined`` (fewer than three blocks).
     """
-    part = table[table["role"] == role][["layer", estimator]].dropna().sort_values("layer")
+    part = table[table["role"] == role][["layer", alpha_estimator]].dropna().sort_values("layer")
     n_blocks = int(table["layer"].nunique())
     x = part["layer"].to_numpy(float) / max(n_blocks - 1, 1)
-    y = part[estimator].to_numpy(float)
+    y = part[alpha_estimator].to_numpy(float)
     if len(part) < 3:
         return dict(role=role, shape="undefined", rise=NAN, rise_low=NAN, rise_high=NAN, rank_trend=NAN,
                     rank_trend_low=NAN, rank_trend_high=NAN, rank_trend_p=NAN, curvature=NAN,
@@ -120,10 +120,10 @@ def profile_shape(table: pd.DataFrame, role: str = "q", estimator: str = "alpha_
                 top_block=int(part["layer"].iloc[top]), top_value=float(y[top]), n_blocks=int(len(part)))
 
 
-def group_profile(table: pd.DataFrame, estimator: str = "alpha_shape") -> pd.DataFrame:
+def group_profile(table: pd.DataFrame, alpha_estimator: str = "alpha_shape") -> pd.DataFrame:
     """Per (layer, group): the mean ``value`` over the group's roles (Q/K, V/O, MLP)."""
     df = table.assign(group=table["role"].map(role_group))
-    return df.groupby(["layer", "group"], as_index=False)[estimator].mean().rename(columns={estimator: "value"})
+    return df.groupby(["layer", "group"], as_index=False)[alpha_estimator].mean().rename(columns={alpha_estimator: "value"})
 
 
 def std_ratio(qk: np.ndarray, vo: np.ndarray, axis: int = -1) -> np.ndarray:

@@ -69,12 +69,12 @@ def weight_changes(before: nn.Module, after: nn.Module) -> pd.Series:
 
 
 def matrix_table(alpha_before: pd.DataFrame, alpha_after: pd.DataFrame, changes: pd.Series,
-                 estimator: str = "alpha_shape") -> pd.DataFrame:
+                 alpha_estimator: str = "alpha_shape") -> pd.DataFrame:
     """One row per block matrix (``MATRIX_COLUMNS``): its shape, ``estimator`` before and after,
     ``alpha_change`` (after − before) and ``weight_change`` (:func:`weight_changes`)."""
     table = alpha_before[["layer", "role", "rows", "cols"]].copy()
-    after = alpha_after.set_index(["layer", "role"])[estimator]
-    table["alpha_before"] = alpha_before[estimator].astype(float).to_numpy()
+    after = alpha_after.set_index(["layer", "role"])[alpha_estimator]
+    table["alpha_before"] = alpha_before[alpha_estimator].astype(float).to_numpy()
     table["alpha_after"] = after.reindex(pd.MultiIndex.from_frame(table[["layer", "role"]])).astype(float).to_numpy()
     table["alpha_change"] = table["alpha_after"] - table["alpha_before"]
     table["weight_change"] = changes.reindex(pd.MultiIndex.from_frame(table[["layer", "role"]])).to_numpy()
@@ -146,8 +146,8 @@ def rho_change(alpha_before, delta_before, alpha_after, delta_after, *, n_resamp
                 rho_change_high=float(interval.high))
 
 
-def summary_row(matrices: pd.DataFrame, blocks: pd.DataFrame, base: tuple, *, quant_type: str, estimator: str,
-                role: str, n_quantized: int, n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS,
+def summary_row(matrices: pd.DataFrame, blocks: pd.DataFrame, base: tuple, *, quant_type: str, alpha_estimator: str,
+                alpha_role: str, n_quantized: int, n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS,
                 seed: int = 0) -> dict:
     """The ``SUMMARY_COLUMNS`` of one model from its matrix and block tables: the largest |α
     change| (signed, with its matrix), the median |α change|, ρ(α before, α after) over the
@@ -167,7 +167,7 @@ def summary_row(matrices: pd.DataFrame, blocks: pd.DataFrame, base: tuple, *, qu
     base_before, base_after, base_change = base
     excludes = (blocks["delta_loss_change_low"] > 0) | (blocks["delta_loss_change_high"] < 0)
     nan = float("nan")
-    return dict(quant_type=quant_type, estimator=estimator, role=role, n_matrices=int(len(matrices)),
+    return dict(quant_type=quant_type, estimator=alpha_estimator, role=alpha_role, n_matrices=int(len(matrices)),
                 n_quantized=int(n_quantized), n_blocks=int(len(blocks)), n_tokens=int(blocks["n_tokens"].iloc[0]),
                 weight_change_max=float(matrices["weight_change"].max()),
                 alpha_max_change=float(largest["alpha_change"]) if largest is not None else nan,
@@ -186,7 +186,7 @@ def summary_row(matrices: pd.DataFrame, blocks: pd.DataFrame, base: tuple, *, qu
 
 
 def quantization_effect(model: nn.Module, windows: Windows, *, quant_type: str = DEFAULT_QUANT_TYPE,
-                        estimator: str = "alpha_shape", role: str = "weighted", batch_size: int = 16,
+                        alpha_estimator: str = "alpha_shape", alpha_role: str = "weighted", batch_size: int = 16,
                         n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, seed: int = 0,
                         progress: bool = False, refresh: bool = False) -> dict[str, pd.DataFrame]:
     """``model`` (float32) against its ``quant_type`` round trip (``zones.core.quantize.quantize_model``)
@@ -202,7 +202,7 @@ def quantization_effect(model: nn.Module, windows: Windows, *, quant_type: str =
     ``VERSION``; ``refresh=True`` recomputes them."""
     subject = as_subject(model, "float32")
     parts = dict(kind="quantization_effect", version=VERSION, model=subject.fingerprint, windows=windows.fingerprint,
-                 quant_type=quant_type, quantizer=quantizer_version(), estimator=estimator, role=role,
+                 quant_type=quant_type, quantizer=quantizer_version(), estimator=alpha_estimator, role=alpha_role,
                  batch_size=batch_size, dtype=subject.dtype, n_resamples=n_resamples, n_permutations=n_permutations,
                  seed=seed)
     paths = {name: entry_path(f"quantization-{name}", parts) for name in TABLES}
@@ -214,14 +214,14 @@ def quantization_effect(model: nn.Module, windows: Windows, *, quant_type: str =
     after_model = quantize_model(model, quant_type)
     after = as_subject(after_model, "float32")
     alphas_before, alphas_after = alpha_table(model), alpha_table(after_model)
-    matrices = matrix_table(alphas_before, alphas_after, weight_changes(model, after_model), estimator)
+    matrices = matrix_table(alphas_before, alphas_after, weight_changes(model, after_model), alpha_estimator)
     options = dict(batch_size=batch_size, progress=progress)
     long_before = ablation_window_losses(subject, windows, **options)
     long_after = ablation_window_losses(after, windows, **options)
-    blocks = block_table(long_before, long_after, layer_alpha(alphas_before, estimator, role),
-                         layer_alpha(alphas_after, estimator, role), n_resamples=n_resamples, seed=seed)
+    blocks = block_table(long_before, long_after, layer_alpha(alphas_before, alpha_estimator, alpha_role),
+                         layer_alpha(alphas_after, alpha_estimator, alpha_role), n_resamples=n_resamples, seed=seed)
     base = _base_loss_change(long_before, long_after, n_resamples=n_resamples, seed=seed)
-    summary = pd.DataFrame([summary_row(matrices, blocks, base, quant_type=quant_type, estimator=estimator, role=role,
+    summary = pd.DataFrame([summary_row(matrices, blocks, base, quant_type=quant_type, alpha_estimator=alpha_estimator, alpha_role=alpha_role,
                                         n_quantized=int(plan["quantized"].sum()), n_resamples=n_resamples,
                                         n_permutations=n_permutations, seed=seed)], columns=SUMMARY_COLUMNS)
     tables = dict(matrices=matrices, blocks=blocks, summary=summary)

@@ -32,23 +32,23 @@ def part_roles(alphas: pd.DataFrame, part: str) -> list[str]:
     return [r for r in roles if (r in ATTENTION_ROLES) == (check_part(part) == "attn")]
 
 
-def sublayer_alpha(alphas: pd.DataFrame, estimator: str = "alpha_shape", role: str = "weighted") -> pd.DataFrame:
-    """One value per sublayer: ``layer, part, alpha``. ``role="weighted"``: the mean over the
+def sublayer_alpha(alphas: pd.DataFrame, alpha_estimator: str = "alpha_shape", alpha_role: str = "weighted") -> pd.DataFrame:
+    """One value per sublayer: ``layer, part, alpha``. ``alpha_role="weighted"``: the mean over the
     part's matrices weighted by parameter count (``zones.spectra.layer_alpha`` on those rows);
     a role name: that matrix only (for the part it belongs to)."""
     frames = []
     for part in PARTS:
         roles = part_roles(alphas, part)
-        if role != "weighted" and role not in roles:
+        if alpha_role != "weighted" and alpha_role not in roles:
             continue
         rows = alphas[alphas["role"].isin(roles)]
-        series = layer_alpha(rows, estimator=estimator, role=role)
+        series = layer_alpha(rows, alpha_estimator=alpha_estimator, alpha_role=alpha_role)
         frames.append(pd.DataFrame({"layer": series.index.astype(int), "part": part, "alpha": series.to_numpy()}))
     return pd.concat(frames, ignore_index=True)
 
 
 def sublayer_importance(long: pd.DataFrame, alphas: pd.DataFrame, params: pd.DataFrame | None = None, *,
-                        estimator: str = "alpha_shape", role: str = "weighted", **interval) -> pd.DataFrame:
+                        alpha_estimator: str = "alpha_shape", alpha_role: str = "weighted", **interval) -> pd.DataFrame:
     """Attention-only and MLP-only ΔLoss of every block with the sublayer's α beside it.
 
     ``long``: ``zones.measure.ablation.ablation_window_losses(..., parts=True)``. Columns:
@@ -63,7 +63,7 @@ def sublayer_importance(long: pd.DataFrame, alphas: pd.DataFrame, params: pd.Dat
         rows.append(pd.DataFrame({"layer": table["layer"], "part": part, "delta_loss": table[f"delta_loss_{part}"],
                                   "delta_loss_low": table[f"delta_loss_{part}_low"],
                                   "delta_loss_high": table[f"delta_loss_{part}_high"]}))
-    out = pd.concat(rows, ignore_index=True).merge(sublayer_alpha(alphas, estimator, role), on=["layer", "part"],
+    out = pd.concat(rows, ignore_index=True).merge(sublayer_alpha(alphas, alpha_estimator, alpha_role), on=["layer", "part"],
                                                    how="left")
     out["n_params"] = (out.merge(params, on=["layer", "part"], how="left")["n_params"].to_numpy()
                        if params is not None else np.nan)
@@ -83,12 +83,12 @@ def sublayer_rho_table(long: pd.DataFrame, alphas: pd.DataFrame, *, estimators: 
     rows = []
     for part in PARTS:
         importance = table.set_index("layer")[f"delta_loss_{part}"]
-        for estimator in estimators:
+        for alpha_estimator in estimators:
             for role in ["weighted", *part_roles(alphas, part)]:
-                alpha = sublayer_alpha(alphas, estimator, role)
+                alpha = sublayer_alpha(alphas, alpha_estimator, role)
                 alpha = alpha[alpha["part"] == part].set_index("layer")["alpha"].reindex(importance.index)
                 c = spearman(alpha.to_numpy(), importance.to_numpy(), n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
-                rows.append(dict(part=part, estimator=estimator, role=role, rho=c.rho, ci_low=c.ci_low,
+                rows.append(dict(part=part, estimator=alpha_estimator, role=role, rho=c.rho, ci_low=c.ci_low,
                                  ci_high=c.ci_high, p_value=c.p_value, n_layers=c.n))
     return pd.DataFrame(rows, columns=RHO_COLUMNS)
 

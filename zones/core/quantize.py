@@ -33,11 +33,12 @@ from torch import nn
 
 from zones.core.adapters import get_adapter
 from zones.core.checks import check_choice
+from zones.core.glossary import default
 
 # The legacy GGUF types, with blocks of 32 weights along a row (the types gguf.quants can both
 # quantise and dequantise in numpy); Q4_1 is the default model's.
 QUANT_TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
-DEFAULT_QUANT_TYPE = "Q4_1"
+DEFAULT_QUANT_TYPE = default("quant_type")
 PLAN_COLUMNS = ["name", "layer", "rows", "cols", "row_length", "quantized", "reason"]
 
 

@@ -100,14 +100,14 @@ NARROW_AXIS = 70    # px: the y axis and its title beside a panel
 NARROW_TITLE_CHARS = 32
 
 
-def wrap_titles(spec, width: int = TITLE_CHARS):
-    """The spec with every title longer than ``width`` characters split into lines (Vega
+def wrap_titles(spec, chars: int = TITLE_CHARS):
+    """The spec with every title longer than ``chars`` characters split into lines (Vega
     draws a title on one line, past the chart's edge when the chart is narrow)."""
     def lines(text):
-        return textwrap.wrap(text, width) if isinstance(text, str) and len(text) > width else text
+        return textwrap.wrap(text, chars) if isinstance(text, str) and len(text) > chars else text
 
     if isinstance(spec, list):
-        return [wrap_titles(item, width) for item in spec]
+        return [wrap_titles(item, chars) for item in spec]
     if not isinstance(spec, dict):
         return spec
     out = {}
@@ -119,7 +119,7 @@ def wrap_titles(spec, width: int = TITLE_CHARS):
         elif key in ("datasets", "data"):
             out[key] = value
         else:
-            out[key] = wrap_titles(value, width)
+            out[key] = wrap_titles(value, chars)
     return out
 
 

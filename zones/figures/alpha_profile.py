@@ -57,14 +57,14 @@ def alpha_by_role(table: pd.DataFrame, value: str = "alpha_shape", columns: int 
 
 
 def estimators_by_depth(table: pd.DataFrame, role: str = "q",
-                        estimators: tuple[str, ...] = ("alpha_shape", "alpha_esd", "alpha_hill")) -> alt.VConcatChart:
+                        alpha_columns: tuple[str, ...] = ("alpha_shape", "alpha_esd", "alpha_hill")) -> alt.VConcatChart:
     """The estimators of one role against depth, one panel each (own y scale); the ESD panel
     carries ±σ_α bars and the shape panel the fit's R² in its tooltip."""
     df = table[table["role"] == role].sort_values("layer")
     if df.empty:
         raise ValueError(f"no rows for role {role!r}; roles present: {sorted(table['role'].unique())}")
     panels = []
-    for value in estimators:
+    for value in alpha_columns:
         _check(table, value)
         part = df.assign(low=df["alpha_esd"] - df["alpha_esd_sigma"], high=df["alpha_esd"] + df["alpha_esd_sigma"])
         tips = ["layer:O", alt.Tooltip(f"{value}:Q", format=".3f")]

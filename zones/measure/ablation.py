@@ -36,6 +36,7 @@ from torch import nn
 
 from zones.core.checks import check_choice, check_int
 from zones.core.data import Windows
+from zones.core.glossary import default
 from zones.measure.blocks import check_layers, skip_blocks, zero_sublayer
 from zones.measure.evaluate import forward_nll_windows, loss_name, score_windows
 from zones.measure.stats import LEVEL, N_RESAMPLES, SEED, check_finite, delta_loss_interval, interval_columns
@@ -46,7 +47,7 @@ METHODS = ("prefix", "naive")
 # Scored tokens for a CPU run of the chapter: 24 windows of 256, about 4 minutes on 2 idle cores
 # for SmolLM2-135M (chosen by benchmarks/bench_precision.py and the book's 30-minute budget). A
 # GPU run should score the whole eval split (``None``).
-DEFAULT_EVAL_TOKENS = 3060
+DEFAULT_EVAL_TOKENS = default("eval_tokens", context="ablate")  # the glossary's, written once there
 # The chapters' scoring precision for the ablation (layer ablation, importance, predictors, one
 # value so they read one cache): "auto" where benchmarks/bench_dtype.py found bf16 to agree.
 CHAPTER_DTYPE = "float32"
@@ -65,7 +66,7 @@ def _check(subject: Subject, windows: Windows, layers, method: str, batch_size: 
         raise ValueError("no windows to score: the windows are empty")
     if windows.seq_len < 2:
         raise ValueError(f"windows of {windows.seq_len} token(s) score nothing; seq_len must be at least 2")
-    check_choice(method, "method", METHODS)
+    check_choice(method, "ablation_method", METHODS)
     check_int(batch_size, "batch_size", min=1)
     layers = list(range(subject.n_blocks)) if layers is None else check_layers(subject.model, layers, subject.adapter)
     if not layers:
@@ -120,7 +121,7 @@ def summarize(windows: pd.DataFrame, parts: bool = False, *, n_resamples: int = 
 
 
 def ablation_window_losses(model: nn.Module | Subject, windows: Windows, *, parts: bool = False,
-                           method: str = "prefix", batch_size: int = 8, cache: bool = True, progress: bool = True,
+                           ablation_method: str = "prefix", batch_size: int = 8, cache: bool = True, progress: bool = True,
                            layers: Iterable[int] | None = None, dtype: str | None = None) -> pd.DataFrame:
     """The NLL of every single-block ablation on every window: the long table.
 
@@ -130,9 +131,9 @@ def ablation_window_losses(model: nn.Module | Subject, windows: Windows, *, part
     :func:`ablation_table`, which summarizes this table.
     """
     subject = as_subject(model, dtype)
-    layers = _check(subject, windows, layers, method, batch_size)
+    layers = _check(subject, windows, layers, ablation_method, batch_size)
     subject.check_fit(windows)
-    if method == "naive":
+    if ablation_method == "naive":
         nll = _naive(subject, windows, layers, parts, batch_size)
     else:
         removals = [()] + [(layer,) for layer in layers]
@@ -156,7 +157,7 @@ def ablation_window_losses(model: nn.Module | Subject, windows: Windows, *, part
     return long.iloc[order].reset_index(drop=True)
 
 
-def ablation_table(model: nn.Module | Subject, windows: Windows, *, parts: bool = False, method: str = "prefix",
+def ablation_table(model: nn.Module | Subject, windows: Windows, *, parts: bool = False, ablation_method: str = "prefix",
                    batch_size: int = 8, cache: bool = True, progress: bool = True,
                    layers: Iterable[int] | None = None, dtype: str | None = None,
                    n_resamples: int = N_RESAMPLES, level: float = LEVEL, seed: int = SEED) -> pd.DataFrame:
@@ -177,7 +178,7 @@ def ablation_table(model: nn.Module | Subject, windows: Windows, *, parts: bool 
     ``delta_loss_mlp``       ``loss_mlp - base_loss`` (and ``_low``/``_high``)
     =======================  ==============================================================
 
-    ``method="prefix"`` reuses each batch's shared prefix; ``"naive"`` runs one full forward
+    ``ablation_method="prefix"`` reuses each batch's shared prefix; ``"naive"`` runs one full forward
     per ablation (same numbers to float rounding). ``layers`` restricts the sweep to some
     blocks. ``dtype`` is the scoring precision (``"float32"`` (None), ``"bfloat16"`` or
     ``"auto"``, ``zones.measure.subject``). Intervals: ``zones.measure.stats`` (``n_resamples``,
@@ -185,7 +186,7 @@ def ablation_table(model: nn.Module | Subject, windows: Windows, *, parts: bool 
     is read from or written to the loss store (module note), so a sweep resumes after an
     interruption. A non-finite loss is an error.
     """
-    long = ablation_window_losses(model, windows, parts=parts, method=method, batch_size=batch_size, cache=cache,
-                                  progress=progress, layers=layers, dtype=dtype)
+    long = ablation_window_losses(model, windows, parts=parts, ablation_method=ablation_method, batch_size=batch_size,
+                                  cache=cache, progress=progress, layers=layers, dtype=dtype)
     return summarize(long, parts, n_resamples=n_resamples, level=level, seed=seed)
 

@@ -30,12 +30,13 @@ import numpy as np
 import scipy.stats
 
 from zones.core.checks import check_choice, check_float, check_int
+from zones.core.glossary import default
 
-N_RESAMPLES = 2000       # bootstrap resamples behind every interval
-N_PERMUTATIONS = 10000   # permutations behind every permutation p-value
+N_RESAMPLES = default("n_resamples")       # bootstrap resamples behind every interval
+N_PERMUTATIONS = default("n_permutations")   # permutations behind every permutation p-value
 LEVEL = 0.95
 METHOD = "percentile"
-SEED = 0
+SEED = default("seed")
 BATCH_BYTES = 64 * 2 ** 20  # resampled data held at once by one bootstrap call (about)
 
 

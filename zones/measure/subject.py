@@ -30,12 +30,13 @@ import torch
 from torch import nn
 
 from zones.core.adapters import Adapter, get_adapter
+from zones.core.glossary import default
 from zones.core.hardware import auto_precision, check_precision
 from zones.core.models import check_windows_fit, model_fingerprint
 
 DTYPES = ("float32", "bfloat16")
 AUTO = "auto"  # bfloat16 where native (zones.core.hardware.auto_precision), float32 elsewhere
-DEFAULT_DTYPE = "float32"
+DEFAULT_DTYPE = default("dtype")
 
 
 def model_device(model: nn.Module) -> torch.device:

@@ -5,8 +5,9 @@
 * ``zones.pruning.sweep``: ``pruning_sweep`` plans every strategy and scores every distinct
   removal set on the same eval windows (prefix-shared, journaled);
 * ``zones.pruning.compare``: the readings with paired intervals (``summarize_pruning``,
-  ``pairwise_differences``, ``best_sets``, ``compare_strategies``, and the stacked tables the
-  chapters read: ``reference_comparisons``, ``worst_best_gaps``, ``healing_intervals``);
+  ``pairwise_differences``, ``best_sets``, ``compare_strategies``, ``pair_at_k`` (two strategies
+  from their sweep to those numbers), and the stacked tables the chapters read:
+  ``reference_comparisons``, ``worst_best_gaps``, ``healing_intervals``);
 * ``zones.pruning.sublayers``: the sublayer strategies (registered in the same registry, kind
   ``sublayer``), their plans at equal parameters and their scores.
 
@@ -22,6 +23,7 @@ from zones.pruning.compare import (
                       best_sets,
                       compare_strategies,
                       crossover_k,
+                      pair_at_k,
                       pairwise_differences,
                       read_crossover,
                       summarize_pruning,
@@ -68,7 +70,7 @@ from zones.pruning.sweep import (
 )
 
 __all__ = [
-    "COLLAPSE_RATIO", "best_by_k", "best_sets", "compare_strategies", "crossover_k", "pairwise_differences",
+    "COLLAPSE_RATIO", "best_by_k", "best_sets", "compare_strategies", "crossover_k", "pair_at_k", "pairwise_differences",
     "read_crossover", "summarize_pruning",
     "BLOCK", "KINDS", "MIN_REMAINING", "STRATEGIES", "PruningContext", "Strategy", "StrategyError", "alpha_zones",
     "available_strategies", "bic_segment_count", "check_plans", "get_strategy", "greedy_order", "prefixes",

@@ -7,7 +7,8 @@ intervals (seeded strategies by their median over seeds, inside every resample t
 strategies not separable from the best and from the worst; ``compare_strategies`` the ratio
 ΔPPL(a) / ΔPPL(b) with its interval and a winner; ``read_crossover`` (the one crossover rule),
 ``crossover_k`` and ``best_by_k`` read those; ``gain_share`` how much of zone-aware's advantage over a
-reference a baseline without α achieves.
+reference a baseline without α achieves; ``pair_at_k`` two strategies at one k, from their sweep to
+those numbers (the across-models chapter's comparison).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import pandas as pd
 
 from zones.analysis.bootstrap import interval_side
 from zones.measure.stats import LEVEL, N_RESAMPLES, SEED, paired_bootstrap
-from zones.pruning.sweep import WINDOW_COLUMNS, canonical_removed
+from zones.pruning.sweep import WINDOW_COLUMNS, canonical_removed, pruning_sweep
 
 COLLAPSE_RATIO = 1e3  # a ΔPPL ratio above this says one arm collapsed, not how much better the other is
 PRUNED = "pruned"     # the stage of a healing comparison before healing
@@ -512,3 +513,35 @@ def gain_share(table: pd.DataFrame, window_losses: pd.DataFrame, *, reference: s
             rows.append(dict(row, share=share[0], share_low=share[1], share_high=share[2], status=status, note=note))
     return pd.DataFrame(rows, columns=SHARE_COLUMNS)
 
+
+
+# --- two strategies at one k, from the sweep to the numbers ----------------------------------------
+
+def pair_at_k(model, windows, strategies: Sequence[str], k: int, *, alpha: pd.DataFrame | None = None,
+              batch_size: int = 8, model_name: str | None = None, n_resamples: int = N_RESAMPLES, seed: int = SEED,
+              progress: bool = True) -> dict:
+    """Two strategies ``(a, b)`` each removing ``k`` blocks, scored on the same ``windows``: the
+    sweep of the two (``zones.pruning.pruning_sweep``: removal sets the loss store has are read,
+    not scored again), each one's Δloss with its interval (:func:`summarize_pruning`), their paired
+    difference Δloss(a) − Δloss(b) (:func:`pairwise_differences`) and the strategies not separable
+    from the best (:func:`best_sets`), all from the same resamples of the windows.
+
+    Returns ``k, n_tokens, a, a_low, a_high, b, b_low, b_high, diff, diff_low, diff_high`` and
+    ``best_set`` (comma-separated, the best first)."""
+    a, b = strategies
+    swept = pruning_sweep(model, windows, None, strategies=[a, b], k_max=k, alpha=alpha, batch_size=batch_size,
+                          model_name=model_name, progress=progress)
+    table, losses = swept.table, swept.window_losses
+    at = summarize_pruning(table, losses, n_resamples=n_resamples, seed=seed).set_index(["strategy", "k"])
+    pair = pairwise_differences(table, losses, strategies=[a, b], n_resamples=n_resamples, seed=seed)
+    pair = pair[pair["k"] == k].iloc[0]
+    sign = 1.0 if pair["strategy_a"] == a else -1.0   # the difference is always a − b
+    diff_low, diff_high = sorted((sign * float(pair["diff_low"]), sign * float(pair["diff_high"])))
+    best = best_sets(table, losses, strategies=[a, b], n_resamples=n_resamples, seed=seed)
+    first, second = at.loc[(a, k)], at.loc[(b, k)]
+    return dict(k=k, n_tokens=int(table["n_tokens"].iloc[0]),
+                a=float(first["delta_loss"]), a_low=float(first["delta_loss_low"]),
+                a_high=float(first["delta_loss_high"]), b=float(second["delta_loss"]),
+                b_low=float(second["delta_loss_low"]), b_high=float(second["delta_loss_high"]),
+                diff=sign * float(pair["diff"]), diff_low=diff_low, diff_high=diff_high,
+                best_set=str(best.loc[best["k"] == k, "best_set"].iloc[0]))

@@ -63,6 +63,7 @@ from tqdm.auto import tqdm
 from zones.core.cache import entry_path, read_entry, sidecar_path, write_entry
 from zones.core.checks import check_choice, check_float, check_int
 from zones.core.data import Windows
+from zones.core.glossary import default
 from zones.core.progress import count_module, count_training
 from zones.measure.evaluate import evaluate_loss
 from zones.measure.subject import Subject, as_subject
@@ -71,11 +72,11 @@ from zones.pruning.export import _spans, check_removed, provenance, pruned_copy,
 VERSION = "2"   # 2: the matched bridge (one per pruned model) is the default; bridges joins the key
 METHODS = ("lora", "bridge")
 BRIDGES = ("one", "per_span")   # one bridge per pruned model (matched), or one per removed span (unequal capacity)
-DEFAULT_BRIDGES = "one"
+DEFAULT_BRIDGES = default("bridges")
 LAST = "last"                   # the key of the one bridge, at the pruned model's last block
-DEFAULT_TOKENS = 8192
-DEFAULT_LR = 2e-4
-DEFAULT_RANK = 8
+DEFAULT_TOKENS = default("heal_tokens", context="heal")
+DEFAULT_LR = default("lr")
+DEFAULT_RANK = default("rank")
 DEFAULT_RIDGE = 1e-2
 RIDGE_PATH = (1.0, 10.0, 100.0)  # multiples of ridge tried per span, scored on held-out tokens
 HISTORY_COLUMNS = ["step", "tokens", "loss"]

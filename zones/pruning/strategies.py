@@ -290,15 +290,15 @@ def check_sublayer_order(order, n_blocks: int, name: str = "strategy") -> None:
         raise StrategyError(f"{name} returned a sublayer twice: {[s for s in order if order.count(s) > 1][:2]}")
 
 
-def plan_at_budget(order: Sequence[tuple[int, str]], params: pd.DataFrame, budget: float) -> list[tuple[int, str]]:
-    """The shortest prefix of ``order`` that removes at least ``(1 − TOLERANCE) · budget``
+def plan_at_budget(order: Sequence[tuple[int, str]], params: pd.DataFrame, target_params: float) -> list[tuple[int, str]]:
+    """The shortest prefix of ``order`` that removes at least ``(1 − TOLERANCE) · target_params``
     parameters (``params``: ``zones.measure.sublayers.sublayer_params``); ``None`` when the whole
     order does not reach it."""
     size = params.set_index(["layer", "part"])["n_params"]
     total = 0.0
     for i, item in enumerate(order):
         total += float(size[tuple(item)])
-        if total >= (1 - TOLERANCE) * budget:
+        if total >= (1 - TOLERANCE) * target_params:
             return list(order[:i + 1])
     return None
 
@@ -362,18 +362,18 @@ class PruningContext:
             self._alpha = alpha_table(self.model)
         return self._alpha
 
-    def layer_alpha(self, estimator: str = "alpha_shape", role: str = "q") -> pd.Series:
+    def layer_alpha(self, alpha_estimator: str = "alpha_shape", alpha_role: str = "q") -> pd.Series:
         """α per block (a Series indexed by layer), from ``zones.spectra.layer_alpha``."""
-        profile = layer_alpha(self.alpha, estimator=estimator, role=role).sort_index()
+        profile = layer_alpha(self.alpha, alpha_estimator=alpha_estimator, alpha_role=alpha_role).sort_index()
         if len(profile) != self.n_blocks or list(profile.index) != list(range(self.n_blocks)):
             raise StrategyError(f"the α table has layers {list(profile.index)} but the model has "
                                 f"{self.n_blocks} blocks: is it the table of another model?")
         if profile.isna().any():
             raise StrategyError(
-                f"{estimator} ({role}) is NaN for layers {profile.index[profile.isna()].tolist()} (the α table's "
+                f"{alpha_estimator} ({alpha_role}) is NaN for layers {profile.index[profile.isna()].tolist()} (the α table's "
                 f"note column says why), so the α-based strategies cannot rank them: leave zone_aware*, "
                 f"alpha_lowest out of --strategies, or register a variant on a finite estimator "
-                f"(register_strategy('zone_aware_esd', estimator='alpha_esd', ...)(zone_aware))")
+                f"(register_strategy('zone_aware_esd', alpha_estimator='alpha_esd', ...)(zone_aware))")
         return profile
 
     # --- calibration measurements ------------------------------------------------------------
@@ -498,17 +498,17 @@ def zone_aware_order(profile: pd.Series, *, n_zones: int | str = 3, max_zones: i
     return order
 
 
-@register_strategy("zone_aware", estimator="alpha_shape", role="q", n_zones=3, max_zones=6,
+@register_strategy("zone_aware", alpha_estimator="alpha_shape", alpha_role="q", n_zones=3, max_zones=6,
                    protect_first=1, protect_last=1, spread=True,
                    description="α zones (least-squares), lowest zone first, ends protected, spread out")
-def zone_aware(ctx, k_max, seed, *, estimator, role, n_zones, max_zones, protect_first, protect_last, spread):
+def zone_aware(ctx, k_max, seed, *, alpha_estimator, alpha_role, n_zones, max_zones, protect_first, protect_last, spread):
     """Zone-aware pruning (ours): see :func:`zone_aware_order`."""
-    order = zone_aware_order(ctx.layer_alpha(estimator, role), n_zones=n_zones, max_zones=max_zones,
+    order = zone_aware_order(ctx.layer_alpha(alpha_estimator, alpha_role), n_zones=n_zones, max_zones=max_zones,
                              protect_first=protect_first, protect_last=protect_last, spread=spread)
     return prefixes(order, k_max)
 
 
-_ZONE_DEFAULTS = dict(estimator="alpha_shape", role="q", n_zones=3, max_zones=6,
+_ZONE_DEFAULTS = dict(alpha_estimator="alpha_shape", alpha_role="q", n_zones=3, max_zones=6,
                       protect_first=1, protect_last=1, spread=True)
 register_strategy("zone_aware_no_protection", **dict(_ZONE_DEFAULTS, protect_first=0, protect_last=0),
                   description="zone-aware without protecting the first and last block")(zone_aware)
@@ -581,11 +581,11 @@ def protect_spread_random(ctx, k_max, seed, *, protect_first, protect_last):
             for k in range(1, k_max + 1)]
 
 
-@register_strategy("alpha_lowest", estimator="alpha_shape", role="q",
+@register_strategy("alpha_lowest", alpha_estimator="alpha_shape", alpha_role="q",
                    description="the k lowest-α blocks (no zones, no protection)")
-def alpha_lowest(ctx, k_max, seed, *, estimator, role):
+def alpha_lowest(ctx, k_max, seed, *, alpha_estimator, alpha_role):
     """The plain spectral rule: blocks by α ascending (ties: shallower first)."""
-    profile = ctx.layer_alpha(estimator, role)
+    profile = ctx.layer_alpha(alpha_estimator, alpha_role)
     order = sorted(profile.index, key=lambda layer: (profile[layer], layer))
     return prefixes(order, k_max)
 

@@ -39,6 +39,7 @@ from zones.analysis.sublayers import sublayer_alpha
 from zones.core.cache import cached_table
 from zones.core.checks import check_int
 from zones.core.data import Windows
+from zones.core.glossary import default
 from zones.core.progress import count_module
 from zones.measure.agreement import agreement_window_losses, summarize_agreement
 from zones.measure.blocks import BlockTrace
@@ -63,8 +64,8 @@ from zones.pruning.strategies import (
 )
 
 VERSION = "1"
-DEFAULT_SUBLAYER_STRATEGIES = ("attn_drop", "sublayer_similarity", "zone_aware_attn")  # + sublayer_greedy: gpu budget
-DEFAULT_BLOCK_STRATEGIES = ("zone_aware", "block_influence", "greedy")
+DEFAULT_SUBLAYER_STRATEGIES = tuple(default("sublayer_strategies"))  # + sublayer_greedy: gpu budget
+DEFAULT_BLOCK_STRATEGIES = tuple(default("block_strategies"))
 PLAN_COLUMNS = ["strategy", "kind", "k", "removed", "n_sublayers", "n_params", "params_ratio"]
 
 
@@ -261,12 +262,12 @@ def sublayer_greedy(ctx, target_params, seed):
     return list(zip(steps["layer"].astype(int), steps["part"]))
 
 
-@register_strategy("zone_aware_attn", kind=SUBLAYER, estimator="alpha_shape",
+@register_strategy("zone_aware_attn", kind=SUBLAYER, alpha_estimator="alpha_shape",
                    description="α zones of the attention sublayers, lowest zone first, ends protected")
-def zone_aware_attn(ctx, target_params, seed, *, estimator):
+def zone_aware_attn(ctx, target_params, seed, *, alpha_estimator):
     """Ours over sublayers: the zone-aware order (``zones.pruning.zone_aware_order``) of the
     attention sublayers' weighted α profile, attention sublayers only."""
-    alpha = sublayer_alpha(ctx.alpha, estimator, "weighted")
+    alpha = sublayer_alpha(ctx.alpha, alpha_estimator, "weighted")
     profile = alpha[alpha["part"] == "attn"].set_index("layer")["alpha"].sort_index()
     return [(int(layer), "attn") for layer in zone_aware_order(profile)]
 
@@ -277,7 +278,7 @@ def plan_table(model: nn.Module | Subject, calibration: Windows, alphas: pd.Data
                block_strategies: Sequence[str] = DEFAULT_BLOCK_STRATEGIES,
                sublayer_strategies: Sequence[str] = DEFAULT_SUBLAYER_STRATEGIES, batch_size: int = 8,
                dtype: str | None = None, cache: bool = True, progress: bool = True,
-               estimator: str = "alpha_shape") -> pd.DataFrame:
+               alpha_estimator: str = "alpha_shape") -> pd.DataFrame:
     """Every strategy's plan at the budgets of k = 1..k_max blocks' parameters.
 
     Block strategies and sublayer strategies come from the one registry
@@ -297,7 +298,7 @@ def plan_table(model: nn.Module | Subject, calibration: Windows, alphas: pd.Data
     n = ctx.n_blocks
     rows = []
     for strategy in chosen:
-        overrides = dict(estimator=estimator) if strategy.kind == SUBLAYER else {}
+        overrides = dict(alpha_estimator=alpha_estimator) if strategy.kind == SUBLAYER else {}
         for k, plan in enumerate(strategy.plan(ctx, k_max, **overrides), start=1):
             if plan is None:
                 continue

@@ -47,23 +47,23 @@ from torch import nn
 
 from zones.core.checks import check_int
 from zones.core.data import Windows
+from zones.core.glossary import default
 from zones.measure.evaluate import score_windows
 from zones.measure.subject import Subject, as_subject
 from zones.pruning.strategies import BLOCK, PruningContext, Strategy, StrategyError, get_strategy, strategy_names
 
 COLUMNS = ["model", "strategy", "k", "seed", "removed", "ppl", "base_ppl", "delta_ppl", "delta_loss", "n_tokens"]
 WINDOW_COLUMNS = ["removed", "window", "nll", "n_tokens"]
-DEFAULT_STRATEGIES = ("zone_aware", "last_n", "last_n_keep_last", "random", "random_protected", "alpha_lowest",
-                      "block_influence", "angular", "ablation_rank", "greedy", "protect_spread", "protect_spread_random")
+DEFAULT_STRATEGIES = tuple(default("strategies", context="prune"))
 RECIPE_ABLATIONS = ("zone_aware_no_protection", "zone_aware_no_spreading", "zone_aware_one_zone")
 # The chapter's CPU budgets (seq_len 256): the first batch of 8 windows of the book's eval set
 # (the strategies' differences are many times their half-widths: tokens buy the least here), 2
 # calibration windows. A GPU run should use 64 eval windows and 32 calibration windows
 # (book/methods/pruning.md).
-DEFAULT_EVAL_TOKENS = 8 * 255
-DEFAULT_CALIBRATION_TOKENS = 2 * 255
-DEFAULT_SEEDS = 2  # seeds of a seeded strategy (random, random_protected, protect_spread_random); see the module note
-DEFAULT_DTYPE = "float32"  # the chapter's scoring precision (benchmarks/bench_dtype.py decides whether "auto" may be)
+DEFAULT_EVAL_TOKENS = default("eval_tokens", context="pruning")  # 8 windows of 255 (the glossary's)
+DEFAULT_CALIBRATION_TOKENS = default("calibration_tokens", context="pruning")
+DEFAULT_SEEDS = default("seeds", context="pruning")  # seeds of a seeded strategy (random, random_protected, protect_spread_random); see the module note
+DEFAULT_DTYPE = default("dtype")  # the chapter's scoring precision (benchmarks/bench_dtype.py decides whether "auto" may be)
 
 
 def format_removed(blocks: Iterable[int]) -> str:

@@ -18,8 +18,8 @@ import importlib
 import inspect
 from typing import Any, Mapping
 
-CHAPTERS = ("primer", "alpha_profile", "layer_ablation", "importance_vs_alpha", "pruning", "healing", "task_accuracy",
-            "sublayers", "predictors", "depth_series", "spectral_lifecycle", "across_models", "claims", "teaching")
+from zones.core.glossary import CHAPTERS  # the one list of the book's chapters
+
 __all__ = [*CHAPTERS, "common", "format", "verdicts"]
 CALLER_ARGUMENTS = ("out_dir", "progress")  # where and how a chapter runs: the caller's, not a parameter's
 

@@ -8,11 +8,10 @@ left it, with their parameters, so a book that ran them computes almost nothing 
   (the layer-ablation chapter's cache) and of ``zones.series.series_importance`` (the depth-series
   chapter's), Spearman ρ by ``zones.analysis.importance.spearman``, read by
   ``zones.report.verdicts.rho_verdict`` (against 0) and ``score_rho`` (the paper's band);
-* zone-aware against ``last_n_keep_last`` at k = ⌈L/4⌉: ``zones.pruning.pruning_sweep`` of the two
+* zone-aware against ``last_n_keep_last`` at k = ⌈L/4⌉: ``zones.pruning.pair_at_k``, the sweep of the two
   strategies on the pruning chapter's eval windows (SmolLM2: every removal set is already in the loss
-  store; a trained run: its own held-out windows, a few cheap forwards), Δloss with paired intervals
-  (``summarize_pruning``), their difference (``pairwise_differences``, the same windows for both) and the
-  strategies not separable from the best (``best_sets``);
+  store; a trained run: its own held-out windows, a few cheap forwards), Δloss with paired intervals,
+  their difference (the same windows for both) and the strategies not separable from the best;
 * the first blocks matter most (``zones.report.verdicts.first_blocks_matter_most``) and the shape of one
   role's α profile (``zones.analysis.profile.profile_shape``, blocks resampled).
 
@@ -38,11 +37,12 @@ from zones.analysis.importance import (
 from zones.analysis.profile import profile_shape
 from zones.core.checks import check_models
 from zones.core.data import corpus_windows, load_corpus
+from zones.core.glossary import default
 from zones.core.models import load_model
 from zones.figures import BOOK_MODE_ENV
 from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES
 from zones.measure.subject import as_subject
-from zones.pruning import best_sets, get_strategy, pairwise_differences, pruning_sweep, summarize_pruning
+from zones.pruning import get_strategy, pair_at_k
 from zones.report.common import NAN, ChapterResult, save
 from zones.report.format import fmt_interval, fmt_rho
 from zones.report.verdicts import (
@@ -102,28 +102,19 @@ def best_text(best_set: str) -> str:
 def compare_at_quarter(subject, windows, alpha: pd.DataFrame, *, model_name: str, batch_size: int,
                        n_resamples: int, seed: int, progress: bool) -> dict:
     """Zone-aware against Last-N keeping the last block at k = ⌈L/4⌉ on ``windows`` (the same
-    windows for both): each Δloss with its interval, their paired difference, the best set."""
+    windows for both; ``zones.pruning.pair_at_k``): each Δloss with its interval, their paired
+    difference, the best set in words."""
     k = quarter_k(subject.n_blocks)
     if k < 1:
         return dict(k=0, pruning_tokens=int(windows.n_scored_tokens), **dict.fromkeys(
             ["zone_aware", "zone_aware_low", "zone_aware_high", "keep_last", "keep_last_low", "keep_last_high",
              "diff", "diff_low", "diff_high"], NAN), best="undefined (too few blocks to remove one)")
-    swept = pruning_sweep(subject, windows, None, strategies=list(STRATEGIES), k_max=k, alpha=alpha,
-                          batch_size=batch_size, model_name=model_name, progress=progress)
-    table, losses = swept.table, swept.window_losses
-    at = summarize_pruning(table, losses, n_resamples=n_resamples, seed=seed).set_index(["strategy", "k"])
-    pair = pairwise_differences(table, losses, strategies=list(STRATEGIES), n_resamples=n_resamples, seed=seed)
-    pair = pair[pair["k"] == k].iloc[0]
-    sign = 1.0 if pair["strategy_a"] == OURS else -1.0   # d = Δloss(zone-aware) − Δloss(Last-N)
-    diff_low, diff_high = sorted((sign * float(pair["diff_low"]), sign * float(pair["diff_high"])))
-    best = best_sets(table, losses, strategies=list(STRATEGIES), n_resamples=n_resamples, seed=seed)
-    ours, last = at.loc[(OURS, k)], at.loc[(LAST_N_KEEP_LAST, k)]
-    return dict(k=k, pruning_tokens=int(table["n_tokens"].iloc[0]),
-                zone_aware=float(ours["delta_loss"]), zone_aware_low=float(ours["delta_loss_low"]),
-                zone_aware_high=float(ours["delta_loss_high"]), keep_last=float(last["delta_loss"]),
-                keep_last_low=float(last["delta_loss_low"]), keep_last_high=float(last["delta_loss_high"]),
-                diff=sign * float(pair["diff"]), diff_low=diff_low, diff_high=diff_high,
-                best=best_text(best.loc[best["k"] == k, "best_set"].iloc[0]))
+    pair = pair_at_k(subject, windows, STRATEGIES, k, alpha=alpha, batch_size=batch_size, model_name=model_name,
+                     n_resamples=n_resamples, seed=seed, progress=progress)
+    return dict(k=k, pruning_tokens=pair["n_tokens"], zone_aware=pair["a"], zone_aware_low=pair["a_low"],
+                zone_aware_high=pair["a_high"], keep_last=pair["b"], keep_last_low=pair["b_low"],
+                keep_last_high=pair["b_high"], diff=pair["diff"], diff_low=pair["diff_low"],
+                diff_high=pair["diff_high"], best=best_text(pair["best_set"]))
 
 
 def model_row(result: ModelImportance, model, *, corpus_name: str, comparison: dict, alpha_estimator: str,
@@ -186,8 +177,9 @@ def overview(table: pd.DataFrame) -> pd.DataFrame:
 
 def run(models=("smollm2-135m",), profile: str | None = "cpu", depths: Sequence[int] | None = None,
         seeds: int | None = None, train_overrides: dict | None = None, corpus: str = "stdlib", seq_len: int = 256,
-        eval_tokens: int | None = 3060, pruning_eval_tokens: int | None = 2040,
-        series_eval_tokens: int | None = 8128, batch_size: int = 8, series_batch_size: int = 16,
+        eval_tokens: int | None = default("eval_tokens", context="across_models"),
+        pruning_eval_tokens: int | None = default("pruning_eval_tokens"),
+        series_eval_tokens: int | None = default("series_eval_tokens", context="across_models"), batch_size: int = 8, series_batch_size: int = 16,
         alpha_estimator: str = "alpha_shape", alpha_role: str = "weighted", role: str = "q",
         n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, seed: int = 0,
         out_dir: str = "results/across_models", *, dtype: str = "float32",

@@ -42,10 +42,10 @@ def shape_sentence(shape: dict, first_block: int = 0) -> str:
     return where + lead + "."
 
 
-def profile_numbers(table: pd.DataFrame, role: str, estimator: str) -> dict:
+def profile_numbers(table: pd.DataFrame, role: str, alpha_estimator: str) -> dict:
     """The numbers the chapter cites about one role's profile (plain Python values)."""
     profile = table[table["role"] == role].sort_values("layer")
-    value = profile[estimator].astype(float)
+    value = profile[alpha_estimator].astype(float)
     return dict(n_blocks=int(table["layer"].nunique()), n_matrices=int(len(table)),
                 n_noted=int((table["note"].fillna("") != "").sum()),
                 alpha_first=float(value.iloc[0]), alpha_last=float(value.iloc[-1]),
@@ -85,20 +85,20 @@ def run(models=("smollm2-135m",), role: str = "q", alpha_estimator: str = "alpha
     depth_spread``), ``trend.csv`` (``zones.analysis.profile.depth_trend``), ``group_profile.csv``,
     ``asymmetry_claim.csv`` (``qk_vo_asymmetry``), ``shape_claim.csv`` (``profile_shape``) and ``summary.json``;
     numbers for the page. ``models``: a list (or one model); this chapter shows the first in detail."""
-    model, estimator = check_models(models)[0], alpha_estimator
+    model = check_models(models)[0]
     loaded = load_model(model)
     table = alpha_table(loaded.model)
     if role not in set(table["role"]):
         raise ValueError(f"role {role!r} is not in this model; roles: {', '.join(dict.fromkeys(table['role']))}")
-    spread = depth_spread(table, estimator)
-    trend = depth_trend(table, estimator, n_resamples=n_resamples, seed=seed)
-    groups = group_profile(table, estimator)
+    spread = depth_spread(table, alpha_estimator)
+    trend = depth_trend(table, alpha_estimator, n_resamples=n_resamples, seed=seed)
+    groups = group_profile(table, alpha_estimator)
     asym = qk_vo_asymmetry(groups, n_resamples=n_resamples, seed=seed)
     chosen = trend.set_index("role").loc[role]
-    shape = profile_shape(table, role, estimator, n_resamples=n_resamples, seed=seed)
+    shape = profile_shape(table, role, alpha_estimator, n_resamples=n_resamples, seed=seed)
     by_group = spread.groupby("group")["range"].mean()
-    numbers = dict(model_name=model, role_name=role, estimator_name=estimator,
-                   **profile_numbers(table, role, estimator),
+    numbers = dict(model_name=model, role_name=role, estimator_name=alpha_estimator,
+                   **profile_numbers(table, role, alpha_estimator),
                    rise=float(chosen["rise"]), rise_low=float(chosen["rise_low"]),
                    rise_high=float(chosen["rise_high"]), trend=str(chosen["trend"]),
                    first_fit=float(chosen["first_fit"]), last_fit=float(chosen["last_fit"]),
@@ -108,7 +108,7 @@ def run(models=("smollm2-135m",), role: str = "q", alpha_estimator: str = "alpha
                    asymmetry=asym["asymmetry"], asymmetry_text=asymmetry_sentence(asym),
                    shape=shape["shape"], shape_text=shape_sentence(shape, int(table["layer"].min())))
     numbers["fit_text"] = fit_sentence(numbers["r2_median"], numbers["r2_min"])
-    summary = dict(model=model, fingerprint=loaded.fingerprint, role=role, estimator=estimator, n_resamples=n_resamples,
+    summary = dict(model=model, fingerprint=loaded.fingerprint, role=role, alpha_estimator=alpha_estimator, n_resamples=n_resamples,
                    seed=seed, **{k: v for k, v in numbers.items() if k not in ("model_name", "role_name",
                                                                                 "estimator_name")},
                    first=numbers["alpha_first"], last=numbers["alpha_last"])

@@ -32,6 +32,7 @@ from zones.analysis.bootstrap import interval_side
 from zones.analysis.power import rho_rule_power
 from zones.analysis.profile import trend_word
 from zones.core.cache import atomic_write_text
+from zones.core.glossary import CHAPTERS
 from zones.pruning import COLLAPSE_RATIO, RECIPE_ABLATIONS
 from zones.report.common import ChapterResult, read_summary, save
 from zones.report.format import fmt_interval, fmt_num, fmt_p, fmt_ratio, list_table, md_escape
@@ -82,12 +83,10 @@ from zones.report.verdicts import (
 
 COLUMNS = ["claim", "source", "paper", "ours", "interval", "model", "corpus", "chapter", "rule", "verdict", "reason",
            "note"]
-CHAPTERS = ("alpha_profile", "layer_ablation", "importance_vs_alpha", "pruning", "healing", "depth_series",
-            "spectral_lifecycle", "across_models")
 LAST_N = ("last_n", "last_n_keep_last")   # the claim's reference: literal Last-N, and as practitioners use it
 Tables = Mapping[str, Mapping[str, Any]]
 
-__all__ = ["BOOK_SOURCE", "CHAPTERS", "CLAIMS", "COLUMNS", "Claim", "PAPER_SOURCE", "REGISTRY", "RULES", "claim_counts",
+__all__ = ["BOOK_SOURCE", "CLAIMS", "COLUMNS", "Claim", "PAPER_SOURCE", "REGISTRY", "RULES", "claim_counts",
            "claim_outcomes", "load_tables", "rules_table", "run", "score_claims", "scorecard_html", "summary_markdown",
            "verdict_counts"]
 
@@ -168,14 +167,14 @@ def _rho_rows(tables: Tables) -> list[dict]:
         if "rho" not in found:
             continue
         summary = found.get("summary", {})
-        estimator, role = summary.get("alpha_estimator", "alpha_shape"), summary.get("alpha_role", "weighted")
+        alpha_estimator, role = summary.get("alpha_estimator", "alpha_shape"), summary.get("alpha_role", "weighted")
         rho = found["rho"]
-        chosen = rho[(rho["estimator"] == estimator) & (rho["role"] == role)]
+        chosen = rho[(rho["estimator"] == alpha_estimator) & (rho["role"] == role)]
         for r in chosen.to_dict("records"):
             n = r.get("n_layers", r.get("n"))
             n = int(n) if n is not None and finite(float(n)) else None
             floor = f"; with {n} blocks the smallest p is {fmt_num(min_permutation_p(n), 2)}" if n else ""
-            ours = f"ρ = {fmt_num(r['rho'], 2)}, {fmt_p(r['p_value'])} ({role} {estimator}, chosen in advance{floor})"
+            ours = f"ρ = {fmt_num(r['rho'], 2)}, {fmt_p(r['p_value'])} ({role} {alpha_estimator}, chosen in advance{floor})"
             notes = [_strict_rho_note(r["ci_low"], r["ci_high"], r["p_value"], n), _depth_note(found, str(r["model"])),
                      _q_note(tables, str(r["model"]))]
             rows.append(_row(ours, fmt_interval(None, r["ci_low"], r["ci_high"]), str(r["model"]),
@@ -558,8 +557,9 @@ RULES = {c.key: c.rule for c in REGISTRY}
 def load_tables(results_dir: str | Path, chapters=None) -> dict[str, dict[str, Any]]:
     """``{chapter: {table name: DataFrame, "summary": dict}}`` for each chapter folder of
     ``results_dir`` that exists (``results_dir/<chapter>/*.csv`` and ``summary.json``):
-    ``chapters``, or by default :data:`CHAPTERS` and then every other folder but this page's
-    own (so a new chapter's tables are read without a change here)."""
+    ``chapters``, or by default every folder but this page's own, the book's chapters
+    (``zones.core.glossary.CHAPTERS``) first in that order (so a new chapter's tables are read
+    without a change here)."""
     root = Path(results_dir)
     if chapters is None:
         found = sorted(p.name for p in root.glob("*") if p.is_dir() and p.name != "claims") if root.is_dir() else []
@@ -697,8 +697,8 @@ def findings(scores: pd.DataFrame, tables: Tables) -> str:
     found = tables.get("importance_vs_alpha", {})
     if "rho" in found:
         summary = found.get("summary", {})
-        estimator, role = summary.get("alpha_estimator", "alpha_shape"), summary.get("alpha_role", "weighted")
-        chosen = found["rho"][(found["rho"]["estimator"] == estimator) & (found["rho"]["role"] == role)]
+        alpha_estimator, role = summary.get("alpha_estimator", "alpha_shape"), summary.get("alpha_role", "weighted")
+        chosen = found["rho"][(found["rho"]["estimator"] == alpha_estimator) & (found["rho"]["role"] == role)]
         if not chosen.empty:
             r = chosen.iloc[0]
             meaning = {"above": "α detectably predicts a block's importance",
@@ -711,7 +711,7 @@ def findings(scores: pd.DataFrame, tables: Tables) -> str:
             extra = (f"; with the block index held fixed ρ is "
                      f"{fmt_interval(partial[0]['rho'], partial[0]['ci_low'], partial[0]['ci_high'], signed=True)} "
                      f"({depth.iloc[0]['verdict']})" if partial and not depth.empty else "")
-            sentences.append(f"On {Path(str(r['model'])).name}, {meaning}: ρ({role} {estimator}, ΔLoss) = "
+            sentences.append(f"On {Path(str(r['model'])).name}, {meaning}: ρ({role} {alpha_estimator}, ΔLoss) = "
                              f"{fmt_interval(r['rho'], r['ci_low'], r['ci_high'], signed=True)}{extra}.")
     share = str(_summary(tables, "pruning").get("share_text", ""))
     if "At k = " in share:   # the largest k's sentence: what protection and spreading alone achieve there

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from zones.core.cache import atomic_write_text, write_table
+from zones.core.glossary import RETIRED
 from zones.report.format import for_glue
 
 NAN = float("nan")
@@ -94,10 +95,21 @@ def save(out_dir: str | os.PathLike, tables: Mapping[str, pd.DataFrame], summary
     return out
 
 
+class StaleSummaryError(ValueError):
+    """A ``summary.json`` written under a name the glossary has retired: its chapter must run again."""
+
+
 def read_summary(folder: str | os.PathLike) -> dict:
-    """``folder/summary.json`` (``{}`` if there is none)."""
+    """``folder/summary.json`` (``{}`` if there is none). A key the glossary has retired
+    (``zones.core.glossary.RETIRED``: an older version's name) is an error naming the chapter to
+    run again, never a value read under the wrong name or a default read in its place."""
     path = Path(folder) / "summary.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+    summary = json.loads(path.read_text()) if path.exists() else {}
+    stale = sorted(set(summary) & set(RETIRED))
+    if stale:
+        raise StaleSummaryError(f"{path} was written by an older zones ({', '.join(stale)} is now "
+                                f"{', '.join(RETIRED[k] for k in stale)}); run its chapter again")
+    return summary
 
 
 def precision_text(requested: str, resolved: str) -> str:

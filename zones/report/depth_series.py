@@ -230,7 +230,7 @@ def run(profile: str = "cpu", depths=None, seeds: int | None = None, train_overr
                      blocks=pd.DataFrame(), matrices=pd.DataFrame())
     else:  # the unquantised ablation is the one above, read from the loss store
         quant = series_quantization(runs, quant_type=quant_type, eval_tokens=eval_tokens, batch_size=batch_size,
-                                    estimator=alpha_estimator, role=alpha_role, n_resamples=n_resamples,
+                                    alpha_estimator=alpha_estimator, alpha_role=alpha_role, n_resamples=n_resamples,
                                     n_permutations=n_permutations, seed=seed)
     config = runs[0].config
     numbers = _numbers(profile, series, frame, rho_runs, pooled, agreement, config, alpha_role, alpha_estimator)

@@ -35,6 +35,7 @@ import pandas as pd
 from zones.core.adapters import get_adapter
 from zones.core.checks import check_choice, check_models
 from zones.core.data import corpus_windows, load_corpus
+from zones.core.glossary import default
 from zones.core.models import load_model
 from zones.figures import BOOK_MODE_ENV
 from zones.measure.evaluate import evaluate_loss, evaluate_removals
@@ -54,13 +55,13 @@ from zones.report.verdicts import LAST_N_KEEP_LAST, OURS, score_after_healing
 from zones.spectra import alpha_table
 
 REFERENCE = LAST_N_KEEP_LAST   # Last-N as practitioners (and Lu et al.) use it: the final block stays
-DEFAULT_STRATEGIES = (OURS, REFERENCE, "greedy", "random_protected")
-DEFAULT_K = (4, 8)
-DEFAULT_SEEDS = 1
-DEFAULT_METHODS = ("bridge",)
-DEFAULT_EVAL_TOKENS = 8 * 255   # the eval set's first batch: the pruning chapter's sets there are read, not scored
-DEFAULT_HEAL_TOKENS = 4 * 255
-DEFAULT_DTYPE = "float32"   # the scoring precision (benchmarks/bench_dtype.py decides whether "auto" may be)
+DEFAULT_STRATEGIES = tuple(default("strategies", context="healing"))
+DEFAULT_K = tuple(default("k_values"))
+DEFAULT_SEEDS = default("seeds", context="healing")
+DEFAULT_METHODS = tuple(default("methods"))
+DEFAULT_EVAL_TOKENS = default("eval_tokens", context="healing")   # the eval set's first batch: the pruning chapter's sets there are read, not scored
+DEFAULT_HEAL_TOKENS = default("heal_tokens", context="healing")
+DEFAULT_DTYPE = default("dtype")   # the scoring precision (benchmarks/bench_dtype.py decides whether "auto" may be)
 
 
 # --------------------------------------------------------------------------------------------

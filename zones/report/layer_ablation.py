@@ -20,10 +20,10 @@ from zones.report.format import fmt_interval
 from zones.report.verdicts import first_blocks_matter_most
 
 
-def ablation_numbers(table: pd.DataFrame, k: int = 3) -> dict:
+def ablation_numbers(table: pd.DataFrame, n_top: int = 3) -> dict:
     """What the chapter cites about one model's ablation table (plain values).
 
-    ``n_blocks, n_tokens, base_loss, base_ppl``; ``top`` (the ``k`` blocks with the largest
+    ``n_blocks, n_tokens, base_loss, base_ppl``; ``top`` (the ``n_top`` blocks with the largest
     ΔLoss, largest first), ``top_delta, top_low, top_high``; ``median_delta``; ``top_share``
     (their share of the summed positive ΔLoss); ``n_lowering`` (ΔLoss ≤ 0) and
     ``n_not_raising`` (blocks whose interval includes or lies below 0: removing them alone has
@@ -32,7 +32,7 @@ def ablation_numbers(table: pd.DataFrame, k: int = 3) -> dict:
     df = table.reset_index(drop=True)
     low, high = delta_loss_bounds(df)
     delta = df["delta_loss"].astype(float)
-    order = delta.sort_values(ascending=False).index[:k]
+    order = delta.sort_values(ascending=False).index[:n_top]
     positive = float(delta.clip(lower=0).sum())
     base_loss = float(df["base_loss"].iloc[0])
     has_intervals = bool(low.notna().any())

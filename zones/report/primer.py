@@ -5,9 +5,10 @@ Marchenko–Pastur law's own case), a heavy-tailed random matrix (Student-t entr
 of each trained model of ``models``, and the same matrix of a depth-series model at
 initialisation and after training (the depth-series chapter's cached run: seed 0 of the
 shallowest depth of ``profile``; ``zones.series.build_model`` rebuilds its initial weights, the
-same seed). Every number is the library's: ``zones.spectra.spectral_table`` (α_shape, the
-power-law α and the rest), ``zones.spectra.random`` (Marchenko–Pastur), ``zones.spectra.pictures``
-(the pictures the fits read). No forward pass: only weights.
+same seed). Every number is the library's: ``zones.spectra.described`` describes each matrix
+(``zones.spectra.spectral_table``: α_shape, the power-law α and the rest; ``zones.spectra.random``:
+Marchenko–Pastur; ``zones.spectra.pictures``: the pictures the fits read) and builds the tail-index
+grid; this module picks the matrices and writes the words. No forward pass: only weights.
 
 ``run(...)`` returns a ``ChapterResult`` whose tables are written as CSV:
 
@@ -28,7 +29,7 @@ power-law α and the rest), ``zones.spectra.random`` (Marchenko–Pastur), ``zon
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -40,24 +41,20 @@ from zones.core.models import load_model
 from zones.report.common import ChapterResult, save
 from zones.report.format import fmt_num
 from zones.series import build_model, series_configs, train_model
-from zones.spectra import DEFAULT_WINDOW, check_window, spectral_table
-from zones.spectra.pictures import density_picture, rank_picture
-from zones.spectra.random import (
-    gaussian_matrix,
-    marchenko_pastur_density,
-    marchenko_pastur_edges,
-    marchenko_pastur_fit,
-    scaled_eigenvalues,
-    student_t_matrix,
-    student_t_variance,
+from zones.spectra import DEFAULT_WINDOW, check_window
+from zones.spectra.described import (
+    HEAVY_TAIL_LIMIT,
+    MP_COLUMNS,
+    TAIL_DFS,
+    WEAK_TAIL_LIMIT,
+    describe_all,
+    mp_curves,
+    relative_spread,
+    tail_grid,
 )
+from zones.spectra.random import gaussian_matrix, marchenko_pastur_edges, student_t_matrix, student_t_variance
 
-TAIL_DFS = tuple(float(v) for v in np.arange(1.0, 8.01, 0.5).round(1))  # the slider's grid: ν = 1, 1.5, …, 8
-HEAVY_TAIL_LIMIT = 2.0  # up to ν = 2, heavy-tailed random-matrix theory predicts a density tail λ^(−(1 + ν/2))
-WEAK_TAIL_LIMIT = 4.0   # above ν = 4 the entries' fourth moment is finite: the bulk is Marchenko–Pastur's
-MP_COLUMNS = ["mp_edge", "mp_ks_distance", "n_beyond_edge", "beyond_edge_fraction", "top_over_edge"]
 KINDS = ("gaussian", "heavy-tailed", "trained", "initialised")
-DROP_LOWEST = 0.01  # the density pictures leave out the smallest 1 % (a square matrix's reach towards 0)
 
 
 def _nu(df: float) -> str:
@@ -89,113 +86,6 @@ def series_run_config(profile: str, depths=None, train_overrides: dict | None = 
     configs = series_configs(profile, depths, None, **dict(train_overrides or {}))  # the profile's seeds: 0, 1, …
     shallowest = min(c.depth for c in configs)
     return min((c for c in configs if c.depth == shallowest), key=lambda c: c.seed)
-
-
-def describe(matrix, *, window=DEFAULT_WINDOW, bins: int = 40) -> dict:
-    """Everything the page shows of one matrix: its estimators (``spectral_table``, one row),
-    its spectrum on the Marchenko–Pastur scale and the comparison with its random twin, and the
-    two pictures (``rank``, ``density``, ``density_line``)."""
-    row = spectral_table([matrix], window=window).iloc[0].to_dict()
-    spectrum = scaled_eigenvalues(matrix)
-    twin = marchenko_pastur_fit(spectrum)
-    m = max(spectrum.rows, spectrum.cols)
-    rank, _, _ = rank_picture(spectrum.eigenvalues, window)
-    density, line, _ = density_picture(spectrum.eigenvalues, bins=bins, scale=1.0 / m, drop_lowest=DROP_LOWEST)
-    row.update(q=spectrum.q, sigma2=spectrum.sigma2, xmin_scaled=row["xmin"] / m, mp_edge=twin.edge,
-               mp_ks_distance=twin.ks_distance, n_beyond_edge=twin.n_beyond,
-               beyond_edge_fraction=twin.beyond_fraction, top_over_edge=twin.top_over_edge)
-    return dict(row=row, spectrum=spectrum, rank=rank, density=density, line=line)
-
-
-def _stack(parts: Iterable[tuple[dict, pd.DataFrame]]) -> pd.DataFrame:
-    frames = [frame.assign(**labels)[[*labels, *frame.columns]] for labels, frame in parts if len(frame)]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-
-def tail_grid(rows: int, cols: int, dfs: Sequence[float] = TAIL_DFS, *, seed: int = 0, window=DEFAULT_WINDOW,
-              bins: int = 40) -> dict[str, pd.DataFrame]:
-    """A Student-t matrix per tail index ν in ``dfs`` (same shape and seed), described as
-    :func:`describe` does: ``tail_grid`` (one row each, with ``reference_alpha``) and the
-    pictures ``tail_density``, ``tail_line``, ``tail_rank`` (``df`` first)."""
-    dfs = [check_float(d, "tail_dfs (Student-t degrees of freedom)", min=0.0, min_inclusive=False) for d in dfs]
-    if not dfs:
-        raise ValueError("tail_dfs must list at least one tail index ν; got []")
-    rows_out, density, line, rank = [], [], [], []
-    for df in dfs:
-        d = describe(student_t_matrix(rows, cols, df, seed=seed), window=window, bins=bins)
-        rows_out.append(dict(df=df, reference_alpha=1 + df / 2 if df <= HEAVY_TAIL_LIMIT else math.nan, **d["row"]))
-        density.append(({"df": df}, d["density"]))
-        line.append(({"df": df}, d["line"]))
-        rank.append(({"df": df}, d["rank"]))
-    return dict(tail_grid=pd.DataFrame(rows_out), tail_density=_stack(density), tail_line=_stack(line),
-                tail_rank=_stack(rank))
-
-
-COMPARE_COLUMNS = ["matrix", "rows", "cols", "q", "sigma2", "x_smallest", "x_largest", "mp_low", "mp_edge",
-                   "n_beyond_edge", "mp_ks_distance", "alpha_shape", "alpha_shape_r2", "alpha_esd", "alpha_esd_sigma",
-                   "n_tail"]
-
-
-def compare(matrices: Mapping[str, object], *, window=DEFAULT_WINDOW) -> pd.DataFrame:
-    """One row per named matrix (``{"name": matrix, ...}``): its shape, q, mean squared entry
-    σ², smallest and largest scaled eigenvalue x = λ / max(rows, cols), the Marchenko–Pastur
-    support [``mp_low``, ``mp_edge``] of its random twin with the eigenvalues beyond it and the
-    KS distance, and the estimators. Columns ``COMPARE_COLUMNS``."""
-    if not matrices:
-        raise ValueError("compare needs at least one matrix, as {'name': matrix}")
-    window = check_window(window)
-    rows = []
-    for name, matrix in matrices.items():
-        d = describe(matrix, window=window)
-        spectrum = d["spectrum"]
-        low, _ = marchenko_pastur_edges(spectrum.q, spectrum.sigma2)
-        rows.append(dict(d["row"], matrix=str(name), x_smallest=float(spectrum.x.min()),
-                         x_largest=float(spectrum.x.max()), mp_low=low))
-    return pd.DataFrame(rows)[COMPARE_COLUMNS]
-
-
-SEED_COLUMNS = ["seed", "df", "alpha_shape", "alpha_shape_r2", "alpha_esd", "alpha_esd_sigma", "n_tail", "xmin"]
-
-
-def tail_seeds(rows: int, cols: int, dfs, seeds: int = 5, *, window=DEFAULT_WINDOW) -> pd.DataFrame:
-    """The estimators of ``seeds`` Student-t matrices (seeds 0 … seeds − 1) of one shape for each
-    tail index ν of ``dfs`` (one number or a list): how much of an α is the draw. Columns
-    ``SEED_COLUMNS``, ν by ν."""
-    seeds = check_int(seeds, "seeds (a count: seeds 0 … seeds − 1)", min=1)
-    dfs = [dfs] if isinstance(dfs, (int, float)) else list(dfs)
-    dfs = [check_float(d, "dfs (Student-t degrees of freedom)", min=0.0, min_inclusive=False, finite=False)
-           for d in dfs]
-    if not dfs:
-        raise ValueError("dfs must list at least one tail index ν; got []")
-    matrices = [student_t_matrix(rows, cols, df, seed=s) for df in dfs for s in range(seeds)]
-    table = spectral_table(matrices, window=check_window(window))
-    table.insert(0, "df", [df for df in dfs for _ in range(seeds)])
-    table.insert(0, "seed", [s for _ in dfs for s in range(seeds)])
-    return table[SEED_COLUMNS]
-
-
-def _describe_all(entries: list[dict], window, bins) -> tuple[list[dict], dict[str, pd.DataFrame]]:
-    rows, eig, density, line, rank = [], [], [], [], []
-    for entry in entries:
-        d = describe(entry.pop("matrix"), window=window, bins=bins)
-        label = {"matrix": entry["matrix_label"]}
-        rows.append(dict(matrix=entry.pop("matrix_label"), **entry, **d["row"]))
-        eig.append((label, pd.DataFrame({"x": d["spectrum"].x})))
-        density.append((label, d["density"]))
-        line.append((label, d["line"]))
-        rank.append((label, d["rank"]))
-    return rows, dict(eigenvalues=_stack(eig), density=_stack(density), density_line=_stack(line), rank=_stack(rank))
-
-
-def _mp_curves(matrices: pd.DataFrame, points: int = 400) -> pd.DataFrame:
-    """The Marchenko–Pastur density of each random matrix's q and mean squared entry."""
-    parts = []
-    for r in matrices[matrices["kind"].isin(["gaussian", "heavy-tailed"])].itertuples():
-        lo, hi = marchenko_pastur_edges(r.q, r.sigma2)
-        x = np.linspace(lo, hi, points)[1:-1]
-        density = marchenko_pastur_density(x, r.q, r.sigma2)
-        parts.append(({"matrix": r.matrix}, pd.DataFrame({"x": x, "density": density})))
-    return _stack(parts)
 
 
 def tail_start(xmin_scaled: float, edge: float) -> str:
@@ -246,16 +136,6 @@ def grid_trend(grid: pd.DataFrame, column: str = "alpha_shape") -> str:
     if values[-1] < values[0]:
         return "falls overall, not at every step"
     return "rises overall, not at every step" if values[-1] > values[0] else "ends where it started"
-
-
-def relative_spread(values) -> float:
-    """(max − min) / |mean| of the finite values: how much a number moves between draws, relative
-    to its size (NaN with fewer than two finite values or a zero mean)."""
-    values = np.asarray(values, dtype=float)
-    values = values[np.isfinite(values)]
-    if len(values) < 2 or values.mean() == 0:
-        return math.nan
-    return float((values.max() - values.min()) / abs(values.mean()))
 
 
 def seed_reading(draws: pd.DataFrame) -> str:
@@ -409,10 +289,10 @@ def run(models="smollm2-135m", role: str = "q", position: float = 0.5, rows: int
                 dict(matrix_label=f"{label}, trained", kind="trained", source="depth series", layer=layer, role=role,
                      matrix=trained_matrix)]
 
-    described, pictures = _describe_all(entries, window, bins)
+    described, pictures = describe_all(entries, window, bins)
     matrices = pd.DataFrame(described)
     grid = tail_grid(rows, cols, tail_dfs, seed=seed, window=window, bins=bins)
-    tables = dict(matrices=matrices, mp_curve=_mp_curves(matrices), **pictures, **grid)
+    tables = dict(matrices=matrices, mp_curve=mp_curves(matrices), **pictures, **grid)
     facts = dict(gaussian_sigma=1.0, tail_df=tail_df, tail_variance=student_t_variance(tail_df),
                  series_depth=int(config.depth), series_width=int(config.hidden_size), series_steps=int(config.steps),
                  init_sigma=float(getattr(initial.config, "initializer_range", math.nan)), window=window)

@@ -451,7 +451,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
               if sharers and SHARE_REFERENCE in strategies else pd.DataFrame(columns=SHARE_COLUMNS))
 
     zone_params = STRATEGIES[OURS].params
-    profile = PruningContext(loaded.model, alpha=alpha).layer_alpha(zone_params["estimator"], zone_params["role"])
+    profile = PruningContext(loaded.model, alpha=alpha).layer_alpha(zone_params["alpha_estimator"], zone_params["alpha_role"])
     zones = alpha_zones(profile, zone_params["n_zones"], zone_params["max_zones"])
     spans = [(int(g["layer"].min()), int(g["layer"].max()), int(g["zone_rank"].iloc[0]))
              for _, g in zones.groupby("zone")]
@@ -477,4 +477,4 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
                          extra=dict(zones=zones, main=main, strategies=strategies,
                                     headline=[s for s in (OURS, *REFERENCES) if s in strategies],
                                     recipe=[s for s in (OURS, *RECIPE_ABLATIONS) if s in strategies],
-                                    value_title=f"{zone_params['estimator']} ({zone_params['role']})"))
+                                    value_title=f"{zone_params['alpha_estimator']} ({zone_params['alpha_role']})"))

@@ -105,7 +105,7 @@ def _span(values) -> str:
     return f"{low}" if low == high else f"{low}–{high}"
 
 
-def dissociation(gradient: pd.DataFrame, snapshots: pd.DataFrame, depth: int, estimator: str,
+def dissociation(gradient: pd.DataFrame, snapshots: pd.DataFrame, depth: int, alpha_estimator: str,
                  group: str = lifecycle.ALL, exponent: Mapping | None = None) -> dict:
     """Rank gradient a transient, α gradient lasting? For the run of ``depth``
     (``zones.analysis.lifecycle.gradient_persistence``): ``wave_share`` and ``alpha_share`` in
@@ -114,7 +114,7 @@ def dissociation(gradient: pd.DataFrame, snapshots: pd.DataFrame, depth: int, es
     ``TRANSIENT_SHARE`` and alpha_share > ``LASTING_SHARE``; the sentence says it is one run
     with so many snapshots, and, given the Δα ``exponent`` row, whether b's interval lies on
     the paper's side of 0."""
-    shares = lifecycle.gradient_persistence(gradient, snapshots, depth, estimator, group)
+    shares = lifecycle.gradient_persistence(gradient, snapshots, depth, alpha_estimator, group)
     wave_share, alpha_share = shares["wave_share"], shares["alpha_share"]
     n_snapshots = int(snapshots.loc[snapshots["depth"] == depth, "step"].nunique())
     one_run = f"one run of depth {depth}, {n_snapshots} snapshots"
@@ -223,7 +223,6 @@ def run(profile: str = "cpu", depths=None, train_overrides: dict | None = None, 
     ``wave_claim.csv`` (:func:`wave_reversal` per depth, Q/K), ``asymmetry_claim.csv``
     (``alpha_profile.qk_vo_asymmetry`` of each depth's final profile) and
     ``delta_alpha_claim.csv`` (:func:`delta_alpha_exponent`); ``summary.json``."""
-    estimator = alpha_estimator
     snapshots, facts = _series_snapshots(profile, depths, train_overrides, checkpoints, seeds)
     depth_list = facts["depths"]
     deepest = max(depth_list)
@@ -232,10 +231,10 @@ def run(profile: str = "cpu", depths=None, train_overrides: dict | None = None, 
     compression = lifecycle.group_grid(snapshots, "compression")
     gradient = lifecycle.wave_gradient(snapshots)
     waves = lifecycle.wave_summary(gradient, WAVE_TOLERANCE)
-    alpha_grid = lifecycle.group_grid(snapshots, estimator)
-    final = lifecycle.final_profile(snapshots, estimator)
-    deltas = lifecycle.delta_alpha(snapshots, estimator)
-    spreads = lifecycle.asymmetry(snapshots, estimator)
+    alpha_grid = lifecycle.group_grid(snapshots, alpha_estimator)
+    final = lifecycle.final_profile(snapshots, alpha_estimator)
+    deltas = lifecycle.delta_alpha(snapshots, alpha_estimator)
+    spreads = lifecycle.asymmetry(snapshots, alpha_estimator)
     fits = lifecycle.delta_alpha_fits(deltas)
 
     wave_claim = pd.DataFrame([wave_claim_row(wave_reversal(compression, d, "Q/K", n_resamples=n_resamples, seed=seed))
@@ -243,7 +242,7 @@ def run(profile: str = "cpu", depths=None, train_overrides: dict | None = None, 
     asym_claim = pd.DataFrame([dict(depth=d, **qk_vo_asymmetry(final[(final["depth"] == d)], n_resamples=n_resamples, seed=seed))
                                for d in depth_list])
     runs = snapshots if facts["every_run"] is None else facts["every_run"]
-    exponent = exponent_claim_row(delta_alpha_exponent(runs, estimator, delta_group), facts["seeds_trained"])
+    exponent = exponent_claim_row(delta_alpha_exponent(runs, alpha_estimator, delta_group), facts["seeds_trained"])
     exponent_claim = pd.DataFrame([dict(exponent, depths=",".join(map(str, exponent["depths"])),
                                         paper_exponent=PAPER_EXPONENT)])
     peak = deltas[(deltas["depth"] == deepest) & (deltas["group"] == delta_group)].iloc[0]
@@ -277,8 +276,8 @@ def run(profile: str = "cpu", depths=None, train_overrides: dict | None = None, 
                        from_word(exponent["verdict"], exponent["reason"], exponent["detail"])),
                    exponent_covers=exponent["interval_covers"], exponent_text=exponent_sentence(exponent), depth_range=_span(depth_list), n_depths=len(depth_list),
                    tokens_per_run=facts["tokens_per_run"],
-                   **dissociation(gradient, snapshots, deepest, estimator, delta_group, exponent))
-    summary = dict(profile=profile, depths=depth_list, steps=steps, estimator=estimator, delta_group=delta_group,
+                   **dissociation(gradient, snapshots, deepest, alpha_estimator, delta_group, exponent))
+    summary = dict(profile=profile, depths=depth_list, steps=steps, alpha_estimator=alpha_estimator, delta_group=delta_group,
                    exponent=float(fit["exponent"]), r2=float(fit["r2"]), paper_exponent=float(fit["paper_exponent"]),
                    late_exponent=exponent,
                    delta_alpha={int(d): float(v) for d, v in zip(chosen["depth"], chosen["delta_alpha"])},

@@ -27,6 +27,7 @@ from zones.analysis.bootstrap import interval_side
 from zones.analysis.importance import model_labels, spearman
 from zones.analysis.sublayers import part_difference, sublayer_importance, sublayer_rho_table
 from zones.core.data import corpus_windows, load_corpus
+from zones.core.glossary import default
 from zones.core.models import load_model
 from zones.figures import BOOK_MODE_ENV
 from zones.measure.ablation import CHAPTER_DTYPE, ablation_window_losses
@@ -54,16 +55,16 @@ from zones.spectra import alpha_table
 # two single-block sweeps more; the whole-block rows are the layer-ablation chapter's, read from
 # the loss store), one calibration window for the similarity and the greedy searches; budgets of
 # 1-2 blocks.
-SEQ_LEN = 256
-EVAL_TOKENS = 4 * 255
-CALIBRATION_TOKENS = 2 * 255
-K_MAX = 2
-SERIES_EVAL_TOKENS = 16 * 127   # held-out tokens per trained model (its own tokenizer and text)
+SEQ_LEN = default("seq_len", context="sublayers")
+EVAL_TOKENS = default("eval_tokens", context="sublayers")
+CALIBRATION_TOKENS = default("calibration_tokens", context="sublayers")
+K_MAX = default("k_max", context="sublayers")
+SERIES_EVAL_TOKENS = default("series_eval_tokens", context="sublayers")   # held-out tokens per trained model (its own tokenizer and text)
 SPEED_WINDOWS = 2   # windows per timed forward: a ratio of speeds needs no more (each forward is uncached work)
 
 
 def series_rho_table(profile: str | None = "cpu", depths=None, train_overrides: dict | None = None, *,
-                     eval_tokens: int = SERIES_EVAL_TOKENS, estimator: str = "alpha_shape", batch_size: int = 16,
+                     series_eval_tokens: int = SERIES_EVAL_TOKENS, alpha_estimator: str = "alpha_shape", batch_size: int = 16,
                      n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, seed: int = 0,
                      progress: bool = False) -> pd.DataFrame:
     """``zones.series.series_sublayer_rho`` of the trained series ``profile`` (the same
@@ -71,12 +72,12 @@ def series_rho_table(profile: str | None = "cpu", depths=None, train_overrides: 
     row's ``verdict`` (``zones.report.verdicts.rho_verdict``); empty for ``profile=None``."""
     if profile is None:
         return pd.DataFrame(columns=[*SUBLAYER_RHO_COLUMNS, "verdict"])
-    table = series_sublayer_rho(profile, depths, train_overrides, eval_tokens=eval_tokens, estimator=estimator,
+    table = series_sublayer_rho(profile, depths, train_overrides, eval_tokens=series_eval_tokens, alpha_estimator=alpha_estimator,
                                 batch_size=batch_size, n_resamples=n_resamples, n_permutations=n_permutations,
                                 seed=seed, progress=progress)
     names = {"attn": "attention", "mlp": "MLP"}
     return table.assign(verdict=[rho_verdict(dict(ci_low=r.ci_low, ci_high=r.ci_high, n=r.n_blocks), r.model,
-                                             f"{names[r.part]} {estimator}") for r in table.itertuples()])
+                                             f"{names[r.part]} {alpha_estimator}") for r in table.itertuples()])
 
 
 def series_text(series: pd.DataFrame) -> str:
@@ -178,7 +179,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = SEQ_LEN
         long = ablation_window_losses(subject, windows, parts=True, batch_size=batch_size, progress=progress)
         alphas = alpha_table(model)
         params = sublayer_params(model)
-        table = sublayer_importance(long, alphas, params, estimator=alpha_estimator, n_resamples=n_resamples,
+        table = sublayer_importance(long, alphas, params, alpha_estimator=alpha_estimator, n_resamples=n_resamples,
                                     seed=seed).assign(model=label)
         rho = sublayer_rho_table(long, alphas, n_resamples=n_resamples, n_permutations=n_permutations, seed=seed).assign(model=label)
         importance.append(table)
@@ -195,7 +196,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = SEQ_LEN
             calibration = corpus_windows(text, loaded.tokenizer, seq_len, "calibration", calibration_tokens)
             plans = plan_table(subject, calibration, alphas, k_max=k_max, block_strategies=block_strategies,
                                sublayer_strategies=sublayer_strategies, batch_size=batch_size, progress=progress,
-                               estimator=alpha_estimator)
+                               alpha_estimator=alpha_estimator)
             scored, agreement = score_plans(subject, windows, plans, batch_size=batch_size, progress=progress,
                                             n_resamples=n_resamples, seed=seed)
             scored = scored.assign(model=label)
@@ -218,7 +219,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = SEQ_LEN
         gc.collect()
     importance = pd.concat(importance, ignore_index=True)
     rhos = pd.concat(rhos, ignore_index=True)
-    series = series_rho_table(profile, depths, train_overrides, eval_tokens=series_eval_tokens, estimator=alpha_estimator,
+    series = series_rho_table(profile, depths, train_overrides, series_eval_tokens=series_eval_tokens, alpha_estimator=alpha_estimator,
                               n_resamples=n_resamples, n_permutations=n_permutations, seed=seed, progress=progress)
     first = per_model[0]
     cheapest = scored.loc[scored.groupby("k")["delta_loss"].idxmin()]

@@ -10,8 +10,9 @@ each), scored by lm-evaluation-harness on lm-eval's own wrapper of the model; an
 right when the true continuation has the highest log-likelihood per byte (lm-eval's
 ``acc_norm``, :data:`DEFAULT_METRIC`; ``metric="acc"`` takes the summed log-likelihood).
 
-Evidence. One paired bootstrap over examples (``zones.measure.stats.paired_bootstrap``; every
-variant answered the same examples) gives every interval of the chapter: the accuracy of each
+Evidence. One paired bootstrap over examples (``zones.analysis.accuracy.accuracy_intervals``, on
+``zones.measure.stats.paired_bootstrap``; every variant answered the same examples) gives every
+interval of the chapter: the accuracy of each
 variant (the median over seeds for ``random_protected``), per task and over all the chapter's
 examples; the difference of each strategy from the full model; and the difference between
 every two strategies.
@@ -28,7 +29,7 @@ chapter's examples; holds if d > 0 and the exact McNemar p < 0.05, does not hold
 p < 0.05, inconclusive (examples) otherwise. The power of that rule at the chapter's number of
 examples, for a true difference of :data:`POWER_EFFECT` at the observed discordance
 (``zones.analysis.paired.mcnemar_power``), is reported beside it, with the examples other
-budgets would give (:func:`power_table`). The scorecard reads the chapter's verdict table.
+budgets would give (``zones.analysis.accuracy.power_table``). The scorecard reads the chapter's verdict table.
 
 The chapter also checks lm-eval against zones (:func:`zones.measure.tasks.loglik_agreement`):
 lm-eval's log-likelihood of every choice of the first few examples against zones' own loss
@@ -38,20 +39,21 @@ from __future__ import annotations
 
 import os
 import time
-from itertools import combinations
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from zones.analysis.accuracy import ALL, FULL, accuracy_intervals, power_rate, power_table
+from zones.analysis.paired import mcnemar_power
 from zones.core.adapters import get_adapter
 from zones.core.checks import check_models
 from zones.core.data import corpus_windows, load_corpus
+from zones.core.glossary import default
 from zones.core.models import load_model
-from zones.analysis.paired import mcnemar_exact, mcnemar_power
 from zones.figures import BOOK_MODE_ENV
 from zones.measure.evaluate import DEFAULT_DTYPE
-from zones.measure.stats import N_RESAMPLES, paired_bootstrap
+from zones.measure.stats import N_RESAMPLES
 from zones.measure.tasks import check_tasks, evaluate_tasks, loglik_agreement
 from zones.pruning import (
     DEFAULT_CALIBRATION_TOKENS,
@@ -68,117 +70,29 @@ from zones.spectra import alpha_table
 
 REFERENCE = LAST_N_KEEP_LAST    # Last-N as practitioners use it: the final block stays
 # the healing chapter's arms, so that its healed models are read from the cache, not healed again
-DEFAULT_STRATEGIES = (OURS, REFERENCE, "greedy", "random_protected")
-DEFAULT_K = (4, 8)
-DEFAULT_SEEDS = 1
-DEFAULT_METHOD = "bridge"
-DEFAULT_HEAL_TOKENS = 4 * 255
-FULL = "full"                    # the unpruned model's row in every table
-ALL = "all"                      # every example of the chapter's tasks, pooled
-DEFAULT_TASKS = ("zones_next_sentence", "zones_next_line")
-DEFAULT_LIMIT = 100              # examples per task: 200 in all give the exact test power 0.88 for +0.10 (Methods)
+DEFAULT_STRATEGIES = tuple(default("strategies", context="task_accuracy"))
+DEFAULT_K = tuple(default("k_values"))
+DEFAULT_SEEDS = default("seeds", context="task_accuracy")
+DEFAULT_METHOD = default("method", context="task_accuracy")
+DEFAULT_HEAL_TOKENS = default("heal_tokens", context="task_accuracy")
+DEFAULT_TASKS = tuple(default("tasks", context="task_accuracy"))
+DEFAULT_LIMIT = default("limit", context="task_accuracy")  # examples per task: 200 in all give the exact test power 0.88 for +0.10 (Methods)
 # lm-eval's acc_norm: the choice with the highest log-likelihood per byte. The distractors' lengths
 # differ from the answer's by up to 25%, which plain acc (summed log-likelihood) rewards or punishes:
 # on SmolLM2-135M's first 50 next-sentence examples acc is 0.40, acc_norm 0.58.
-DEFAULT_METRIC = "acc_norm"
-AGREEMENT_EXAMPLES = 2           # examples whose every choice is scored by lm-eval and by zones
-ACCURACY_COLUMNS = ["strategy", "task", "accuracy", "accuracy_low", "accuracy_high", "n", "n_seeds"]
-DIFFERENCE_COLUMNS = ["strategy", "reference", "task", "difference", "difference_low", "difference_high", "n", "b",
-                      "c", "p_exact"]
+DEFAULT_METRIC = default("metric", context="task_accuracy")
+AGREEMENT_EXAMPLES = default("agreement_examples")  # examples whose every choice is scored by lm-eval and by zones
 POWER_EFFECT = 0.10              # the true accuracy difference the chapter's power is stated for
 POWER_SIZES = (40, 100, 200, 400, 1000)   # numbers of examples the power table sets beside the chapter's own
 VERDICT_COLUMNS = ["model", "k", "method", "difference", "difference_low", "difference_high", "n", "b", "c",
                    "p_exact", "discordance", "power", "power_effect", "verdict", "reason"]
 
 
-# --------------------------------------------------------------------------------------------
-# Intervals
-# --------------------------------------------------------------------------------------------
-
-def interval_tables(examples: pd.DataFrame, arms: pd.DataFrame, tasks: Sequence[str], *,
-                    metric: str = "acc", **bootstrap) -> dict[str, pd.DataFrame]:
-    """Every interval of the chapter from one paired bootstrap over examples.
-
-    ``examples``: ``removed, task, example, <metric>`` (``removed`` ``""`` for the full model, else
-    the removal set as in ``arms``); ``arms``: ``strategy, seed, k, removed``. Units are the
-    (task, example) pairs every variant answered. Returns
-
-    * ``accuracy``: :data:`ACCURACY_COLUMNS`, one row per strategy (and :data:`FULL`) and task (and
-      :data:`ALL`, every example pooled); a seeded strategy's accuracy is the median over seeds;
-    * ``versus_full``: :data:`DIFFERENCE_COLUMNS`, accuracy(strategy) − accuracy(full);
-    * ``between``: :data:`DIFFERENCE_COLUMNS`, accuracy(strategy) − accuracy(reference) for every
-      two strategies (in ``arms`` order: the earlier one is ``strategy``).
-
-    In both difference tables ``b``, ``c`` and ``p_exact`` are the exact McNemar test of the
-    pair (:func:`zones.analysis.paired.mcnemar_exact`: ``b`` examples only ``strategy`` answers
-    right, ``c`` only ``reference``); NaN where either side is the median over several seeds.
-    """
-    wide = examples.pivot_table(index="removed", columns=["task", "example"], values=metric, aggfunc="first")
-    wide = wide.dropna(axis=1)
-    sets = {s: i for i, s in enumerate(wide.index)}
-    task_of = np.array([t for t, _ in wide.columns])
-    scopes = [ALL, *[t for t in tasks if t in set(task_of)]]
-    masks = np.vstack([np.ones(len(task_of))] + [(task_of == t).astype(float) for t in scopes[1:]])
-    strategies = [FULL, *dict.fromkeys(arms["strategy"])]
-    groups = [[sets[""]]] + [[sets[canonical_removed(r)] for r in arms.loc[arms["strategy"] == s, "removed"]]
-                             for s in strategies[1:]]
-    versus = [(i, 0) for i in range(1, len(strategies))]
-    between = list(combinations(range(1, len(strategies)), 2))
-    n_variants = len(wide)
-
-    def statistic(data):
-        x, m = data[:n_variants], data[n_variants:]                 # (variants, [resamples,] units)
-        acc = np.stack([(x * mask).sum(-1) / mask.sum(-1) for mask in m], axis=1)  # (variants, scopes, ...)
-        per = np.stack([np.median(acc[g], axis=0) for g in groups])  # (strategies, scopes, ...)
-        diffs = [per[a] - per[b] for a, b in versus + between]
-        return np.concatenate([per.reshape(-1, *per.shape[2:]), np.stack(diffs).reshape(-1, *per.shape[2:])])
-
-    data = np.vstack([wide.to_numpy(dtype=np.float64), masks])
-    interval = paired_bootstrap(statistic, (data,), **bootstrap)
-    est, low, high = interval.estimate, interval.low, interval.high
-    n_scope = {scope: int(mask.sum()) for scope, mask in zip(scopes, masks)}
-    accuracy = [dict(strategy=s, task=scope, accuracy=est[i * len(scopes) + j], accuracy_low=low[i * len(scopes) + j],
-                     accuracy_high=high[i * len(scopes) + j], n=n_scope[scope], n_seeds=len(groups[i]))
-                for i, s in enumerate(strategies) for j, scope in enumerate(scopes)]
-    offset = len(strategies) * len(scopes)
-    answers = wide.to_numpy(dtype=np.float64)
-    rows = {"versus_full": [], "between": []}
-    for p, (a, b) in enumerate(versus + between):
-        for j, scope in enumerate(scopes):
-            i = offset + p * len(scopes) + j
-            exact = dict(b=np.nan, c=np.nan, p_exact=np.nan)
-            if len(groups[a]) == 1 and len(groups[b]) == 1:
-                shown = masks[j] > 0
-                test = mcnemar_exact(answers[groups[a][0], shown], answers[groups[b][0], shown])
-                exact = dict(b=test.b, c=test.c, p_exact=test.p_exact)
-            rows["versus_full" if p < len(versus) else "between"].append(dict(
-                strategy=strategies[a], reference=strategies[b], task=scope, difference=est[i],
-                difference_low=low[i], difference_high=high[i], n=n_scope[scope], **exact))
-    return dict(accuracy=pd.DataFrame(accuracy, columns=ACCURACY_COLUMNS),
-                versus_full=pd.DataFrame(rows["versus_full"], columns=DIFFERENCE_COLUMNS),
-                between=pd.DataFrame(rows["between"], columns=DIFFERENCE_COLUMNS))
-
-
-def power_rate(b: float, c: float, n: int, effect: float = POWER_EFFECT) -> float:
-    """The discordance rate the chapter's power is computed at: the observed (b + c) / n, or
-    ``effect`` where fewer examples were discordant (a true difference of ``effect`` needs at
-    least that share of discordant examples)."""
-    return max((b + c) / n, effect)
-
-
-def power_table(discordance: float, sizes: Sequence[int], effect: float = POWER_EFFECT) -> pd.DataFrame:
-    """``n_examples, power``: the probability that :func:`score_task_accuracy`'s rule says holds
-    at each number of examples in ``sizes`` (sorted, each once), for a true difference of
-    ``effect`` at ``discordance`` (``zones.analysis.paired.mcnemar_power``)."""
-    sizes = sorted({int(n) for n in sizes})
-    return pd.DataFrame(dict(n_examples=sizes, power=[mcnemar_power(effect, discordance, n) for n in sizes]))
-
-
 def verdict_table(between: pd.DataFrame, model: str, k: int, method: str) -> pd.DataFrame:
     """One row, :data:`VERDICT_COLUMNS` (:func:`score_task_accuracy` of zone-aware − Last-N over
     all examples: ``b`` examples only zone-aware answers right, ``c`` only Last-N, ``p_exact``
     the exact McNemar p; the bootstrap interval of d beside them; ``power`` of the rule at ``n``
-    for a true difference of ``power_effect`` at ``discordance``, :func:`power_rate`), or none
+    for a true difference of ``power_effect`` at ``discordance``, ``zones.analysis.accuracy.power_rate``), or none
     when the chapter did not run both."""
     pair = between[(between["task"] == ALL) & between["strategy"].isin([OURS, REFERENCE])
                    & between["reference"].isin([OURS, REFERENCE])]
@@ -190,7 +104,7 @@ def verdict_table(between: pd.DataFrame, model: str, k: int, method: str) -> pd.
     b, c = (r["b"], r["c"]) if sign > 0 else (r["c"], r["b"])
     n = int(r["n"])
     verdict = score_task_accuracy(b, c, n_examples=n, effect=POWER_EFFECT)
-    rate = power_rate(b, c, n) if np.isfinite([b, c]).all() else np.nan
+    rate = power_rate(b, c, n, POWER_EFFECT) if np.isfinite([b, c]).all() else np.nan
     power = mcnemar_power(POWER_EFFECT, rate, n) if np.isfinite(rate) else np.nan
     return pd.DataFrame([dict(model=model, k=int(k), method=method, difference=d, difference_low=lo,
                               difference_high=hi, n=n, b=b, c=c, p_exact=r["p_exact"], discordance=rate,
@@ -276,8 +190,8 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
         out_dir: str = "results/task_accuracy", *, progress: bool | None = None) -> ChapterResult:
     """The chapter: plan, heal (from the healing chapter's cache), answer → ``arms.csv``,
     ``tasks.csv`` (lm-eval's table of every variant), ``examples.csv`` (every answer),
-    ``accuracy.csv``, ``versus_full.csv``, ``between.csv`` (:func:`interval_tables`),
-    ``verdict.csv`` (:func:`verdict_table`), ``power.csv`` (:func:`power_table`: the rule's power
+    ``accuracy.csv``, ``versus_full.csv``, ``between.csv`` (``zones.analysis.accuracy.accuracy_intervals``),
+    ``verdict.csv`` (:func:`verdict_table`), ``power.csv`` (``zones.analysis.accuracy.power_table``: the rule's power
     at the chapter's examples and at :data:`POWER_SIZES`), ``agreement.csv`` (lm-eval against
     zones) and ``summary.json``. ``bridges``: the healing chapter's (one d×d bridge per pruned
     model, the default). The defaults are the healing chapter's; of its ``k_values`` this chapter
@@ -316,9 +230,11 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
         del healed
     table = pd.concat([r.table for r in results], ignore_index=True)
     examples = pd.concat([r.examples for r in results], ignore_index=True)
-    found = interval_tables(examples, arms, tasks, metric=metric, n_resamples=n_resamples)
+    found = accuracy_intervals(examples, arms.assign(removed=arms["removed"].map(canonical_removed)), tasks,
+                               metric=metric, n_resamples=n_resamples)
     verdicts = verdict_table(found["between"], model, k, method)
-    power = (power_table(float(verdicts["discordance"].iloc[0]), [*POWER_SIZES, int(verdicts["n"].iloc[0])])
+    power = (power_table(float(verdicts["discordance"].iloc[0]), [*POWER_SIZES, int(verdicts["n"].iloc[0])],
+                         POWER_EFFECT)
              if len(verdicts) and np.isfinite(verdicts["discordance"].iloc[0]) else
              pd.DataFrame(columns=["n_examples", "power"]))
     agreement = (loglik_agreement(loaded.model, loaded.tokenizer, tasks[0], agreement_examples, batch_size)

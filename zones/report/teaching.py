@@ -23,12 +23,12 @@ from pathlib import Path
 import pandas as pd
 
 from zones.core.cache import ENTRY, CacheError, cache_dir, read_entry, sidecar_path
+from zones.core.glossary import DEFAULT_BUDGET  # a build at this budget carries no ``budget`` in its parameters
 from zones.core.hardware import cpu_capability
 from zones.report.common import ChapterResult, save
 from zones.report.format import fmt_num
 
 TIMINGS_KIND = "book_timings"   # the parts' ``kind`` of zones.book's timing entries
-DEFAULT_BUDGET = "cpu"          # a build at this budget carries no ``budget`` in its parameters
 TIME_COLUMNS = ["chapter", "seconds", "minutes", "share"]
 
 
@@ -68,11 +68,11 @@ def timing_records(folder: Path | None = None) -> list[dict]:
     return sorted(records, key=lambda r: r["written"])
 
 
-def budget_record(budget: str = "class", records: Sequence[dict] | None = None) -> dict | None:
-    """The most recently written timing record of a build at ``budget`` (its parameters'
+def budget_record(timed_budget: str = "class", records: Sequence[dict] | None = None) -> dict | None:
+    """The most recently written timing record of a build at ``timed_budget`` (its parameters'
     ``budget``; the default budget's builds carry none), or None when there is none."""
     records = timing_records() if records is None else records
-    chosen = [r for r in records if (r["parameters"].get("budget") or DEFAULT_BUDGET) == budget]
+    chosen = [r for r in records if (r["parameters"].get("budget") or DEFAULT_BUDGET) == timed_budget]
     return chosen[-1] if chosen else None
 
 

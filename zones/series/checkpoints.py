@@ -12,7 +12,7 @@ role, stable_rank, alpha_shape, alpha_esd``)::
 
 Only the weights are read: no forward pass, no tokenizer, no model object. Matrices are
 streamed one at a time by ``zones.core.weights`` (named and split by the family's adapter) and
-handed to ``zones.spectra.spectral_table`` in groups of at most ``memory_budget`` bytes (as
+handed to ``zones.spectra.spectral_table`` in groups of at most ``memory_budget`` MB (as
 float64), so peak memory is bounded by the budget plus one matrix, not by the model's size.
 The checkpoints of one series must share a family and the shapes of their matrices (a
 mixed glob is one error before anything is computed).
@@ -41,8 +41,9 @@ import torch
 from tqdm.auto import tqdm
 
 from zones.core.cache import CacheError, entry_path, read_cached_table, write_cached_table
-from zones.core.checks import check_int
+from zones.core.checks import check_float, check_int
 from zones.core.executors import Job, run_jobs
+from zones.core.glossary import default
 from zones.core.hub import HubUnreachableError, hub_lookup
 from zones.core.weights import (
     CheckpointError,
@@ -58,7 +59,7 @@ from zones.spectra import VERSION as SPECTRA_VERSION
 VERSION = "checkpoints-1"  # bump when the rows computed from a checkpoint change
 SNAPSHOT_COLUMNS = ["step", "layer", "role", "stable_rank", "alpha_shape", "alpha_esd"]
 ESTIMATORS = ("shape", "esd", "companions")  # exactly what zones.series.spectral_snapshot computes
-DEFAULT_MEMORY_BUDGET = 256 * 2**20  # bytes of float64 matrices handed to the spectra at once
+DEFAULT_MEMORY_BUDGET = default("memory_budget")  # MB of float64 matrices handed to the spectra at once
 CHECKPOINT_META = "zones-checkpoint.json"  # written by zones train --keep-checkpoints: {"step": N, ...}
 STEP_IN_NAME = re.compile(r"(?:step|checkpoint|ckpt|iter)[-_]?(\d+)", re.IGNORECASE)
 
@@ -291,13 +292,14 @@ def checkpoint_fingerprint(directory: str | Path) -> str:
 # --- the snapshot of one checkpoint -----------------------------------------------------------------
 
 def snapshot_rows(entries: Iterable[tuple[int, str, torch.Tensor]], *, window=None,
-                  memory_budget: int | None = DEFAULT_MEMORY_BUDGET, device: str | None = None,
+                  memory_budget: float | None = DEFAULT_MEMORY_BUDGET, device: str | None = None,
                   progress: bool = False) -> pd.DataFrame:
     """``layer, role, stable_rank, alpha_shape, alpha_esd`` of a stream of (layer, role, matrix).
 
-    Matrices are gathered until they would pass ``memory_budget`` bytes as float64 (None: no
+    Matrices are gathered until they would pass ``memory_budget`` MB as float64 (None or 0: no
     bound, everything at once), handed to ``zones.spectra.spectral_table`` and dropped.
     """
+    limit = memory_budget * 2**20 if memory_budget else None   # MB, as the glossary's memory_budget
     window = DEFAULT_WINDOW if window is None else window
     keys: list[tuple[int, str]] = []
     parts: list[pd.DataFrame] = []
@@ -314,7 +316,7 @@ def snapshot_rows(entries: Iterable[tuple[int, str, torch.Tensor]], *, window=No
 
     for layer, role, matrix in entries:
         size = matrix.numel() * 8
-        if memory_budget is not None and batch and used + size > memory_budget:
+        if limit is not None and batch and used + size > limit:
             flush()
         keys.append((layer, role))
         batch.append(matrix.to(device) if device else matrix)
@@ -365,7 +367,7 @@ def store_snapshot(parts: dict, rows: pd.DataFrame, refresh: bool = False) -> No
         write_cached_table(rows, entry_path("snapshots", parts), parts)
 
 
-def checkpoint_snapshot(checkpoint: Checkpoint, *, window=None, memory_budget: int | None = DEFAULT_MEMORY_BUDGET,
+def checkpoint_snapshot(checkpoint: Checkpoint, *, window=None, memory_budget: float | None = DEFAULT_MEMORY_BUDGET,
                         device: str | None = None, refresh: bool = False, progress: bool = False) -> SnapshotResult:
     """The snapshot rows of one checkpoint, from the cache when its fingerprint is known there.
 
@@ -375,7 +377,7 @@ def checkpoint_snapshot(checkpoint: Checkpoint, *, window=None, memory_budget: i
     """
     window = check_window(DEFAULT_WINDOW if window is None else window)
     if memory_budget is not None:
-        memory_budget = check_int(memory_budget, "memory_budget", min=1)
+        memory_budget = check_float(memory_budget, "memory_budget", min=0)
     device = device or ("cuda" if torch.cuda.is_available() else None)  # a GPU where the job has one
     directory = local_directory(checkpoint)
     config_adapter(read_config(directory), directory / "config.json")  # an unsupported model fails before hashing
@@ -396,7 +398,7 @@ def checkpoint_snapshot(checkpoint: Checkpoint, *, window=None, memory_budget: i
 def lifecycle_snapshots(checkpoints: Any = None, model: str | None = None, *,
                         revisions: Iterable[str] | str | None = None, train_run: str | Path | None = None,
                         executor: str = "local", ray_address: str | None = None, retries: int = 2,
-                        cpus_per_job: float = 1, window=None, memory_budget: int | None = DEFAULT_MEMORY_BUDGET,
+                        cpus_per_job: float = 1, window=None, memory_budget: float | None = DEFAULT_MEMORY_BUDGET,
                         device: str | None = None, refresh: bool = False, progress: bool = True) -> pd.DataFrame:
     """The snapshot table of a checkpoint series: one row per (step, layer, role).
 

@@ -94,7 +94,7 @@ SUBLAYER_RHO_COLUMNS = ["model", "depth", "seed", "part", "n_blocks", "rho", "ci
 
 
 def series_sublayer_rho(profile: str = "cpu", depths=None, train_overrides: dict | None = None, *,
-                        eval_tokens: int, estimator: str = "alpha_shape", batch_size: int = 16,
+                        eval_tokens: int, alpha_estimator: str = "alpha_shape", batch_size: int = 16,
                         n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, seed: int = 0,
                         progress: bool = False) -> pd.DataFrame:
     """ρ(sublayer ΔLoss, the sublayer's weighted α) of every model of a trained depth series
@@ -110,7 +110,7 @@ def series_sublayer_rho(profile: str = "cpu", depths=None, train_overrides: dict
         rho = sublayer_rho_table(long, alpha_table(loaded.model), n_resamples=n_resamples,
                                  n_permutations=n_permutations, seed=seed)
         for part in ("attn", "mlp"):
-            r = rho[(rho["part"] == part) & (rho["estimator"] == estimator) & (rho["role"] == "weighted")].iloc[0]
+            r = rho[(rho["part"] == part) & (rho["estimator"] == alpha_estimator) & (rho["role"] == "weighted")].iloc[0]
             rows.append(dict(model=run_label(run), depth=run.config.depth, seed=run.config.seed, part=part,
                              n_blocks=int(long["layer"].nunique()), rho=r["rho"], ci_low=r["ci_low"],
                              ci_high=r["ci_high"], p_value=r["p_value"]))
@@ -118,7 +118,7 @@ def series_sublayer_rho(profile: str = "cpu", depths=None, train_overrides: dict
 
 
 def series_quantization(runs: list[TrainedRun], *, quant_type: str = "Q4_1", eval_tokens: int | None = 8128,
-                        batch_size: int = 16, estimator: str = "alpha_shape", role: str = "weighted",
+                        batch_size: int = 16, alpha_estimator: str = "alpha_shape", alpha_role: str = "weighted",
                         n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, seed: int = 0,
                         device: str | None = None, progress: bool = False) -> dict[str, pd.DataFrame]:
     """Every run (float32 weights) against its ``quant_type`` round trip on its own held-out
@@ -133,7 +133,7 @@ def series_quantization(runs: list[TrainedRun], *, quant_type: str = "Q4_1", eva
     for run in runs:
         loaded = run.load(device=device)
         effect = quantization_effect(loaded.model, heldout_windows(run, eval_tokens), quant_type=quant_type,
-                                     estimator=estimator, role=role, batch_size=batch_size, n_resamples=n_resamples,
+                                     alpha_estimator=alpha_estimator, alpha_role=alpha_role, batch_size=batch_size, n_resamples=n_resamples,
                                      n_permutations=n_permutations, seed=seed, progress=progress)
         for name, table in effect.items():
             table = table.copy()

@@ -17,7 +17,8 @@ values σ_k². The formulas are in ``book/methods/spectra.md``. One module per j
 - :mod:`~zones.spectra.summary`: tables in, tables out: ``layer_alpha`` (one value per block),
   ``depth_spread``, ``estimator_correlation``, ``role_group``.
 - :mod:`~zones.spectra.random`: the Marchenko–Pastur law of a random matrix and seeded Gaussian and
-  Student-t matrices; :mod:`~zones.spectra.pictures`: the pictures the α fits read (the primer's).
+  Student-t matrices; :mod:`~zones.spectra.pictures`: the pictures the α fits read (the primer's);
+  :mod:`~zones.spectra.described`: matrices described as the primer shows them (a tail-index grid).
 
 Degenerate matrices give NaN in the affected columns and a ``note`` that says why; they never
 raise in the middle of a sweep.

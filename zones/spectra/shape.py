@@ -17,7 +17,9 @@ import math
 import numpy as np
 import torch
 
-DEFAULT_WINDOW = (0.0, 0.5)
+from zones.core.glossary import default
+
+DEFAULT_WINDOW = tuple(default("window"))
 
 
 def check_window(window: tuple[float, float]) -> tuple[float, float]:

@@ -11,29 +11,29 @@ from zones.spectra.table import VALUE_COLUMNS
 ROLE_GROUPS = {"q": "Q/K", "k": "Q/K", "v": "V/O", "o": "V/O"}  # every other role: "MLP"
 
 
-def layer_alpha(table: pd.DataFrame, estimator: str = "alpha_shape", role: str = "weighted") -> pd.Series:
-    """One value per block: a single role's value, or ``role="weighted"``: the mean over the
+def layer_alpha(table: pd.DataFrame, alpha_estimator: str = "alpha_shape", alpha_role: str = "weighted") -> pd.Series:
+    """One value per block: a single role's value, or ``alpha_role="weighted"``: the mean over the
     block's matrices weighted by their parameter counts (rows · cols), NaNs skipped.
 
     Returns a Series indexed by ``layer`` and named ``estimator``.
     """
-    if estimator not in table.columns or estimator in ("layer", "role", "rows", "cols", "note"):
-        raise ValueError(f"unknown estimator {estimator!r}; choose from {', '.join(VALUE_COLUMNS)}")
-    if role == "weighted":
-        value = table[estimator].astype(float)
+    if alpha_estimator not in table.columns or alpha_estimator in ("layer", "role", "rows", "cols", "note"):
+        raise ValueError(f"unknown estimator {alpha_estimator!r}; choose from {', '.join(VALUE_COLUMNS)}")
+    if alpha_role == "weighted":
+        value = table[alpha_estimator].astype(float)
         weight = (table["rows"] * table["cols"]).astype(float).where(value.notna(), 0.0)
         frame = pd.DataFrame({"layer": table["layer"], "wv": (value * weight).fillna(0.0), "w": weight})
         sums = frame.groupby("layer")[["wv", "w"]].sum()
         series = (sums["wv"] / sums["w"].where(sums["w"] > 0)).astype(float)
     else:
-        rows = table[table["role"] == role]
+        rows = table[table["role"] == alpha_role]
         if rows.empty:
-            raise ValueError(f"no rows for role {role!r}; roles present: {sorted(table['role'].unique())} "
+            raise ValueError(f"no rows for role {alpha_role!r}; roles present: {sorted(table['role'].unique())} "
                              f"or 'weighted'")
-        series = rows.set_index("layer")[estimator].astype(float)
+        series = rows.set_index("layer")[alpha_estimator].astype(float)
     series = series.sort_index()
     series.index.name = "layer"
-    series.name = estimator
+    series.name = alpha_estimator
     return series
 
 
@@ -42,19 +42,19 @@ def role_group(role: str) -> str:
     return ROLE_GROUPS.get(role, "MLP")
 
 
-def depth_spread(table: pd.DataFrame, estimator: str = "alpha_shape") -> pd.DataFrame:
+def depth_spread(table: pd.DataFrame, alpha_estimator: str = "alpha_shape") -> pd.DataFrame:
     """How much each role's value moves with depth: one row per role.
 
     Columns: ``role, group`` (Q/K, V/O, MLP); ``first, last`` (the value at the first and last
     block); ``min, max, range`` (max − min over blocks); ``std`` (over blocks); ``depth_corr``
     (Spearman correlation of the value with the block index). NaN values are skipped.
     """
-    if estimator not in VALUE_COLUMNS or estimator not in table.columns:
-        raise ValueError(f"unknown estimator {estimator!r}; choose from {', '.join(VALUE_COLUMNS)}")
+    if alpha_estimator not in VALUE_COLUMNS or alpha_estimator not in table.columns:
+        raise ValueError(f"unknown estimator {alpha_estimator!r}; choose from {', '.join(VALUE_COLUMNS)}")
     rows = []
     for role, part in table.groupby("role", sort=False):
         part = part.sort_values("layer")
-        value = part[estimator].astype(float)
+        value = part[alpha_estimator].astype(float)
         ok = value.notna()
         corr = part.loc[ok, "layer"].rank().corr(value[ok].rank()) if ok.sum() > 2 else float("nan")
         rows.append(dict(role=role, group=role_group(role), first=float(value.iloc[0]),

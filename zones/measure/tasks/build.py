@@ -41,11 +41,12 @@ from typing import Callable, Sequence
 import numpy as np
 
 from zones.core.data import CALIBRATION_EVERY, Corpus, load_corpus, tokenizer_fingerprint
+from zones.core.glossary import default
 
 OFFLINE_DIR = Path(__file__).resolve().parent / "offline"
 MANIFEST = "manifest.json"
-SEED = 0
-SEQ_LEN = 256          # the book's window length: the split the examples are held out of
+SEED = default("seed")
+SEQ_LEN = default("seq_len")          # the book's window length: the split the examples are held out of
 N_EXAMPLES = 500       # per task; a run takes the first --limit of them
 N_CHOICES = 4
 BUILD_VERSION = "1"
