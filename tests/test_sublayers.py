@@ -205,8 +205,14 @@ def test_plan_table_scores_and_compares_at_equal_parameters():
     expected = (hook_zeroed_nll(model, ev.input_ids, normalize_removal(other, 6)).sum()
                 - hook_zeroed_nll(model, ev.input_ids, normalize_removal(ref, 6)).sum()) / n_tokens
     assert row["difference"] == pytest.approx(expected, rel=1e-5, abs=1e-8)
+    from zones.core.progress import REFERENCE_FLOPS, matmul_flops, module_weights, work_done
+
+    before = work_done()
     speed = tokens_per_second(model, ev, list(plans["removed"][:2]), batch_size=2, repeats=1)
     assert list(speed["removed"])[0] == "" and (speed["tokens_per_s"] > 0).all()
+    # the timed forwards are counted as work (before, they were not): one per variant and repeat
+    one = matmul_flops(module_weights(model), ev.input_ids[:2].numel()) / REFERENCE_FLOPS
+    assert work_done() - before == pytest.approx(len(speed) * one)
 
 
 def test_chapter_rules():

@@ -219,7 +219,7 @@ TERMS: dict[str, Term] = _terms(
          "the group zones_offline) or any task lm-eval finds with its data",
          {"cpu": by(["zones_next_sentence", "zones_next_line"], evaluate=["zones_offline"])}),
     Term("limit", "int", "examples per task, the first ones (None: all)",
-         {"cpu": by(100, evaluate=None), "class": by(10, evaluate=None), "gpu": by(200, evaluate=None)}, minimum=1,
+         {"cpu": by(100, evaluate=None), "class": by(6, evaluate=None), "gpu": by(200, evaluate=None)}, minimum=1,
          optional=True),
     Term("metric", "str", "the accuracy compared: acc (summed log-likelihood) or acc_norm (per byte)",
          {"cpu": by("acc_norm", evaluate="acc")}, choices=("acc", "acc_norm")),

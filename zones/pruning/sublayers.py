@@ -381,6 +381,7 @@ def tokens_per_second(model: nn.Module | Subject, windows: Windows, removals: Se
                     start = time.perf_counter()
                     model(input_ids=ids, use_cache=False)  # end to end: blocks, final norm and LM head
                     times[v].append(time.perf_counter() - start)
+                    count_module(model, ids.numel())   # a timed forward is work too (removed sublayers included)
     full = float(np.median(times[""]))
     rows = []
     for v, t in times.items():
