@@ -85,6 +85,12 @@ def _scientific(x: float, digits: int, signed: bool = False) -> str:
     return f"{_fixed(mantissa, max(digits - 1, 0), signed)} × {power_of_ten(exponent)}"
 
 
+def fmt_list(items) -> str:
+    """``"a"``, ``"a and b"``, ``"a, b and c"``: items in a sentence."""
+    items = [str(i) for i in items]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" and {items[-1]}"
+
+
 def fmt_num(x, digits: int = 3, signed: bool = False) -> str:
     """``x`` to ``digits`` significant figures; powers of ten outside [10⁻³, 10⁴).
 

@@ -63,7 +63,7 @@ from zones.pruning.compare import (
     worst_best_gaps,
 )
 from zones.report.common import NAN, ChapterResult, precision_text, save
-from zones.report.format import fmt_interval, fmt_num, fmt_ratio
+from zones.report.format import fmt_interval, fmt_list, fmt_num, fmt_ratio
 from zones.report.verdicts import (
     FAILS,
     HOLDS,
@@ -279,7 +279,7 @@ def standings(pairwise: pd.DataFrame, ours: str, other: str) -> dict[str, list[i
 
 
 def _ks(ks: Sequence[int]) -> str:
-    return f"k = {ks[0]}" if len(ks) == 1 else f"k = {', '.join(map(str, ks[:-1]))} and {ks[-1]}"
+    return "k = " + fmt_list(ks)
 
 
 def recipe_text(pairwise: pd.DataFrame, k: int, recipe: Sequence[str], ours: str = OURS) -> str:

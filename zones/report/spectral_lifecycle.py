@@ -28,7 +28,7 @@ from zones.analysis.lifecycle import delta_alpha_exponent, wave_reversal, zero_c
 from zones.analysis.profile import qk_vo_asymmetry
 from zones.measure.stats import N_RESAMPLES
 from zones.report.common import NAN, ChapterResult, save
-from zones.report.format import fmt_interval
+from zones.report.format import fmt_interval, fmt_list
 from zones.report.verdicts import (
     PAPER_EXPONENT,
     Verdict,
@@ -152,8 +152,7 @@ def seeds_text(seeds_trained: Mapping[int, int]) -> str:
 
 def runs_text(runs: Mapping[int, int]) -> str:
     """``"2 at depth 8, 1 at depth 12 and 1 at depth 16"``."""
-    parts = [f"{n} at depth {d}" for d, n in sorted(runs.items())]
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + f" and {parts[-1]}"
+    return fmt_list(f"{n} at depth {d}" for d, n in sorted(runs.items()))
 
 
 def exponent_claim_row(exponent: dict, seeds_trained: Mapping[int, int]) -> dict:

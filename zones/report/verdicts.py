@@ -30,7 +30,7 @@ from zones.analysis.paired import EXACT_ALPHA, mcnemar_p, mcnemar_power
 from zones.analysis.power import rho_rule_power
 from zones.pruning import COLLAPSE_RATIO
 from zones.pruning.compare import CROSSES, NO_CROSSOVER, read_crossover
-from zones.report.format import fmt_num, fmt_ratio, power_of_ten
+from zones.report.format import fmt_list, fmt_num, fmt_ratio, power_of_ten
 
 HOLDS, FAILS, OPEN, MISSING = "holds", "does not hold", "inconclusive", "not measured"
 VERDICTS = (HOLDS, FAILS, OPEN, MISSING)
@@ -94,8 +94,6 @@ class Verdict(str):
         return f"{text}; {self.detail}" if self.detail else text
 
 
-def _listed(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" and {items[-1]}"
 
 
 def binding_limit(units: str, *, low: float = 0.0, high: float = 0.0, n_units: int | None = None,
@@ -119,13 +117,13 @@ def binding_limit(units: str, *, low: float = 0.0, high: float = 0.0, n_units: i
         trained = ""
         if seeds_trained:
             counts = [f"{n} at depth {d}" for d, n in sorted(seeds_trained.items())]
-            trained = f"; training runs the series has: {_listed(counts)}"
+            trained = f"; training runs the series has: {fmt_list(counts)}"
         covers = "one training run per depth" if (runs_resampled or 1) < 2 else f"{runs_resampled} runs"
         return SEEDS, f"it resamples the {units} of {covers}{trained}"
     if units == "runs":   # an interval over training runs: more of them narrow it
         counts = [f"{n} at depth {d}" for d, n in sorted((seeds_trained or {}).items())]
         return SEEDS, (f"a t interval over {n_units if n_units is not None else 'the'} training runs"
-                       + (f" ({_listed(counts)})" if counts else ""))
+                       + (f" ({fmt_list(counts)})" if counts else ""))
     reason = UNITS[units]
     named = {"windows": "eval windows", "examples": "task examples"}.get(units, units)
     counted = f"{n_units} {named}" if n_units is not None else named
@@ -624,7 +622,7 @@ def models_agreement(readings: Mapping[str, Mapping[str, str]]) -> dict:
               + "; ".join(f"{name}: {word} in all" for name, word in agree.items()) + "."
               if agree else f"The {n} models agree on none of the readings.")
     parted = ("They part on " + "; ".join(
-        f"{name} ({', '.join(f'{word}: {_listed(group)}' for word, group in groups.items())})"
+        f"{name} ({', '.join(f'{word}: {fmt_list(group)}' for word, group in groups.items())})"
         for name, groups in part.items()) + "." if part else "They part on none.")
     return dict(agree=agree, part=part, n_models=n, text=f"{agreed} {parted}")
 
