@@ -94,8 +94,6 @@ class Verdict(str):
         return f"{text}; {self.detail}" if self.detail else text
 
 
-
-
 def binding_limit(units: str, *, low: float = 0.0, high: float = 0.0, n_units: int | None = None,
                   tokens: int | None = None, estimate: float | None = None, threshold: float | None = None,
                   runs_resampled: int | None = None, seeds_trained: Mapping[int, int] | None = None) -> tuple[str, str]:
