@@ -19,7 +19,7 @@ from zones.analysis.importance import ESTIMATORS, spearman
 from zones.core.adapters import ATTENTION_ROLES
 from zones.measure.ablation import PARTS, summarize
 from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES, paired_bootstrap
-from zones.measure.sublayers import check_part
+from zones.measure.sublayer_removal import check_part
 from zones.spectra import layer_alpha
 
 IMPORTANCE_COLUMNS = ["layer", "part", "delta_loss", "delta_loss_low", "delta_loss_high", "alpha", "n_params"]

@@ -4,6 +4,6 @@
 * ``blocks``: removing blocks, re-running a model from the middle (``BlockTrace``);
 * ``evaluate``: the one loss routine and the prefix-tree scorer of many removal sets;
 * ``ablation``: ΔLoss of removing each block; ``agreement``: KL and top-1 agreement;
-* ``sublayers``: removing attention or MLP sublayers, and their parameter counts.
+* ``sublayer_removal``: removing attention or MLP sublayers, and their parameter counts.
 * ``tasks``: zero-shot tasks through lm-evaluation-harness, and zones' offline tasks.
 """

@@ -41,7 +41,7 @@ from zones.measure.blocks import check_layers, skip_blocks, zero_sublayer
 from zones.measure.evaluate import forward_nll_windows, loss_name, score_windows
 from zones.measure.stats import LEVEL, N_RESAMPLES, SEED, check_finite, delta_loss_interval, interval_columns
 from zones.measure.subject import Subject, as_subject
-from zones.measure.sublayers import PARTS
+from zones.measure.sublayer_removal import PARTS
 
 METHODS = ("prefix", "naive")
 # Scored tokens for a CPU run of the chapter: 24 windows of 256, about 4 minutes on 2 idle cores

@@ -1,7 +1,7 @@
 """Beyond perplexity: how far a reduced model's next-token distribution moves from the full model's.
 
 For every scored token t of a window, with p the full model's next-token distribution and
-q the reduced model's (a block or sublayers removed, ``zones.measure.sublayers``):
+q the reduced model's (a block or sublayers removed, ``zones.measure.sublayer_removal``):
 
 * ``nll``: −log q(x_{t+1}) (the loss of ``zones.measure.evaluate``, summed per window);
 * ``kl``: KL(p ‖ q) = Σ_v p_v (log p_v − log q_v), nats (0 for the full model itself);
@@ -32,7 +32,7 @@ from zones.measure.evaluate import base_log_probs, head_metrics, score_windows  
 from zones.measure.stats import LEVEL, N_RESAMPLES, SEED, delta_loss_interval, interval_columns, paired_bootstrap
 from zones.measure.store import METRICS
 from zones.measure.subject import Subject, as_subject
-from zones.measure.sublayers import format_removal, normalize_removal
+from zones.measure.sublayer_removal import format_removal, normalize_removal
 
 WINDOW_COLUMNS = ["removed", "window", "nll", "base_nll", "kl", "top1", "n_tokens"]
 SUMMARY_COLUMNS = ["removed", "loss", "delta_loss", "delta_loss_low", "delta_loss_high", "kl", "kl_low", "kl_high",
@@ -44,9 +44,9 @@ def agreement_window_losses(model: nn.Module | Subject, windows: Windows, remova
                             progress: bool = True) -> pd.DataFrame:
     """NLL, KL from the full model and top-1 agreement of every removal on every window.
 
-    ``removals``: sets of blocks and/or sublayers (``zones.measure.sublayers.normalize_removal``:
+    ``removals``: sets of blocks and/or sublayers (``zones.measure.sublayer_removal.normalize_removal``:
     ``[3, (5, "attn")]`` or ``"3,5:attn"``; an empty set is the full model). One row per
-    (removal, window): ``removed`` (``zones.measure.sublayers.format_removal``), ``window``, ``nll``,
+    (removal, window): ``removed`` (``zones.measure.sublayer_removal.format_removal``), ``window``, ``nll``,
     ``base_nll`` (the full model's), ``kl``, ``top1`` (sums over the window's tokens),
     ``n_tokens``. Scored by ``zones.measure.evaluate.score_windows`` (cached in the loss store).
     """

@@ -18,7 +18,7 @@ Every score is checked: a NaN or infinite loss on any window stops with
 ``zones.measure.stats.NonFiniteLossError`` naming the variant and the window, never a number.
 
 :func:`score_windows` is the one scorer of removals (sets of blocks and/or sublayers,
-``zones.measure.sublayers``): every batch of windows is traced once through the full model
+``zones.measure.sublayer_removal``): every batch of windows is traced once through the full model
 (``BlockTrace``); sets of whole blocks are visited in lexicographic order of their membership
 (block 0 first), so consecutive sets share the hidden states up to the first block where they
 differ, and a set with sublayers removed starts at its first affected block. Each set pays one
@@ -64,7 +64,7 @@ from zones.measure.subject import (  # noqa: F401  (the precision names are impo
     check_dtype,
     model_device,
 )
-from zones.measure.sublayers import Removal, format_removal, normalize_removal, removal_hidden, whole_blocks
+from zones.measure.sublayer_removal import Removal, format_removal, normalize_removal, removal_hidden, whole_blocks
 
 HEAD_CHUNK = 512  # tokens per LM-head call: bounds the logits held at once (see the module note)
 SETS_PER_PASS = 32  # removals scored on a batch before they are checked and stored together
@@ -216,7 +216,7 @@ def loss_name(windows: Windows) -> str:
 
 def removal_label(removed: Iterable) -> str:
     """How an error names a removal: ``"of the full model"``, ``"with blocks [3, 7] removed"``,
-    ``"without 5:attn"`` (a removal with sublayers, ``zones.measure.sublayers.format_removal``)."""
+    ``"without 5:attn"`` (a removal with sublayers, ``zones.measure.sublayer_removal.format_removal``)."""
     removed = list(removed)
     if removed and not all(isinstance(r, (int, np.integer)) for r in removed):
         pairs = tuple(removed)
@@ -372,7 +372,7 @@ def score_windows(model: nn.Module | Subject, windows: Windows, removals: Sequen
     a dict metric → array (removals, windows), in the order given.
 
     A removal is a set of blocks and/or sublayers in any notation of
-    ``zones.measure.sublayers.normalize_removal`` (``[3, 7]``, ``[(5, "attn")]``, ``"3,5:mlp"``);
+    ``zones.measure.sublayer_removal.normalize_removal`` (``[3, 7]``, ``[(5, "attn")]``, ``"3,5:mlp"``);
     an empty one is the full model. Equals ``evaluate_loss`` under ``skip_blocks`` /
     ``removed_sublayers`` for each, to float rounding. ``cache=True`` reads and writes the
     per-window loss store (module note); ``traces``: a dict in which the full model's trace of

@@ -5,7 +5,7 @@ the model's fingerprint, the scoring dtype, the weights' dtype and the device ty
 is one removal scored on one **chunk** — a batch of windows, named by the sha256 of its token
 ids (:func:`chunk_digest`) — and holds the per-window sums ``nll`` (and ``kl``, ``top1`` when the
 agreement scorer computed them), float64 values that survive JSON exactly. A removal is named
-by ``zones.measure.sublayers.format_removal`` (``""`` the full model, ``"3,7"`` blocks 3 and 7,
+by ``zones.measure.sublayer_removal.format_removal`` (``""`` the full model, ``"3,7"`` blocks 3 and 7,
 ``"5:attn"`` block 5's attention).
 
 Because a chunk is named by its contents, any two requests that score the same model on the

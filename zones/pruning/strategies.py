@@ -62,7 +62,7 @@ from zones.measure.blocks import BlockTrace
 from zones.measure.evaluate import evaluate_removals
 from zones.measure.stats import NonFiniteLossError
 from zones.measure.subject import Subject, as_subject
-from zones.measure.sublayers import sublayer_params
+from zones.measure.sublayer_removal import sublayer_params
 from zones.spectra import alpha_table, layer_alpha
 
 VERSION = "2"
@@ -292,7 +292,7 @@ def check_sublayer_order(order, n_blocks: int, name: str = "strategy") -> None:
 
 def plan_at_budget(order: Sequence[tuple[int, str]], params: pd.DataFrame, target_params: float) -> list[tuple[int, str]]:
     """The shortest prefix of ``order`` that removes at least ``(1 − TOLERANCE) · target_params``
-    parameters (``params``: ``zones.measure.sublayers.sublayer_params``); ``None`` when the whole
+    parameters (``params``: ``zones.measure.sublayer_removal.sublayer_params``); ``None`` when the whole
     order does not reach it."""
     size = params.set_index(["layer", "part"])["n_params"]
     total = 0.0
@@ -407,7 +407,7 @@ class PruningContext:
         return self._memo[name]
 
     def sublayer_params(self) -> pd.DataFrame:
-        """Parameters of every sublayer (``zones.measure.sublayers.sublayer_params``)."""
+        """Parameters of every sublayer (``zones.measure.sublayer_removal.sublayer_params``)."""
         return self.memo("sublayer_params", lambda: sublayer_params(self.model, self.subject.adapter))
 
     def block_params(self) -> float:

@@ -20,7 +20,7 @@ budget is the shortest prefix that removes at least the budget's parameters,
 
 Block strategies (``zones.pruning`` registry: ``zone_aware``, ``block_influence``, ``greedy``, ...)
 remove k whole blocks; the sublayer strategies are planned at the same budgets, k blocks'
-parameters (``zones.measure.sublayers.sublayer_params``: a block's two sublayers hold exactly its
+parameters (``zones.measure.sublayer_removal.sublayer_params``: a block's two sublayers hold exactly its
 parameters). Every plan is scored on the same eval windows with loss, KL from the full model
 and top-1 agreement (``zones.measure.agreement``), so each comparison gets a paired interval.
 """
@@ -46,7 +46,7 @@ from zones.measure.blocks import BlockTrace
 from zones.measure.evaluate import head_nll_windows
 from zones.measure.stats import LEVEL, N_RESAMPLES, SEED, paired_bootstrap
 from zones.measure.subject import Subject, as_subject
-from zones.measure.sublayers import (
+from zones.measure.sublayer_removal import (
     PARTS,
     format_removal,
     normalize_removal,
@@ -284,7 +284,7 @@ def plan_table(model: nn.Module | Subject, calibration: Windows, alphas: pd.Data
     Block strategies and sublayer strategies come from the one registry
     (``zones.pruning.strategies``, by kind); ``estimator`` is the α the sublayer strategies
     read. Columns: ``strategy, kind`` (``block`` or ``sublayer``), ``k``, ``removed``
-    (``zones.measure.sublayers.format_removal``), ``n_sublayers``, ``n_params`` (removed),
+    (``zones.measure.sublayer_removal.format_removal``), ``n_sublayers``, ``n_params`` (removed),
     ``params_ratio`` (``n_params`` over the parameters of the k blocks the block strategies
     remove: the mean block's, k times). A sublayer strategy whose order cannot reach a budget
     (attention-only, when the attention of all blocks holds fewer parameters) has no row there.
@@ -358,7 +358,7 @@ def tokens_per_second(model: nn.Module | Subject, windows: Windows, removals: Se
                       batch_size: int = 8, repeats: int = 3) -> pd.DataFrame:
     """Measured forward speed of each removal against the full model, side by side.
 
-    For each repeat, the full model and every removal (``zones.measure.sublayers.removed_sublayers``:
+    For each repeat, the full model and every removal (``zones.measure.sublayer_removal.removed_sublayers``:
     removed sublayers compute nothing) run one forward (with its LM head) over the same first
     batch of windows,
     in turn, so load on the machine affects all alike. Columns: ``removed, seconds`` (median),

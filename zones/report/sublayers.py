@@ -34,7 +34,7 @@ from zones.measure.ablation import CHAPTER_DTYPE, ablation_window_losses
 from zones.measure.agreement import agreement_window_losses, summarize_agreement
 from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES
 from zones.measure.subject import as_subject
-from zones.measure.sublayers import sublayer_params
+from zones.measure.sublayer_removal import sublayer_params
 from zones.pruning.sublayers import (
     DEFAULT_BLOCK_STRATEGIES,
     DEFAULT_SUBLAYER_STRATEGIES,
