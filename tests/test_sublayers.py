@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import tiny_model
 
-from zones.analysis.sublayers import sublayer_alpha, sublayer_importance, sublayer_rho_table
+from zones.analysis.sublayer_importance import sublayer_alpha, sublayer_importance, sublayer_rho_table
 from zones.core.adapters import get_adapter
 from zones.core.data import Windows
 from zones.measure.ablation import ablation_table, ablation_window_losses

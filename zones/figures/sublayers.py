@@ -18,7 +18,7 @@ KIND_DASH = {"block": [1, 0], "sublayer": [5, 3]}
 
 def sublayer_scatter(importance: pd.DataFrame, *, alpha_title: str = "α") -> alt.ConcatChart:
     """One panel per part (attention, MLP): each block's sublayer ΔLoss (log y) against the
-    part's α (x). ``importance``: ``zones.analysis.sublayers.sublayer_importance`` (plus ``model``)."""
+    part's α (x). ``importance``: ``zones.analysis.sublayer_importance.sublayer_importance`` (plus ``model``)."""
     panels = []
     for part, df in importance.groupby("part", sort=False):
         df = df.copy()

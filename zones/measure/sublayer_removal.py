@@ -17,7 +17,7 @@ and ``parse_removal``).
 * ``sublayer_params``: parameters per sublayer; a block's norms are split between its two
   sublayers, so that a block's two sublayers hold exactly its parameters.
 
-Their importance against α is ``zones.analysis.sublayers``.
+Their importance against α is ``zones.analysis.sublayer_importance``.
 """
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from zones.analysis.sublayers import sublayer_alpha
+from zones.analysis.sublayer_importance import sublayer_alpha
 from zones.core.cache import cached_table
 from zones.core.checks import check_int
 from zones.core.data import Windows

@@ -10,7 +10,7 @@ Rules the page states, each applied by the function named:
   (:func:`standing`);
 * the attention/MLP asymmetry is stated from the paired interval of the difference
   "mean attention ΔLoss − mean MLP ΔLoss" over blocks (:func:`asymmetry`, from
-  ``zones.analysis.sublayers.part_difference``);
+  ``zones.analysis.sublayer_importance.part_difference``);
 * with ``block_agreement=True``, every single-block ablation also gets KL and top-1 with
   intervals, and the page says whether KL orders the blocks as ΔLoss does by Spearman ρ over
   blocks (``zones.analysis.importance.spearman``).
@@ -25,7 +25,7 @@ import pandas as pd
 
 from zones.analysis.bootstrap import interval_side
 from zones.analysis.importance import model_labels, spearman
-from zones.analysis.sublayers import part_difference, sublayer_importance, sublayer_rho_table
+from zones.analysis.sublayer_importance import part_difference, sublayer_importance, sublayer_rho_table
 from zones.core.data import corpus_windows, load_corpus
 from zones.core.glossary import default
 from zones.core.models import load_model
@@ -102,7 +102,7 @@ def standing(low: float, high: float) -> str:
 
 
 def asymmetry(long: pd.DataFrame, *, n_resamples: int = N_RESAMPLES, seed: int = 0) -> dict:
-    """``zones.analysis.sublayers.part_difference`` (mean attention-only ΔLoss − mean MLP-only
+    """``zones.analysis.sublayer_importance.part_difference`` (mean attention-only ΔLoss − mean MLP-only
     ΔLoss, paired interval over eval windows) with ``verdict``: ``"attention costs less"``
     (interval below 0), ``"attention costs more"`` (above), ``"not separable"``."""
     found = part_difference(long, n_resamples=n_resamples, seed=seed)

@@ -12,7 +12,7 @@ import pandas as pd
 from zones.analysis.importance import ModelImportance
 from zones.analysis.quantization import TABLES as QUANTIZATION_TABLES
 from zones.analysis.quantization import quantization_effect
-from zones.analysis.sublayers import sublayer_rho_table
+from zones.analysis.sublayer_importance import sublayer_rho_table
 from zones.measure.ablation import ablation_table, ablation_window_losses
 from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES
 from zones.series.config import series_configs
@@ -100,7 +100,7 @@ def series_sublayer_rho(profile: str = "cpu", depths=None, train_overrides: dict
     """ρ(sublayer ΔLoss, the sublayer's weighted α) of every model of a trained depth series
     (:func:`train_series` ``(depths, profile, **train_overrides)``: with the same arguments, the
     depth-series chapter's runs, read from the cache), each on ``eval_tokens`` of its own
-    held-out windows (``zones.analysis.sublayers.sublayer_rho_table``). Columns
+    held-out windows (``zones.analysis.sublayer_importance.sublayer_rho_table``). Columns
     :data:`SUBLAYER_RHO_COLUMNS`: one row per run and part (``attn``, ``mlp``)."""
     rows = []
     for run in train_series(depths, profile, progress=progress, **(train_overrides or {})):
