@@ -13,7 +13,7 @@ from zones.measure.agreement import agreement_window_losses
 from zones.measure.evaluate import evaluate_loss, evaluate_removals, score_windows
 from zones.measure.subject import as_subject, check_dtype
 from zones.pruning import pruning_sweep
-from zones.pruning.sublayers import plan_table, score_plans
+from zones.pruning.sublayer_pruning import plan_table, score_plans
 from zones.spectra import alpha_table
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -22,7 +22,7 @@ from zones.measure.sublayer_removal import (
     sublayer_params,
 )
 from zones.pruning.strategies import plan_at_budget
-from zones.pruning.sublayers import (
+from zones.pruning.sublayer_pruning import (
     compare_at_budget,
     plan_table,
     score_plans,

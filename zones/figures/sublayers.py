@@ -42,7 +42,7 @@ def sublayer_scatter(importance: pd.DataFrame, *, alpha_title: str = "α") -> al
 def params_tradeoff(plans: pd.DataFrame) -> alt.LayerChart:
     """Δloss (nats, log y) against parameters removed (millions), one line per strategy (solid:
     block strategies, dashed: sublayer strategies), with the paired 95% interval as error bars.
-    ``plans``: ``zones.pruning.sublayers.score_plans``' first table."""
+    ``plans``: ``zones.pruning.sublayer_pruning.score_plans``' first table."""
     df = plans.copy()
     df["params_m"] = df["n_params"] / 1e6
     floor = log_floor(df["delta_loss"])

@@ -8,7 +8,7 @@
   ``pairwise_differences``, ``best_sets``, ``compare_strategies``, ``pair_at_k`` (two strategies
   from their sweep to those numbers), and the stacked tables the chapters read:
   ``reference_comparisons``, ``worst_best_gaps``, ``healing_intervals``);
-* ``zones.pruning.sublayers``: the sublayer strategies (registered in the same registry, kind
+* ``zones.pruning.sublayer_pruning``: the sublayer strategies (registered in the same registry, kind
   ``sublayer``), their plans at equal parameters and their scores.
 
 The public names of the first three are importable from ``zones.pruning``; importing it
@@ -16,7 +16,7 @@ registers every strategy, block and sublayer.
 """
 from __future__ import annotations
 
-from zones.pruning import sublayers  # noqa: E402,F401  registers the sublayer strategies
+from zones.pruning import sublayer_pruning  # noqa: E402,F401  registers the sublayer strategies
 from zones.pruning.compare import (
                       COLLAPSE_RATIO,
                       best_by_k,

@@ -35,7 +35,7 @@ from zones.measure.agreement import agreement_window_losses, summarize_agreement
 from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES
 from zones.measure.subject import as_subject
 from zones.measure.sublayer_removal import sublayer_params
-from zones.pruning.sublayers import (
+from zones.pruning.sublayer_pruning import (
     DEFAULT_BLOCK_STRATEGIES,
     DEFAULT_SUBLAYER_STRATEGIES,
     compare_at_budget,
@@ -112,7 +112,7 @@ def asymmetry(long: pd.DataFrame, *, n_resamples: int = N_RESAMPLES, seed: int =
 
 
 def speed_text(speed: pd.DataFrame) -> str:
-    """The measured speed-ups (``zones.pruning.sublayers.tokens_per_second``), each with the range
+    """The measured speed-ups (``zones.pruning.sublayer_pruning.tokens_per_second``), each with the range
     of its repeats, and what that range says: above 1 (faster in every repeat), below 1
     (slower in every repeat), or including 1 (not separable from the full model's speed). A
     timing on a shared machine, not a paired interval: the words say so."""
