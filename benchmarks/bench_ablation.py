@@ -4,7 +4,7 @@ The sweeps score the same windows of the same model in one run, without the cach
 alternating batch by batch so that a drifting machine load affects them alike:
 
 * ``naive``: ``ablation_table(ablation_method="naive")``, one full forward per ablation scored as
-  ``zones.measure.evaluate.evaluate_loss`` does (the model's body, then the LM head in chunks);
+  ``zones.measure.scoring.evaluate_loss`` does (the model's body, then the LM head in chunks);
 * ``prefix``: ``ablation_table(ablation_method="prefix")``, the shared prefix reused, the LM head
   applied in chunks with a log-sum-exp;
 * ``naive, chunked head`` (with ``--breakdown``): the same written out by hand (since
@@ -36,7 +36,7 @@ from zones.core.data import Windows, corpus_windows
 from zones.core.models import load_model
 from zones.measure.ablation import ablation_table
 from zones.measure.blocks import skip_blocks
-from zones.measure.evaluate import head_nll_windows
+from zones.measure.scoring import head_nll_windows
 
 
 def naive_chunked_head(model, windows: Windows, batch_size: int) -> pd.DataFrame:

@@ -15,7 +15,7 @@ it misses nothing; :func:`chapter_table`) and its expected cost at the budget
 (``zones.book.book_costs``, as ``zones book`` estimates it), plus the process CPU seconds of the chapter's kernel and its
 children. ``--budget class`` runs the chapters with that budget's values (as ``zones book --budget``).
 
-``--head`` instead measures the LM head's token chunk (``zones.measure.evaluate.HEAD_CHUNK``): per-window
+``--head`` instead measures the LM head's token chunk (``zones.measure.scoring.HEAD_CHUNK``): per-window
 NLL of one batch through ``head_nll_windows`` with each chunk size, interleaved, with the largest
 difference from the first size (the chunks change only which tokens share a call, not the numbers).
 
@@ -58,7 +58,7 @@ from zones.core.data import corpus_windows, load_corpus
 from zones.core.models import DEFAULT_MODEL, load_model
 from zones.core.progress import PROGRESS_ENV, read_progress
 from zones.figures import BOOK_MODE_ENV
-from zones.measure import evaluate
+from zones.measure import scoring
 from zones.measure.blocks import BlockTrace
 
 REFERENCE_TOKENS = 2048
@@ -116,7 +116,7 @@ def bench_head(chunks: list[int], repeats: int) -> None:
     windows = reference_windows(loaded)
     ids = windows.input_ids[:REFERENCE_TOKENS // SEQ_LEN]
     adapter = get_adapter(loaded.model)
-    saved = evaluate.HEAD_CHUNK
+    saved = scoring.HEAD_CHUNK
     times = {c: [] for c in chunks}
     results = {}
     with torch.inference_mode():
@@ -124,12 +124,12 @@ def bench_head(chunks: list[int], repeats: int) -> None:
         try:
             for _ in range(repeats + 1):  # the first round warms up
                 for chunk in chunks:
-                    evaluate.HEAD_CHUNK = chunk
+                    scoring.HEAD_CHUNK = chunk
                     start = time.perf_counter()
-                    results[chunk] = evaluate.head_nll_windows(adapter, hidden, ids)
+                    results[chunk] = scoring.head_nll_windows(adapter, hidden, ids)
                     times[chunk].append(time.perf_counter() - start)
         finally:
-            evaluate.HEAD_CHUNK = saved
+            scoring.HEAD_CHUNK = saved
     print(machine_line())
     print(f"LM head + log-sum-exp of {ids.numel() - ids.shape[0]} tokens ({DEFAULT_MODEL}), median of {repeats}:")
     first = chunks[0]

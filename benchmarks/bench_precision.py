@@ -33,7 +33,7 @@ from zones import pruning
 from zones.core.data import corpus_windows, load_corpus
 from zones.core.models import load_model
 from zones.measure import ablation
-from zones.measure.evaluate import prefix_tree_work
+from zones.measure.scoring import prefix_tree_work
 from zones.pruning import STRATEGIES, PruningContext
 from zones.spectra import alpha_table
 

@@ -10,10 +10,10 @@ from conftest import tiny_model
 from zones.core import hardware
 from zones.core.adapters import get_adapter
 from zones.core.data import CorpusError, Windows, corpus_windows, make_windows
-from zones.measure import ablation, evaluate
+from zones.measure import ablation, scoring
 from zones.measure.ablation import COLUMNS, PART_COLUMNS, ablation_table
 from zones.measure.blocks import skip_blocks, zero_sublayer
-from zones.measure.evaluate import evaluate_loss
+from zones.measure.scoring import evaluate_loss
 from zones.measure.stats import NonFiniteLossError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -119,9 +119,9 @@ def test_interrupted_sweep_resumes_and_is_never_read_partial(own_cache, monkeypa
     windows = random_windows(n_windows=6)
     expected = ablation_table(model, windows, batch_size=2, cache=False, progress=False)
     n_tasks = 3 * 5  # 3 batches x (the full model and 4 blocks)
-    monkeypatch.setattr(evaluate, "SETS_PER_PASS", 1)  # every removal is stored as soon as it is checked
+    monkeypatch.setattr(scoring, "SETS_PER_PASS", 1)  # every removal is stored as soon as it is checked
 
-    real_values = evaluate._ChunkScorer.values
+    real_values = scoring._ChunkScorer.values
     done = []
 
     def values_then_crash(self, removal):
@@ -130,7 +130,7 @@ def test_interrupted_sweep_resumes_and_is_never_read_partial(own_cache, monkeypa
         done.append(removal)
         return real_values(self, removal)
 
-    monkeypatch.setattr(evaluate._ChunkScorer, "values", values_then_crash)
+    monkeypatch.setattr(scoring._ChunkScorer, "values", values_then_crash)
     with pytest.raises(KeyboardInterrupt):
         ablation_table(model, windows, batch_size=2, progress=False)
     # Only complete, checked rows were stored: the full model and 4 blocks of batch 0, then the
@@ -143,7 +143,7 @@ def test_interrupted_sweep_resumes_and_is_never_read_partial(own_cache, monkeypa
         resumed.append(removal)
         return real_values(self, removal)
 
-    monkeypatch.setattr(evaluate._ChunkScorer, "values", counting_values)
+    monkeypatch.setattr(scoring._ChunkScorer, "values", counting_values)
     table = ablation_table(model, windows, batch_size=2, progress=False)
     assert len(resumed) == n_tasks - 5
     pd.testing.assert_frame_equal(table, expected, check_exact=False, atol=1e-9)

@@ -81,13 +81,13 @@ def test_cached_table_is_reused(tmp_path, monkeypatch):
 
 
 def test_kept_and_recomputed_base_agree(monkeypatch):
-    import zones.measure.evaluate as evaluate
+    from zones.measure import scoring
 
     model = tiny_model("llama")
     w = windows()
     kept = agreement_window_losses(model, w, ["1", "2:mlp"], cache=False, progress=False)
-    monkeypatch.setattr(evaluate, "BASE_LOGP_BYTES", 0)
-    monkeypatch.setattr(evaluate, "HEAD_CHUNK", 7)  # chunks that do not divide the tokens
+    monkeypatch.setattr(scoring, "BASE_LOGP_BYTES", 0)
+    monkeypatch.setattr(scoring, "HEAD_CHUNK", 7)  # chunks that do not divide the tokens
     recomputed = agreement_window_losses(model, w, ["1", "2:mlp"], cache=False, progress=False)
     for column in ("nll", "kl", "top1"):
         np.testing.assert_allclose(kept[column], recomputed[column], rtol=1e-6, atol=1e-9)

@@ -13,7 +13,7 @@ from conftest import tiny_model
 
 from zones.core.data import make_windows
 from zones.measure.blocks import skip_blocks
-from zones.measure.evaluate import evaluate_loss
+from zones.measure.scoring import evaluate_loss
 from zones.pruning.export import PROVENANCE, ExportError, choose_removed, export_model, pruned_copy, read_provenance
 
 # Runs in a fresh interpreter that never imports zones: loss on the windows, and greedy

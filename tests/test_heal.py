@@ -9,7 +9,7 @@ from conftest import tiny_model
 from test_export import reload_elsewhere
 
 from zones.core.data import make_windows
-from zones.measure.evaluate import evaluate_loss
+from zones.measure.scoring import evaluate_loss
 from zones.core.adapters import get_adapter
 from zones.pruning.export import pruned_copy, read_provenance
 from zones.pruning.heal import BRIDGES, HealError, _capture, _fold, export_healed, fit_bridge, heal

@@ -17,7 +17,7 @@ FLOORS = ["core", "spectra", "measure", "analysis", "series", "pruning", "figure
 
 
 def floor_of(module: str) -> str:
-    """``zones.measure.evaluate`` → ``measure``; a top-level module (``zones.cli``) → ``<app>``."""
+    """``zones.measure.scoring`` → ``measure``; a top-level module (``zones.cli``) → ``<app>``."""
     parts = module.split(".")
     if len(parts) >= 2 and parts[1] in FLOORS:
         return parts[1]

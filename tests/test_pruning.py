@@ -12,9 +12,9 @@ from conftest import tiny_model
 from zones.core import hardware
 from zones.core.adapters import get_adapter
 from zones.core.data import corpus_windows
-from zones.measure import evaluate
+from zones.measure import scoring
 from zones.measure.blocks import skip_blocks
-from zones.measure.evaluate import evaluate_loss, evaluate_removals, prefix_tree_work
+from zones.measure.scoring import evaluate_loss, evaluate_removals, prefix_tree_work
 from zones.measure.stats import NonFiniteLossError
 from zones.pruning import (
     STRATEGIES,
@@ -253,8 +253,8 @@ def test_kept_traces_trace_each_batch_once_and_change_no_number(model, tiny_toke
     fresh = [r.window_nll for chunk in chunks
              for r in evaluate_removals(model, ev, chunk, batch_size=2, progress=False)]
     traced = []
-    real = evaluate.BlockTrace
-    monkeypatch.setattr(evaluate, "BlockTrace", lambda *a: traced.append(1) or real(*a))
+    real = scoring.BlockTrace
+    monkeypatch.setattr(scoring, "BlockTrace", lambda *a: traced.append(1) or real(*a))
     traces: dict = {}
     kept = [r.window_nll for chunk in chunks
             for r in evaluate_removals(model, ev, chunk, batch_size=2, progress=False, traces=traces)]
@@ -266,7 +266,7 @@ def test_kept_traces_trace_each_batch_once_and_change_no_number(model, tiny_toke
 def test_the_head_chunk_changes_no_number(model, tiny_tokenizer, monkeypatch):
     ev = corpus_windows("stdlib", tiny_tokenizer, 32, "eval", 31 * 3)
     whole = evaluate_removals(model, ev, [(), (2,)], batch_size=3, progress=False)
-    monkeypatch.setattr(evaluate, "HEAD_CHUNK", 7)  # several chunks per window, one across windows
+    monkeypatch.setattr(scoring, "HEAD_CHUNK", 7)  # several chunks per window, one across windows
     chunked = evaluate_removals(model, ev, [(), (2,)], batch_size=3, progress=False)
     for a, b in zip(whole, chunked):
         np.testing.assert_allclose(a.window_nll, b.window_nll, rtol=1e-6)
@@ -297,12 +297,12 @@ def test_table_delta_ppl_equals_direct_evaluation(model, windows):
 
 
 def test_table_is_cached_and_resumes(model, windows, monkeypatch, tmp_path):
-    from zones.measure import evaluate
+    from zones.measure import scoring
 
     monkeypatch.setenv("ZONES_CACHE", str(tmp_path))  # no sets scored by other tests
     ev, _ = windows
     args = dict(strategies=["last_n", "random"], k_max=3, seeds=3, batch_size=2, progress=False)
-    real = evaluate._ChunkScorer.values
+    real = scoring._ChunkScorer.values
     calls = []
 
     def interrupted(self, removal):
@@ -311,12 +311,12 @@ def test_table_is_cached_and_resumes(model, windows, monkeypatch, tmp_path):
         calls.append(removal)
         return real(self, removal)
 
-    monkeypatch.setattr(evaluate, "SETS_PER_PASS", 4)
-    monkeypatch.setattr(evaluate._ChunkScorer, "values", interrupted)
+    monkeypatch.setattr(scoring, "SETS_PER_PASS", 4)
+    monkeypatch.setattr(scoring._ChunkScorer, "values", interrupted)
     with pytest.raises(KeyboardInterrupt):
         pruning_table(model, ev, **args)
     calls.clear()
-    monkeypatch.setattr(evaluate._ChunkScorer, "values", lambda self, r: calls.append(r) or real(self, r))
+    monkeypatch.setattr(scoring._ChunkScorer, "values", lambda self, r: calls.append(r) or real(self, r))
     resumed = pruning_table(model, ev, **args)
     n_sets = len(set(resumed["removed"].map(lambda r: tuple(sorted(parse_removed(r)))))) + 1
     n_batches = -(-ev.n_windows // 2)

@@ -10,7 +10,7 @@ from zones.core import adapters, hardware, progress
 from zones.core.data import make_windows, nested_order
 from zones.measure.ablation import ablation_table, ablation_window_losses
 from zones.measure.agreement import agreement_window_losses
-from zones.measure.evaluate import evaluate_loss, evaluate_removals, score_windows
+from zones.measure.scoring import evaluate_loss, evaluate_removals, score_windows
 from zones.measure.subject import as_subject, check_dtype
 from zones.pruning import pruning_sweep
 from zones.pruning.sublayer_pruning import plan_table, score_plans
@@ -31,16 +31,16 @@ def corpus_ids(seed=0, n=60 * 16):
 
 def count_traces(monkeypatch) -> list:
     """Every batch traced through the full model (the start of any scoring)."""
-    from zones.measure import evaluate
+    from zones.measure import scoring
 
     traced = []
-    real = evaluate.BlockTrace
+    real = scoring.BlockTrace
 
     def counting(model, ids, adapter=None):
         traced.append(ids.shape[0])
         return real(model, ids, adapter)
 
-    monkeypatch.setattr(evaluate, "BlockTrace", counting)
+    monkeypatch.setattr(scoring, "BlockTrace", counting)
     return traced
 
 
@@ -78,10 +78,10 @@ def test_the_pruning_sweep_reads_the_single_blocks_of_the_ablation(own_cache, mo
     windows = make_windows(corpus_ids(1), 16, "eval", max_tokens=6 * 15)
     ablation_table(model, windows, batch_size=3, progress=False)
     scored = []
-    from zones.measure import evaluate
+    from zones.measure import scoring
 
-    real = evaluate._ChunkScorer.values
-    monkeypatch.setattr(evaluate._ChunkScorer, "values", lambda self, r: scored.append(r) or real(self, r))
+    real = scoring._ChunkScorer.values
+    monkeypatch.setattr(scoring._ChunkScorer, "values", lambda self, r: scored.append(r) or real(self, r))
     result = pruning_sweep(model, windows, strategies=["last_n", "random"], k_max=2, seeds=2, batch_size=3,
                            progress=False)
     singles = [r for r in scored if len(r) == 2]  # a whole block is two sublayers

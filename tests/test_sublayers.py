@@ -13,7 +13,7 @@ from zones.core.data import Windows
 from zones.measure.ablation import ablation_table, ablation_window_losses
 from zones.measure.agreement import agreement_window_losses
 from zones.measure.blocks import skip_blocks
-from zones.measure.evaluate import evaluate_loss, forward_nll_windows
+from zones.measure.scoring import evaluate_loss, forward_nll_windows
 from zones.measure.sublayer_removal import (
     format_removal,
     normalize_removal,

@@ -453,7 +453,7 @@ def test_an_edited_history_of_a_finished_run_is_an_error_not_a_result(own_cache)
 
 
 def test_held_out_loss_is_the_one_loss_routine_of_zones_evaluate(micro_runs):
-    from zones.measure.evaluate import evaluate_loss
+    from zones.measure.scoring import evaluate_loss
 
     run = micro_runs[0]
     loaded = run.load()

@@ -7,12 +7,12 @@ only the block's attention output, or only its MLP output.
 
 Two methods give the same numbers:
 
-* ``"prefix"`` (default) is ``zones.measure.evaluate.score_windows``: each batch is traced once
+* ``"prefix"`` (default) is ``zones.measure.scoring.score_windows``: each batch is traced once
   through the full model, keeping every block's input; the model without block i equals the
   full model up to block i, so its forward starts there. A sweep over L blocks costs about L/2
   block-forwards per batch instead of L.
 * ``"naive"`` runs one complete forward per ablation and scores its logits exactly as
-  ``zones.measure.evaluate.evaluate_loss`` does (the reference; never cached).
+  ``zones.measure.scoring.evaluate_loss`` does (the reference; never cached).
 
 Every ablation keeps its NLL on every window (``ablation_window_losses``: the long table),
 and ``ablation_table`` gives each block's ΔLoss a 95% paired bootstrap interval over windows
@@ -38,7 +38,7 @@ from zones.core.checks import check_choice, check_int
 from zones.core.data import Windows
 from zones.core.glossary import default
 from zones.measure.blocks import check_layers, skip_blocks, zero_sublayer
-from zones.measure.evaluate import forward_nll_windows, loss_name, score_windows
+from zones.measure.scoring import forward_nll_windows, loss_name, score_windows
 from zones.measure.stats import LEVEL, N_RESAMPLES, SEED, check_finite, delta_loss_interval, interval_columns
 from zones.measure.subject import Subject, as_subject
 from zones.measure.sublayer_removal import PARTS

@@ -3,7 +3,7 @@
 For every scored token t of a window, with p the full model's next-token distribution and
 q the reduced model's (a block or sublayers removed, ``zones.measure.sublayer_removal``):
 
-* ``nll``: −log q(x_{t+1}) (the loss of ``zones.measure.evaluate``, summed per window);
+* ``nll``: −log q(x_{t+1}) (the loss of ``zones.measure.scoring``, summed per window);
 * ``kl``: KL(p ‖ q) = Σ_v p_v (log p_v − log q_v), nats (0 for the full model itself);
 * ``top1``: 1 when argmax q = argmax p (counted per window; 1 per token for the full model).
 
@@ -12,9 +12,9 @@ bootstrap intervals over windows (``zones.measure.stats.paired_bootstrap``: the 
 windows for every variant): ``summarize_agreement`` reports ΔLoss, mean KL per token and the
 top-1 agreement rate with their 95% intervals.
 
-The three come from one pass of the LM head per variant (``zones.measure.evaluate.head_metrics``,
+The three come from one pass of the LM head per variant (``zones.measure.scoring.head_metrics``,
 float32 log-probabilities, float64 sums; the NLL is the loss routine's to the bit), through
-``zones.measure.evaluate.score_windows``: each batch is traced once, a removal re-runs only the
+``zones.measure.scoring.score_windows``: each batch is traced once, a removal re-runs only the
 blocks from its first affected one, and with ``cache=True`` every (batch, removal) is kept in
 the per-window loss store, shared with every other table of the model on the same batches.
 """
@@ -28,7 +28,7 @@ from torch import nn
 
 from zones.core.checks import check_int
 from zones.core.data import Windows
-from zones.measure.evaluate import base_log_probs, head_metrics, score_windows  # noqa: F401  (public here too)
+from zones.measure.scoring import base_log_probs, head_metrics, score_windows  # noqa: F401  (public here too)
 from zones.measure.stats import LEVEL, N_RESAMPLES, SEED, delta_loss_interval, interval_columns, paired_bootstrap
 from zones.measure.store import METRICS
 from zones.measure.subject import Subject, as_subject
@@ -48,7 +48,7 @@ def agreement_window_losses(model: nn.Module | Subject, windows: Windows, remova
     ``[3, (5, "attn")]`` or ``"3,5:attn"``; an empty set is the full model). One row per
     (removal, window): ``removed`` (``zones.measure.sublayer_removal.format_removal``), ``window``, ``nll``,
     ``base_nll`` (the full model's), ``kl``, ``top1`` (sums over the window's tokens),
-    ``n_tokens``. Scored by ``zones.measure.evaluate.score_windows`` (cached in the loss store).
+    ``n_tokens``. Scored by ``zones.measure.scoring.score_windows`` (cached in the loss store).
     """
     batch_size = check_int(batch_size, "batch_size", min=1)
     subject = as_subject(model, dtype)

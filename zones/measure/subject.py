@@ -19,7 +19,7 @@ must be wrapped again, and its losses never cached (``cache=False``).
 
 Precision: ``"float32"`` runs the model as it is; ``"bfloat16"`` runs the blocks under
 ``torch.autocast`` in bfloat16 (the weights are never changed); the final norm, the LM head and
-the log-sum-exp always run in float32 (``zones.measure.evaluate``).
+the log-sum-exp always run in float32 (``zones.measure.scoring``).
 """
 from __future__ import annotations
 

@@ -65,7 +65,7 @@ from zones.core.checks import check_choice, check_float, check_int
 from zones.core.data import Windows
 from zones.core.glossary import default
 from zones.core.progress import count_module, count_training
-from zones.measure.evaluate import evaluate_loss
+from zones.measure.scoring import evaluate_loss
 from zones.measure.subject import Subject, as_subject
 from zones.pruning.export import _spans, check_removed, provenance, pruned_copy, save_directory
 

@@ -59,7 +59,7 @@ from zones.core.checks import check_int
 from zones.core.data import Windows
 from zones.measure.ablation import PARTS, ablation_table
 from zones.measure.blocks import BlockTrace
-from zones.measure.evaluate import evaluate_removals
+from zones.measure.scoring import evaluate_removals
 from zones.measure.stats import NonFiniteLossError
 from zones.measure.subject import Subject, as_subject
 from zones.measure.sublayer_removal import sublayer_params

@@ -4,9 +4,9 @@ each strategy (``zones.pruning.strategies``), for k = 1..k_max.
 Protocol. Every strategy plans its removals first (the baselines look only at the
 calibration windows); then every distinct removal set is scored on the same eval windows
 as the full model: ΔPPL = PPL(pruned) − PPL(full), PPL = exp(mean token cross-entropy)
-(``zones.measure.evaluate`` protocol). A removed block's output is its input.
+(``zones.measure.scoring`` protocol). A removed block's output is its input.
 
-Speed. Removal sets are scored along a prefix tree (``zones.measure.evaluate.score_windows``):
+Speed. Removal sets are scored along a prefix tree (``zones.measure.scoring.score_windows``):
 consecutive sets share the hidden states up to the first block where they differ, and the
 nested sets of one strategy (k and k + 1 differ by one block) mostly share their path. Each
 eval batch is traced through the full model once for the whole sweep, so every set starts
@@ -48,7 +48,7 @@ from torch import nn
 from zones.core.checks import check_int
 from zones.core.data import Windows
 from zones.core.glossary import default
-from zones.measure.evaluate import score_windows
+from zones.measure.scoring import score_windows
 from zones.measure.subject import Subject, as_subject
 from zones.pruning.strategies import BLOCK, PruningContext, Strategy, StrategyError, get_strategy, strategy_names
 

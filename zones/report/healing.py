@@ -38,7 +38,7 @@ from zones.core.data import corpus_windows, load_corpus
 from zones.core.glossary import default
 from zones.core.models import load_model
 from zones.figures import BOOK_MODE_ENV
-from zones.measure.evaluate import evaluate_loss, evaluate_removals
+from zones.measure.scoring import evaluate_loss, evaluate_removals
 from zones.measure.subject import as_subject
 from zones.pruning import (
     DEFAULT_CALIBRATION_TOKENS,

@@ -52,7 +52,7 @@ from zones.core.data import corpus_windows, load_corpus
 from zones.core.glossary import default
 from zones.core.models import load_model
 from zones.figures import BOOK_MODE_ENV
-from zones.measure.evaluate import DEFAULT_DTYPE
+from zones.measure.scoring import DEFAULT_DTYPE
 from zones.measure.stats import N_RESAMPLES
 from zones.measure.tasks import check_tasks, evaluate_tasks, loglik_agreement
 from zones.pruning import (

@@ -21,7 +21,7 @@ One module per job:
   cached through ``zones.core.cache`` (a replaced or truncated file is an error naming it), and the
   (train, held-out) windows.
 * ``loop``: ``train_model``: fused AdamW with linear warm-up and cosine decay, fixed seeds for the
-  weights and the batch order, the held-out loss through ``zones.measure.evaluate.evaluate_loss`` every
+  weights and the batch order, the held-out loss through ``zones.measure.scoring.evaluate_loss`` every
   ``eval_every`` steps, stable rank and α of every matrix every ``snapshot_every`` steps, and a
   resumable checkpoint every ``checkpoint_every`` steps.
 * ``io``: the checkpoint (safetensors with a JSON header: no pickle is ever loaded; its run

@@ -1,5 +1,5 @@
 """The training loop: a seeded GPT-NeoX model, AdamW with warm-up and cosine decay, the held-out
-loss curve (``zones.measure.evaluate.evaluate_loss``, the one loss routine) and spectral snapshots, with
+loss curve (``zones.measure.scoring.evaluate_loss``, the one loss routine) and spectral snapshots, with
 a resumable checkpoint. ``train_model(config)`` trains one run or loads the finished one."""
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from zones.core.checks import check_int
 from zones.core.data import load_corpus
 from zones.core.hardware import check_precision
 from zones.core.progress import count_training
-from zones.measure.evaluate import evaluate_loss
+from zones.measure.scoring import evaluate_loss
 from zones.series.config import TrainConfig
 from zones.series.io import (
     CHECKPOINT_FILE,

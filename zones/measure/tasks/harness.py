@@ -4,7 +4,7 @@
 and runs ``lm_eval.simple_evaluate`` on the tasks, found by a ``TaskManager`` whose include
 path holds zones' offline tasks (``offline/``): the log-likelihoods, the accuracies and their
 standard errors are lm-eval's own computation, not zones'. So zones' loss routine
-(``zones.measure.evaluate``) is an independent check of them (:func:`loglik_agreement`).
+(``zones.measure.scoring``) is an independent check of them (:func:`loglik_agreement`).
 
 Loading stays zones' (``zones.core.models``: no remote code, no pickles); lm-eval only scores.
 The standard tasks (:data:`STANDARD_TASKS`) go by name and read their data wherever lm-eval
@@ -37,7 +37,7 @@ from zones.core.data import Windows, tokenizer_fingerprint
 from zones.core.hub import hub_lookup
 from zones.core.models import model_fingerprint
 from zones.core.progress import count_module
-from zones.measure.evaluate import DEFAULT_DTYPE, check_dtype, evaluate_loss, model_device, scoring_precision
+from zones.measure.scoring import DEFAULT_DTYPE, check_dtype, evaluate_loss, model_device, scoring_precision
 from zones.measure.stats import check_finite, paired_bootstrap
 from zones.measure.tasks.build import OFFLINE_DIR, TASKS
 from zones.measure.tasks.data import data_digest
