@@ -12,7 +12,7 @@ from conftest import autogroup_nice, tiny_model
 
 from zones.core.executors import Job, JobFailed, run_jobs
 from zones.series import checkpoints
-from zones.spectra.sweep import alpha_sweep
+from zones.spectra.alpha_sweep import alpha_sweep
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

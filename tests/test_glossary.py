@@ -282,7 +282,8 @@ _PROGRESS = ("zones.analysis.importance.measure_models", "zones.analysis.quantiz
              "zones.series.checkpoints.lifecycle_snapshots", "zones.series.checkpoints.snapshot_rows",
              "zones.series.loop.train_model", "zones.series.runs.series_importance",
              "zones.series.runs.series_quantization", "zones.series.runs.series_sublayer_rho",
-             "zones.series.runs.train_series", "zones.spectra.gram.gram_eigenvalues", "zones.spectra.sweep.alpha_sweep",
+             "zones.series.runs.train_series", "zones.spectra.gram.gram_eigenvalues",
+             "zones.spectra.alpha_sweep.alpha_sweep",
              "zones.spectra.table.alpha_table", "zones.spectra.table.spectral_table", "zones.study.study")
 KNOWN = {
     "progress": ("a library function's own True/False (bars in a terminal, none inside a job); the chapters and "

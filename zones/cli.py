@@ -56,7 +56,7 @@ from zones.pruning.heal import check_options, export_healed, heal
 from zones.series import run_label, series_configs, series_history, series_snapshots, series_summary, train_model
 from zones.series.checkpoints import lifecycle_snapshots
 from zones.spectra import alpha_table, check_estimators, check_window
-from zones.spectra.sweep import alpha_sweep
+from zones.spectra.alpha_sweep import alpha_sweep
 
 
 @dataclass(frozen=True)
