@@ -2,7 +2,7 @@
 
 * ``build``: the offline tasks' data, built deterministically from the held-out (eval) split of
   the book's corpora (``python -m zones.measure.tasks.build`` rewrites the shipped files);
-* ``data``: reading the shipped files, checked against their manifest (lm-eval's
+* ``offline_data``: reading the shipped files, checked against their manifest (lm-eval's
   ``custom_dataset`` of the task YAML files in ``offline/``);
 * ``harness``: running tasks on a model through lm-eval's ``HFLM`` (:func:`evaluate_tasks`),
   paired differences between variants over the same examples (:func:`paired_differences`), and
@@ -12,7 +12,6 @@ lm-eval is an optional dependency (``pip install 'zones[eval]'``): importing thi
 does not import it; running a task without it is one :class:`TaskError` line.
 """
 from zones.measure.tasks.build import OFFLINE_DIR, TASKS
-from zones.measure.tasks.data import TaskDataError, read_manifest, task_rows
 from zones.measure.tasks.harness import (
     DIFFERENCE_COLUMNS,
     EXAMPLE_COLUMNS,
@@ -31,6 +30,7 @@ from zones.measure.tasks.harness import (
     task_manager,
     variant_label,
 )
+from zones.measure.tasks.offline_data import TaskDataError, read_manifest, task_rows
 
 __all__ = ["DIFFERENCE_COLUMNS", "EXAMPLE_COLUMNS", "METRICS", "OFFLINE_DIR", "OFFLINE_GROUP", "OFFLINE_TASKS",
            "STANDARD_TASKS", "TABLE_COLUMNS", "TASKS", "TaskDataError", "TaskError", "TaskResult", "check_tasks",

@@ -40,7 +40,7 @@ from zones.core.progress import count_module
 from zones.measure.scoring import DEFAULT_DTYPE, check_dtype, evaluate_loss, model_device, scoring_precision
 from zones.measure.stats import check_finite, paired_bootstrap
 from zones.measure.tasks.build import OFFLINE_DIR, TASKS
-from zones.measure.tasks.data import data_digest
+from zones.measure.tasks.offline_data import data_digest
 
 VERSION = "1"
 OFFLINE_TASKS = tuple(TASKS)
