@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from zones.analysis import profile
-from zones.analysis.bootstrap import interval_side, slope, unit_bootstrap
+from zones.analysis.unit_intervals import interval_side, slope, unit_bootstrap
 
 NAN = float("nan")
 

@@ -17,7 +17,7 @@ for reasons of position alone. :func:`depth_controlled` gives, beside the raw ρ
 on block index (:func:`partial_spearman`: the Pearson correlation of the residuals of rank(α)
 and rank(ΔLoss) after a least-squares line on rank(block index); on relative depth when models
 are pooled, :func:`pooled_partial`) and ρ with the first and last blocks left out
-(:func:`without_ends`), each with a block-resampled interval (``zones.analysis.bootstrap.unit_bootstrap``).
+(:func:`without_ends`), each with a block-resampled interval (``zones.analysis.unit_intervals.unit_bootstrap``).
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ import pandas as pd
 import scipy.stats
 from scipy.stats import rankdata
 
-from zones.analysis.bootstrap import unit_bootstrap
+from zones.analysis.unit_intervals import unit_bootstrap
 from zones.core.checks import check_int
 from zones.core.data import corpus_windows, load_corpus
 from zones.core.models import load_model

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from zones.analysis.bootstrap import NAN, interval_side, slope_interval, unit_bootstrap
+from zones.analysis.unit_intervals import NAN, interval_side, slope_interval, unit_bootstrap
 from zones.core.checks import check_float
 from zones.measure.stats import LEVEL, N_RESAMPLES
 from zones.spectra import role_group  # Q/K, V/O or MLP

@@ -27,7 +27,7 @@ from typing import Callable
 import numpy as np
 from scipy.stats import rankdata
 
-from zones.analysis.bootstrap import slope_interval
+from zones.analysis.unit_intervals import slope_interval
 from zones.core.checks import check_float, check_int
 
 N_DRAWS = 200          # simulated data sets per cell: a share's standard error is at most 0.035

@@ -1,7 +1,7 @@
 """The α profile over depth, with intervals that resample blocks: its trend, its shape (line
 and parabola), and whether Q/K vary with depth more than V/O.
 
-Intervals resample *blocks* (``zones.analysis.bootstrap.unit_bootstrap``): the blocks of one
+Intervals resample *blocks* (``zones.analysis.unit_intervals.unit_bootstrap``): the blocks of one
 model are the units, and a resample draws as many blocks as the model has, with replacement.
 Each function labels its result by where the interval lies (``interval_side``); the verdicts
 that read those labels are the report's (``zones.report.verdicts``).
@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from zones.analysis.bootstrap import NAN, interval_side, slope, unit_bootstrap
 from zones.analysis.importance import spearman
+from zones.analysis.unit_intervals import NAN, interval_side, slope, unit_bootstrap
 from zones.measure.stats import N_RESAMPLES
 from zones.spectra import role_group
 

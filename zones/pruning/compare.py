@@ -18,7 +18,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from zones.analysis.bootstrap import interval_side
+from zones.analysis.unit_intervals import interval_side
 from zones.measure.stats import LEVEL, N_RESAMPLES, SEED, paired_bootstrap
 from zones.pruning.sweep import WINDOW_COLUMNS, canonical_removed, pruning_sweep
 

@@ -25,7 +25,6 @@ from typing import Sequence
 
 import pandas as pd
 
-from zones.analysis.bootstrap import interval_side
 from zones.analysis.importance import (
     ModelImportance,
     attribution,
@@ -35,6 +34,7 @@ from zones.analysis.importance import (
     spearman,
 )
 from zones.analysis.profile import profile_shape
+from zones.analysis.unit_intervals import interval_side
 from zones.core.checks import check_models
 from zones.core.data import corpus_windows, load_corpus
 from zones.core.glossary import default

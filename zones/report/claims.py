@@ -28,9 +28,9 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-from zones.analysis.bootstrap import interval_side
 from zones.analysis.power import rho_rule_power
 from zones.analysis.profile import trend_word
+from zones.analysis.unit_intervals import interval_side
 from zones.core.cache import atomic_write_text
 from zones.core.glossary import CHAPTERS
 from zones.pruning import COLLAPSE_RATIO, RECIPE_ABLATIONS

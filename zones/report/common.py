@@ -6,7 +6,7 @@
 * :func:`plain`: numpy scalars and containers as plain Python (what ``glue`` and JSON want).
 
 The statistics the chapters read (intervals over units, where an interval lies) live on the
-analysis floor (``zones.analysis.bootstrap``).
+analysis floor (``zones.analysis.unit_intervals``).
 """
 from __future__ import annotations
 

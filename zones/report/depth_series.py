@@ -24,10 +24,10 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from zones.analysis.bootstrap import interval_side
 from zones.analysis.importance import importance_frame, rho_table
 from zones.analysis.pooled import rho_by_run, rho_pooled, seed_agreement
 from zones.analysis.quantization import SUMMARY_COLUMNS as QUANT_SUMMARY_COLUMNS
+from zones.analysis.unit_intervals import interval_side
 from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES
 from zones.report.common import ChapterResult, save
 from zones.report.format import fmt_interval, fmt_num, fmt_rho

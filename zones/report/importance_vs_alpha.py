@@ -9,7 +9,6 @@ import os
 
 import pandas as pd
 
-from zones.analysis.bootstrap import interval_side
 from zones.analysis.importance import (
     DEPTH_KINDS,
     depth_table,
@@ -19,6 +18,7 @@ from zones.analysis.importance import (
     spearman,
     strongest,
 )
+from zones.analysis.unit_intervals import interval_side
 from zones.figures import BOOK_MODE_ENV
 from zones.measure.ablation import CHAPTER_DTYPE, DEFAULT_EVAL_TOKENS
 from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from zones.analysis.bootstrap import interval_side
 from zones.analysis.power import N_DRAWS as POWER_DRAWS
 from zones.analysis.power import exponent_draws, mean_draws, operating, rho_draws
+from zones.analysis.unit_intervals import interval_side
 from zones.report.verdicts import (
     PAPER_EXPONENT,
     PAPER_RHO,

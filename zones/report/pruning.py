@@ -31,7 +31,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from zones.analysis.bootstrap import interval_side
+from zones.analysis.unit_intervals import interval_side
 from zones.core.checks import check_models
 from zones.core.data import corpus_windows, load_corpus
 from zones.core.models import load_model

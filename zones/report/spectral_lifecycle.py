@@ -23,9 +23,9 @@ import numpy as np
 import pandas as pd
 
 from zones.analysis import lifecycle
-from zones.analysis.bootstrap import interval_side
 from zones.analysis.lifecycle import delta_alpha_exponent, wave_reversal, zero_crossings
 from zones.analysis.profile import qk_vo_asymmetry
+from zones.analysis.unit_intervals import interval_side
 from zones.measure.stats import N_RESAMPLES
 from zones.report.common import NAN, ChapterResult, save
 from zones.report.format import fmt_interval, fmt_list

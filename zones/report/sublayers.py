@@ -23,9 +23,9 @@ from typing import Sequence
 
 import pandas as pd
 
-from zones.analysis.bootstrap import interval_side
 from zones.analysis.importance import model_labels, spearman
 from zones.analysis.sublayer_importance import part_difference, sublayer_importance, sublayer_rho_table
+from zones.analysis.unit_intervals import interval_side
 from zones.core.data import corpus_windows, load_corpus
 from zones.core.glossary import default
 from zones.core.models import load_model

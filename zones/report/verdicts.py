@@ -23,11 +23,11 @@ from typing import Callable, Mapping
 
 import pandas as pd
 
-from zones.analysis.bootstrap import interval_side
 from zones.analysis.importance import delta_loss_bounds
 from zones.analysis.lifecycle import PAPER_DELTA_ALPHA_EXPONENT
 from zones.analysis.paired import EXACT_ALPHA, mcnemar_p, mcnemar_power
 from zones.analysis.power import rho_rule_power
+from zones.analysis.unit_intervals import interval_side
 from zones.pruning import COLLAPSE_RATIO
 from zones.pruning.compare import CROSSES, NO_CROSSOVER, read_crossover
 from zones.report.format import fmt_list, fmt_num, fmt_ratio, power_of_ten
