@@ -36,8 +36,8 @@ from zones.core.data import corpus_windows, load_corpus
 from zones.core.hardware import native_bf16
 from zones.core.models import load_model
 from zones.measure.ablation import DEFAULT_EVAL_TOKENS, ablation_table
+from zones.measure.bootstrap import delta_loss_interval
 from zones.measure.scoring import evaluate_loss, score_windows
-from zones.measure.stats import delta_loss_interval
 from zones.measure.subject import as_subject
 
 RHO_MIN = 0.99

@@ -13,8 +13,8 @@ from zones.core.data import CorpusError, Windows, corpus_windows, make_windows
 from zones.measure import ablation, scoring
 from zones.measure.ablation import COLUMNS, PART_COLUMNS, ablation_table
 from zones.measure.blocks import skip_blocks, zero_sublayer
+from zones.measure.bootstrap import NonFiniteLossError
 from zones.measure.scoring import evaluate_loss
-from zones.measure.stats import NonFiniteLossError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -150,6 +150,6 @@ def test_report_modules_call_the_librarys_statistics(path):
 def test_the_statistics_check_sees_a_chapters_own_bootstrap(tmp_path):
     """task_accuracy before issue 40 bootstrapped its examples itself; across_models swept pruning."""
     source = tmp_path / "task_accuracy.py"
-    source.write_text("import scipy.stats\nfrom zones.measure.stats import N_RESAMPLES, paired_bootstrap\n"
+    source.write_text("import scipy.stats\nfrom zones.measure.bootstrap import N_RESAMPLES, paired_bootstrap\n"
                       "from zones.pruning import pruning_sweep\n")
     assert computing_names(source) == {"scipy", "paired_bootstrap", "pruning_sweep"}

@@ -14,8 +14,8 @@ from zones.core.adapters import get_adapter
 from zones.core.data import corpus_windows
 from zones.measure import scoring
 from zones.measure.blocks import skip_blocks
+from zones.measure.bootstrap import NonFiniteLossError
 from zones.measure.scoring import evaluate_loss, evaluate_removals, prefix_tree_work
-from zones.measure.stats import NonFiniteLossError
 from zones.pruning import (
     STRATEGIES,
     PruningContext,

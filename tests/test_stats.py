@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from zones.measure.stats import (
+from zones.measure.bootstrap import (
     NonFiniteLossError,
     check_finite,
     delta_loss_interval,

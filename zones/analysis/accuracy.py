@@ -2,7 +2,7 @@
 
 A variant is the full model or a pruned (and healed) one; every variant answered the same
 examples of the same tasks, so one paired bootstrap over examples
-(``zones.measure.stats.paired_bootstrap``, the project's one) gives every interval at once:
+(``zones.measure.bootstrap.paired_bootstrap``, the project's one) gives every interval at once:
 each strategy's accuracy (a seeded strategy's median over seeds, inside every resample too), its
 difference from the full model, and the difference of every two strategies, with the exact
 McNemar test (``zones.analysis.paired``) beside each difference of two variants that ran once.
@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from zones.analysis.paired import mcnemar_exact, mcnemar_power
-from zones.measure.stats import paired_bootstrap
+from zones.measure.bootstrap import paired_bootstrap
 
 FULL = "full"                    # the unpruned model's row in every table
 ALL = "all"                      # every example of the tasks, pooled

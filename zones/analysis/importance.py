@@ -5,7 +5,7 @@ block from ``zones.spectra.layer_alpha`` (a single role's, or the parameter-weig
 the block's matrices). With only tens of blocks per model, ρ comes with
 
 * a **bootstrap 95% interval**: blocks resampled with replacement (pairs kept together), ρ
-  recomputed, the 2.5th and 97.5th percentiles of the resampled ρ (``zones.measure.stats.paired_bootstrap``,
+  recomputed, the 2.5th and 97.5th percentiles of the resampled ρ (``zones.measure.bootstrap.paired_bootstrap``,
   i.e. ``scipy.stats.bootstrap``);
 * a **permutation p-value** (two-sided): the α values shuffled against ΔLoss, p = (1 + #{|ρ_perm|
   ≥ |ρ|}) / (1 + n_permutations) (``scipy.stats.permutation_test``; all n! pairings when n! ≤ n_permutations).
@@ -36,7 +36,7 @@ from zones.core.checks import check_int
 from zones.core.data import corpus_windows, load_corpus
 from zones.core.models import load_model
 from zones.measure.ablation import DEFAULT_EVAL_TOKENS, ablation_table
-from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES, check_level, paired_bootstrap, seeded
+from zones.measure.bootstrap import N_PERMUTATIONS, N_RESAMPLES, check_level, paired_bootstrap, seeded
 from zones.measure.subject import as_subject
 from zones.spectra import alpha_table, layer_alpha
 

@@ -27,7 +27,7 @@ import pandas as pd
 
 from zones.analysis.unit_intervals import NAN, interval_side, slope_interval, unit_bootstrap
 from zones.core.checks import check_float
-from zones.measure.stats import LEVEL, N_RESAMPLES
+from zones.measure.bootstrap import LEVEL, N_RESAMPLES
 from zones.spectra import role_group  # Q/K, V/O or MLP
 
 GROUPS = ("Q/K", "V/O", "MLP")

@@ -14,7 +14,7 @@ import pandas as pd
 from scipy.stats import rankdata
 
 from zones.analysis.importance import Correlation, spearman, spearman_rho
-from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES
+from zones.measure.bootstrap import N_PERMUTATIONS, N_RESAMPLES
 
 RHO_RUN_COLUMNS = ["depth", "seed", "model", "n_blocks", "rho", "ci_low", "ci_high", "half_width", "p_value"]
 POOLED_COLUMNS = ["depth", "n_runs", "n_blocks", "rho", "ci_low", "ci_high", "half_width", "p_value"]

@@ -28,7 +28,7 @@ registered (the built-in ones above first)::
 ``predictor_rho`` gives Spearman ρ(importance, predictor) with a bootstrap 95% interval over
 blocks and a permutation p-value (``zones.analysis.importance.spearman``). Every interval uses the same
 seed and the same blocks, so all are computed on the SAME bootstrap resamples of blocks
-(``zones.measure.stats``: one index matrix per seed and size), and ``rho_difference`` gives the
+(``zones.measure.bootstrap``: one index matrix per seed and size), and ``rho_difference`` gives the
 interval of |ρ_a| − |ρ_b| on those resamples. |ρ| because a predictor's direction is not the
 question (a block with little influence on its stream matters less: ρ > 0; a flatter spectrum
 may go either way): how well it ORDERS the blocks is.
@@ -47,7 +47,7 @@ from torch import nn
 
 from zones.analysis.importance import ESTIMATORS, _corr_rows, relative_depth, spearman
 from zones.core.adapters import get_adapter
-from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES, paired_bootstrap
+from zones.measure.bootstrap import N_PERMUTATIONS, N_RESAMPLES, paired_bootstrap
 from zones.spectra import layer_alpha
 
 SIMPLE = ("frobenius", "block_influence", "angular", "calibration_ablation", "block_index", "relative_depth",

@@ -13,7 +13,7 @@ import pandas as pd
 
 from zones.analysis.importance import spearman
 from zones.analysis.unit_intervals import NAN, interval_side, slope, unit_bootstrap
-from zones.measure.stats import N_RESAMPLES
+from zones.measure.bootstrap import N_RESAMPLES
 from zones.spectra import role_group
 
 TREND_COLUMNS = ["role", "group", "first_fit", "last_fit", "rise", "rise_low", "rise_high", "trend", "n_blocks"]

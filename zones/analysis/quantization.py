@@ -10,7 +10,7 @@ them ("after"), on the same eval windows:
   over the matrices, with a bootstrap interval over matrices;
 * per block: ΔLoss of removing it before and after (``zones.measure.ablation``, the one loss
   routine), and the change of ΔLoss (after − before) with its paired interval over windows
-  (the same resample of windows for both models: ``zones.measure.stats.delta_loss_interval``);
+  (the same resample of windows for both models: ``zones.measure.bootstrap.delta_loss_interval``);
   the full model's loss before and after, and its change, likewise;
 * ρ(α, ΔLoss) over blocks before and after (``zones.analysis.importance.spearman``: bootstrap
   interval over blocks, permutation p), and the change of ρ with its interval on the same
@@ -33,7 +33,7 @@ from zones.core.cache import entry_path, read_cached_table, write_cached_table
 from zones.core.data import Windows
 from zones.core.quantize import DEFAULT_QUANT_TYPE, quantization_plan, quantize_model, quantizer_version
 from zones.measure.ablation import ablation_window_losses, summarize
-from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES, delta_loss_interval, interval_columns, paired_bootstrap
+from zones.measure.bootstrap import N_PERMUTATIONS, N_RESAMPLES, delta_loss_interval, interval_columns, paired_bootstrap
 from zones.measure.subject import as_subject
 from zones.spectra import alpha_table, layer_alpha
 

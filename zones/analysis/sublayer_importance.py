@@ -18,7 +18,7 @@ import pandas as pd
 from zones.analysis.importance import ESTIMATORS, spearman
 from zones.core.adapters import ATTENTION_ROLES
 from zones.measure.ablation import PARTS, summarize
-from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES, paired_bootstrap
+from zones.measure.bootstrap import N_PERMUTATIONS, N_RESAMPLES, paired_bootstrap
 from zones.measure.sublayer_removal import check_part
 from zones.spectra import layer_alpha
 
@@ -95,7 +95,7 @@ def sublayer_rho_table(long: pd.DataFrame, alphas: pd.DataFrame, *, estimators: 
 
 def part_difference(long: pd.DataFrame, *, n_resamples: int = N_RESAMPLES, seed: int = 0) -> dict:
     """Mean attention-only ΔLoss minus mean MLP-only ΔLoss over blocks (nats), with a paired
-    95% interval over eval windows (``zones.measure.stats.paired_bootstrap``). ``long``: the
+    95% interval over eval windows (``zones.measure.bootstrap.paired_bootstrap``). ``long``: the
     per-window table of ``zones.measure.ablation.ablation_window_losses(parts=True)``.
     Returns ``difference, low, high``."""
     layers = sorted(long["layer"].unique())

@@ -1,7 +1,7 @@
 """Intervals over *units* (blocks, layers, snapshot steps), and where an interval lies.
 
 * :func:`unit_bootstrap`: a percentile-bootstrap interval of a statistic, resampling units:
-  paired columns through ``zones.measure.stats.paired_bootstrap`` (the same procedure as the
+  paired columns through ``zones.measure.bootstrap.paired_bootstrap`` (the same procedure as the
   eval-window intervals), independent strata through ``scipy.stats.bootstrap(paired=False)``.
 * :func:`interval_side`: a 95% interval against a threshold (``above``, ``below``,
   ``straddles``, ``undefined``), the reading every rule of the book starts from.
@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 import numpy as np
 from scipy import stats
 
-from zones.measure.stats import LEVEL, N_RESAMPLES, paired_bootstrap
+from zones.measure.bootstrap import LEVEL, N_RESAMPLES, paired_bootstrap
 
 NAN = float("nan")
 

@@ -16,7 +16,7 @@ Two methods give the same numbers:
 
 Every ablation keeps its NLL on every window (``ablation_window_losses``: the long table),
 and ``ablation_table`` gives each block's ΔLoss a 95% paired bootstrap interval over windows
-(``zones.measure.stats``: one resample of windows for the base and every block alike). A base or
+(``zones.measure.bootstrap``: one resample of windows for the base and every block alike). A base or
 ablated loss that is not finite stops the sweep with an error naming the block and window.
 
 With ``cache=True`` every (batch, removal) lives in the per-window loss store
@@ -38,8 +38,8 @@ from zones.core.checks import check_choice, check_int
 from zones.core.data import Windows
 from zones.core.glossary import default
 from zones.measure.blocks import check_layers, skip_blocks, zero_sublayer
+from zones.measure.bootstrap import LEVEL, N_RESAMPLES, SEED, check_finite, delta_loss_interval, interval_columns
 from zones.measure.scoring import forward_nll_windows, loss_name, score_windows
-from zones.measure.stats import LEVEL, N_RESAMPLES, SEED, check_finite, delta_loss_interval, interval_columns
 from zones.measure.subject import Subject, as_subject
 from zones.measure.sublayer_removal import PARTS
 
@@ -181,7 +181,7 @@ def ablation_table(model: nn.Module | Subject, windows: Windows, *, parts: bool 
     ``ablation_method="prefix"`` reuses each batch's shared prefix; ``"naive"`` runs one full forward
     per ablation (same numbers to float rounding). ``layers`` restricts the sweep to some
     blocks. ``dtype`` is the scoring precision (``"float32"`` (None), ``"bfloat16"`` or
-    ``"auto"``, ``zones.measure.subject``). Intervals: ``zones.measure.stats`` (``n_resamples``,
+    ``"auto"``, ``zones.measure.subject``). Intervals: ``zones.measure.bootstrap`` (``n_resamples``,
     ``level``, ``seed``; NaN with a single window). With ``cache=True`` every (batch, removal)
     is read from or written to the loss store (module note), so a sweep resumes after an
     interruption. A non-finite loss is an error.

@@ -8,7 +8,7 @@ q the reduced model's (a block or sublayers removed, ``zones.measure.sublayer_re
 * ``top1``: 1 when argmax q = argmax p (counted per window; 1 per token for the full model).
 
 All three are summed per eval window, like the NLL, so each reduced model gets paired
-bootstrap intervals over windows (``zones.measure.stats.paired_bootstrap``: the same resample of
+bootstrap intervals over windows (``zones.measure.bootstrap.paired_bootstrap``: the same resample of
 windows for every variant): ``summarize_agreement`` reports ΔLoss, mean KL per token and the
 top-1 agreement rate with their 95% intervals.
 
@@ -28,8 +28,8 @@ from torch import nn
 
 from zones.core.checks import check_int
 from zones.core.data import Windows
+from zones.measure.bootstrap import LEVEL, N_RESAMPLES, SEED, delta_loss_interval, interval_columns, paired_bootstrap
 from zones.measure.scoring import base_log_probs, head_metrics, score_windows  # noqa: F401  (public here too)
-from zones.measure.stats import LEVEL, N_RESAMPLES, SEED, delta_loss_interval, interval_columns, paired_bootstrap
 from zones.measure.store import METRICS
 from zones.measure.subject import Subject, as_subject
 from zones.measure.sublayer_removal import format_removal, normalize_removal

@@ -5,7 +5,7 @@ the first is predicted from all tokens before it and counted once (``seq_len - 1
 window). Loss is the mean over all scored tokens (the token-weighted mean of the windows);
 perplexity is ``exp(loss)``. No KV cache is built. Comparisons between models (full vs.
 pruned) always use the same windows, and every result keeps its per-window NLL sums, so that
-``zones.measure.stats`` can resample windows for a paired interval.
+``zones.measure.bootstrap`` can resample windows for a paired interval.
 
 Precision (``dtype``, resolved at the door by ``zones.measure.subject``): ``"float32"`` runs the
 model as it is; ``"bfloat16"`` runs the blocks under ``torch.autocast`` in bfloat16 (the weights
@@ -15,7 +15,7 @@ float64. bfloat16 is refused with one line on a device without native bf16 (an A
 emulates it about 100x slower than float32: ``zones.core.hardware.check_precision``).
 
 Every score is checked: a NaN or infinite loss on any window stops with
-``zones.measure.stats.NonFiniteLossError`` naming the variant and the window, never a number.
+``zones.measure.bootstrap.NonFiniteLossError`` naming the variant and the window, never a number.
 
 :func:`score_windows` is the one scorer of removals (sets of blocks and/or sublayers,
 ``zones.measure.sublayer_removal``): every batch of windows is traced once through the full model
@@ -53,7 +53,7 @@ from zones.core.checks import check_int
 from zones.core.data import Windows
 from zones.core.progress import add_flops, matmul_flops, module_weights
 from zones.measure.blocks import BlockTrace
-from zones.measure.stats import check_finite
+from zones.measure.bootstrap import check_finite
 from zones.measure.store import METRICS, chunk_digest, open_store
 from zones.measure.subject import (  # noqa: F401  (the precision names are imported from here too)
     AUTO,

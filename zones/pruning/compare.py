@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from zones.analysis.unit_intervals import interval_side
-from zones.measure.stats import LEVEL, N_RESAMPLES, SEED, paired_bootstrap
+from zones.measure.bootstrap import LEVEL, N_RESAMPLES, SEED, paired_bootstrap
 from zones.pruning.sweep import WINDOW_COLUMNS, canonical_removed, pruning_sweep
 
 COLLAPSE_RATIO = 1e3  # a ΔPPL ratio above this says one arm collapsed, not how much better the other is

@@ -59,8 +59,8 @@ from zones.core.checks import check_int
 from zones.core.data import Windows
 from zones.measure.ablation import PARTS, ablation_table
 from zones.measure.blocks import BlockTrace
+from zones.measure.bootstrap import NonFiniteLossError
 from zones.measure.scoring import evaluate_removals
-from zones.measure.stats import NonFiniteLossError
 from zones.measure.subject import Subject, as_subject
 from zones.measure.sublayer_removal import sublayer_params
 from zones.spectra import alpha_table, layer_alpha

@@ -43,8 +43,8 @@ from zones.core.glossary import default
 from zones.core.progress import count_module
 from zones.measure.agreement import agreement_window_losses, summarize_agreement
 from zones.measure.blocks import BlockTrace
+from zones.measure.bootstrap import LEVEL, N_RESAMPLES, SEED, paired_bootstrap
 from zones.measure.scoring import head_nll_windows
-from zones.measure.stats import LEVEL, N_RESAMPLES, SEED, paired_bootstrap
 from zones.measure.subject import Subject, as_subject
 from zones.measure.sublayer_removal import (
     PARTS,

@@ -13,7 +13,7 @@ eval batch is traced through the full model once for the whole sweep, so every s
 from the full model's hidden state at its first removed block.
 
 Evidence. Every scored set keeps its NLL on every eval window (``PruningResult.window_losses``),
-so each (strategy, k) gets paired bootstrap intervals over windows (``zones.measure.stats``): Δloss =
+so each (strategy, k) gets paired bootstrap intervals over windows (``zones.measure.bootstrap``): Δloss =
 ln(PPL_pruned / PPL_base) in nats and ΔPPL; every pair of strategies gets an interval on the
 difference of their Δloss, from the same resamples; "best at k" is the set of strategies not
 separable from the best. Seeded strategies (``random``, ``random_protected``, ``protect_spread_random``) run

@@ -40,7 +40,7 @@ from zones.core.data import corpus_windows, load_corpus
 from zones.core.glossary import default
 from zones.core.models import load_model
 from zones.figures import BOOK_MODE_ENV
-from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES
+from zones.measure.bootstrap import N_PERMUTATIONS, N_RESAMPLES
 from zones.measure.subject import as_subject
 from zones.pruning import get_strategy, pair_at_k
 from zones.report.common import NAN, ChapterResult, save

@@ -11,7 +11,7 @@ import pandas as pd
 from zones.analysis.profile import SHAPE_COLUMNS, depth_trend, group_profile, profile_shape, qk_vo_asymmetry
 from zones.core.checks import check_models
 from zones.core.models import load_model
-from zones.measure.stats import N_RESAMPLES
+from zones.measure.bootstrap import N_RESAMPLES
 from zones.report.common import NAN, ChapterResult, save
 from zones.report.format import fmt_interval, fmt_num
 from zones.spectra import alpha_table, depth_spread, estimator_correlation

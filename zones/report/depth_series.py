@@ -28,7 +28,7 @@ from zones.analysis.importance import importance_frame, rho_table
 from zones.analysis.pooled import rho_by_run, rho_pooled, seed_agreement
 from zones.analysis.quantization import SUMMARY_COLUMNS as QUANT_SUMMARY_COLUMNS
 from zones.analysis.unit_intervals import interval_side
-from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES
+from zones.measure.bootstrap import N_PERMUTATIONS, N_RESAMPLES
 from zones.report.common import ChapterResult, save
 from zones.report.format import fmt_interval, fmt_num, fmt_rho
 from zones.report.verdicts import rho_verdict, rule

@@ -15,7 +15,7 @@ matched already (the same rank on every projection of the L − k kept blocks).
 removals get up to k bridges, a contiguous run one), and the page says so. ``healing.csv``
 records each healed model's trainable parameters, and :func:`capacity_text` states them.
 
-Evidence. One paired bootstrap over eval windows (``zones.measure.stats.paired_bootstrap``) gives, from
+Evidence. One paired bootstrap over eval windows (``zones.measure.bootstrap.paired_bootstrap``) gives, from
 the same resamples, every interval of the chapter: Δloss against the full model of each
 strategy at each k before and after healing (the median over seeds for ``random_protected``),
 the gain of healing (Δloss after − Δloss before), and the difference that the verdict reads.

@@ -21,7 +21,7 @@ from zones.analysis.importance import (
 from zones.analysis.unit_intervals import interval_side
 from zones.figures import BOOK_MODE_ENV
 from zones.measure.ablation import CHAPTER_DTYPE, DEFAULT_EVAL_TOKENS
-from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES
+from zones.measure.bootstrap import N_PERMUTATIONS, N_RESAMPLES
 from zones.report.common import ChapterResult, precision_text, save
 from zones.report.format import fmt_interval, fmt_p, fmt_rho
 from zones.report.verdicts import rho_verdict

@@ -19,7 +19,7 @@ from zones.core.data import corpus_windows, load_corpus
 from zones.core.models import load_model
 from zones.figures import BOOK_MODE_ENV
 from zones.measure.ablation import CHAPTER_DTYPE, DEFAULT_EVAL_TOKENS, ablation_table
-from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES
+from zones.measure.bootstrap import N_PERMUTATIONS, N_RESAMPLES
 from zones.measure.subject import as_subject
 from zones.pruning import DEFAULT_CALIBRATION_TOKENS, PruningContext
 from zones.report.common import ChapterResult, precision_text, save

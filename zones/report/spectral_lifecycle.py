@@ -26,7 +26,7 @@ from zones.analysis import lifecycle
 from zones.analysis.lifecycle import delta_alpha_exponent, wave_reversal, zero_crossings
 from zones.analysis.profile import qk_vo_asymmetry
 from zones.analysis.unit_intervals import interval_side
-from zones.measure.stats import N_RESAMPLES
+from zones.measure.bootstrap import N_RESAMPLES
 from zones.report.common import NAN, ChapterResult, save
 from zones.report.format import fmt_interval, fmt_list
 from zones.report.verdicts import (

@@ -32,7 +32,7 @@ from zones.core.models import load_model
 from zones.figures import BOOK_MODE_ENV
 from zones.measure.ablation import CHAPTER_DTYPE, ablation_window_losses
 from zones.measure.agreement import agreement_window_losses, summarize_agreement
-from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES
+from zones.measure.bootstrap import N_PERMUTATIONS, N_RESAMPLES
 from zones.measure.subject import as_subject
 from zones.measure.sublayer_removal import sublayer_params
 from zones.pruning.sublayer_pruning import (

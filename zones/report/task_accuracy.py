@@ -11,7 +11,7 @@ right when the true continuation has the highest log-likelihood per byte (lm-eva
 ``acc_norm``, :data:`DEFAULT_METRIC`; ``metric="acc"`` takes the summed log-likelihood).
 
 Evidence. One paired bootstrap over examples (``zones.analysis.accuracy.accuracy_intervals``, on
-``zones.measure.stats.paired_bootstrap``; every variant answered the same examples) gives every
+``zones.measure.bootstrap.paired_bootstrap``; every variant answered the same examples) gives every
 interval of the chapter: the accuracy of each
 variant (the median over seeds for ``random_protected``), per task and over all the chapter's
 examples; the difference of each strategy from the full model; and the difference between
@@ -52,8 +52,8 @@ from zones.core.data import corpus_windows, load_corpus
 from zones.core.glossary import default
 from zones.core.models import load_model
 from zones.figures import BOOK_MODE_ENV
+from zones.measure.bootstrap import N_RESAMPLES
 from zones.measure.scoring import DEFAULT_DTYPE
-from zones.measure.stats import N_RESAMPLES
 from zones.measure.tasks import check_tasks, evaluate_tasks, loglik_agreement
 from zones.pruning import (
     DEFAULT_CALIBRATION_TOKENS,

@@ -14,7 +14,7 @@ from zones.analysis.quantization import TABLES as QUANTIZATION_TABLES
 from zones.analysis.quantization import quantization_effect
 from zones.analysis.sublayer_importance import sublayer_rho_table
 from zones.measure.ablation import ablation_table, ablation_window_losses
-from zones.measure.stats import N_PERMUTATIONS, N_RESAMPLES
+from zones.measure.bootstrap import N_PERMUTATIONS, N_RESAMPLES
 from zones.series.config import series_configs
 from zones.series.io import HISTORY_COLUMNS, SNAPSHOT_COLUMNS, TrainedRun
 from zones.series.loop import train_model

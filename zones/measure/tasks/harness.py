@@ -12,7 +12,7 @@ finds it (the ``datasets`` cache when offline); the offline tasks read the shipp
 
 Every variant answers the same examples (``limit``: the first ``limit`` of each task), so two
 variants are compared example by example (:func:`paired_differences`): the 95% interval of a
-difference of accuracies comes from ``zones.measure.stats.paired_bootstrap`` over examples.
+difference of accuracies comes from ``zones.measure.bootstrap.paired_bootstrap`` over examples.
 
 Results of the offline tasks are cached (``zones.core.cache``) by the model's fingerprint, the
 tokenizer's, the data file's sha256, ``limit``, the scoring precision, the lm-eval version and
@@ -37,8 +37,8 @@ from zones.core.data import Windows, tokenizer_fingerprint
 from zones.core.hub import hub_lookup
 from zones.core.models import model_fingerprint
 from zones.core.progress import count_module
+from zones.measure.bootstrap import check_finite, paired_bootstrap
 from zones.measure.scoring import DEFAULT_DTYPE, check_dtype, evaluate_loss, model_device, scoring_precision
-from zones.measure.stats import check_finite, paired_bootstrap
 from zones.measure.tasks.build import OFFLINE_DIR, TASKS
 from zones.measure.tasks.offline_data import data_digest
 
@@ -294,7 +294,7 @@ def paired_differences(examples: pd.DataFrame, metric: str = "acc", pairs: Seque
     labels; by default every variant against the first. For each task, difference = mean
     ``metric`` of the variant − of the reference over the examples both answered; its interval
     is one paired bootstrap over examples for every pair of the task
-    (``zones.measure.stats.paired_bootstrap``). Columns :data:`DIFFERENCE_COLUMNS`.
+    (``zones.measure.bootstrap.paired_bootstrap``). Columns :data:`DIFFERENCE_COLUMNS`.
     """
     if metric not in METRICS:
         raise TaskError(f"metric must be one of {METRICS}, not {metric!r}")
