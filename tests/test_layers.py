@@ -2,7 +2,8 @@
 
 Read from the source, not by importing: every ``import zones...`` and ``from zones... import``
 (absolute, and relative ones resolved) in ``zones/``. The README's module table follows the same
-order; a new subpackage must be placed here first.
+order; a new subpackage must be placed here first. And no two library modules share a file name
+(a name says its job: ``measure/scoring.py`` scores windows, ``zones/evaluate.py`` is zones evaluate).
 """
 from __future__ import annotations
 
@@ -153,3 +154,44 @@ def test_the_statistics_check_sees_a_chapters_own_bootstrap(tmp_path):
     source.write_text("import scipy.stats\nfrom zones.measure.bootstrap import N_RESAMPLES, paired_bootstrap\n"
                       "from zones.pruning import pruning_sweep\n")
     assert computing_names(source) == {"scipy", "paired_bootstrap", "pruning_sweep"}
+
+
+# --- one name, one module: a library module's name says its job ----------------------------------
+
+# The floors whose modules are the library; figures and report have one module per chapter, named
+# after its chapter (zones.report.sublayers beside zones.figures.sublayers is that convention).
+LIBRARY_FLOORS = ("core", "spectra", "measure", "analysis", "series", "pruning")
+
+
+def library_module_names(root: Path = ROOT) -> dict[str, list[str]]:
+    """File name → the library modules (and subpackages) of that name: the top-level modules and
+    everything under :data:`LIBRARY_FLOORS` (``__init__`` and ``__main__`` aside)."""
+    paths = list(root.glob("*.py"))
+    paths += [p for floor in LIBRARY_FLOORS for p in (root / floor).rglob("*.py")]
+    paths += [p.parent for floor in LIBRARY_FLOORS for p in (root / floor).rglob("*/__init__.py")]
+    found: dict[str, list[str]] = {}
+    for path in paths:
+        if path.stem in ("__init__", "__main__"):
+            continue
+        found.setdefault(path.stem, []).append(str(path.relative_to(root.parent)))
+    return found
+
+
+def test_no_two_library_modules_share_a_name():
+    """``measure/evaluate.py`` (the loss) beside ``zones/evaluate.py`` (lm-eval tasks), three
+    ``sublayers.py`` doing three jobs: a name is one module's, and says what it does."""
+    shared = {name: sorted(paths) for name, paths in library_module_names().items() if len(paths) > 1}
+    assert not shared, f"library modules sharing a name (rename one after its job): {shared}"
+
+
+def test_the_name_check_sees_two_modules_of_one_name(tmp_path):
+    root = tmp_path / "zones"
+    for folder in ("measure", "pruning", "report", "measure/tasks"):
+        (root / folder).mkdir(parents=True)
+        (root / folder / "__init__.py").write_text("")
+    for path in ("evaluate.py", "measure/evaluate.py", "pruning/sweep.py", "report/sweep.py", "measure/tasks/data.py"):
+        (root / path).write_text("")
+    names = library_module_names(root)
+    assert sorted(names["evaluate"]) == ["zones/evaluate.py", "zones/measure/evaluate.py"]
+    assert names["sweep"] == ["zones/pruning/sweep.py"]  # a chapter module is named after its chapter
+    assert names["tasks"] == ["zones/measure/tasks"] and names["data"] == ["zones/measure/tasks/data.py"]
