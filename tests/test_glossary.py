@@ -298,8 +298,6 @@ KNOWN = {
                   "reference strategy: to rename",
                   ("zones.book.execute_chapters", "zones.pruning.compare.gain_share", "zones.report.pruning.claim_text",
                    "zones.report.pruning.crossover_text", "zones.report.verdicts.score_crossover")),
-    "method": ("the bootstrap's interval method (percentile), not the healing method: to rename",
-               ("zones.measure.bootstrap.paired_bootstrap",)),
     "batch_size": ("healing's windows per step (4: the chapters' numbers), where zones heal passes its --batch-size "
                    "(8): to reconcile", ("zones.pruning.heal.check_options", "zones.pruning.heal.heal")),
     "n_resamples": ("a power simulation's own count (400 per simulated interval)",

@@ -70,14 +70,14 @@ def test_too_few_windows_and_bad_arguments():
     assert one.estimate[0] == pytest.approx(10 / TOKENS) and np.isnan(one.low[0]) and np.isnan(one.high[0])
     rng = np.random.default_rng(4)
     variants, base, n = synthetic(rng)
-    for kwargs in (dict(n_resamples=0), dict(level=1.5), dict(method="normal"), dict(n_resamples=True),
+    for kwargs in (dict(n_resamples=0), dict(level=1.5), dict(interval_method="normal"), dict(n_resamples=True),
                    dict(n_resamples=99.9), dict(level=0), dict(level=float("nan"))):
-        with pytest.raises(ValueError, match=r"^(n_resamples|level|method) must be .*; got "):
+        with pytest.raises(ValueError, match=r"^(n_resamples|level|interval_method) must be .*; got "):
             delta_loss_interval(variants, base, n, **kwargs)
     numpy_count = delta_loss_interval(variants, base, n, n_resamples=np.int64(300), level=np.float32(0.9))
     python_count = delta_loss_interval(variants, base, n, n_resamples=300, level=float(np.float32(0.9)))
     np.testing.assert_array_equal(numpy_count.low, python_count.low)
-    bca = delta_loss_interval(variants, base, n, method="BCa")
+    bca = delta_loss_interval(variants, base, n, interval_method="BCa")
     assert bca.low[0] < 0.05 < bca.high[0]
 
 

@@ -13,7 +13,7 @@ all of them are rows of the arrays handed to one call (scipy indexes ``sample[..
 one index matrix ``i`` of shape (resamples, windows)). Separate calls with the same ``seed``
 and the same number of windows draw the same index matrix too (one generator,
 ``numpy.random.default_rng(seed)``, consumed identically), so tables computed by different
-functions stay paired with each other. Percentile intervals by default (``method="BCa"``
+functions stay paired with each other. Percentile intervals by default (``interval_method="BCa"``
 is available); 2,000 resamples.
 
 A window effect shared by two variants (a hard window raises both losses) cancels in their
@@ -35,7 +35,7 @@ from zones.core.glossary import default
 N_RESAMPLES = default("n_resamples")       # bootstrap resamples behind every interval
 N_PERMUTATIONS = default("n_permutations")   # permutations behind every permutation p-value
 LEVEL = 0.95
-METHOD = "percentile"
+INTERVAL_METHOD = "percentile"  # scipy.stats.bootstrap's interval method (not a healing method)
 SEED = default("seed")
 BATCH_BYTES = 64 * 2 ** 20  # resampled data held at once by one bootstrap call (about)
 
@@ -63,11 +63,11 @@ def check_level(level: Any, name: str = "level") -> float:
     return check_float(level, name, min=0.0, max=1.0, min_inclusive=False, max_inclusive=False)
 
 
-def _check(n_resamples, level, method) -> tuple[int, float, str]:
+def _check(n_resamples, level, interval_method) -> tuple[int, float, str]:
     n_resamples = check_int(n_resamples, "n_resamples", min=1)
     level = check_level(level)
-    method = check_choice(str(method).lower(), "method", ("percentile", "bca", "basic"))
-    return n_resamples, level, method
+    interval_method = check_choice(str(interval_method).lower(), "interval_method", ("percentile", "bca", "basic"))
+    return n_resamples, level, interval_method
 
 
 def seeded(function: Callable[..., Any], *args: Any, seed: int, **kwargs: Any) -> Any:
@@ -79,7 +79,7 @@ def seeded(function: Callable[..., Any], *args: Any, seed: int, **kwargs: Any) -
 
 
 def paired_bootstrap(statistic: Callable[..., np.ndarray], data: Sequence[np.ndarray], *,
-                     n_resamples: int = N_RESAMPLES, level: float = LEVEL, method: str = METHOD,
+                     n_resamples: int = N_RESAMPLES, level: float = LEVEL, interval_method: str = INTERVAL_METHOD,
                      seed: int = SEED) -> Interval:
     """Interval of ``statistic(*data)`` under one paired resample of the LAST axis.
 
@@ -90,7 +90,7 @@ def paired_bootstrap(statistic: Callable[..., np.ndarray], data: Sequence[np.nda
     the statistic is NaN are left out of the quantiles; a distribution of one value (identical
     variants) gives a zero-width interval at that value.
     """
-    n_resamples, level, method = _check(n_resamples, level, method)
+    n_resamples, level, interval_method = _check(n_resamples, level, interval_method)
     data = [np.asarray(d, dtype=np.float64) for d in data]
     n = data[0].shape[-1]
     if any(d.shape[-1] != n for d in data):
@@ -107,7 +107,7 @@ def paired_bootstrap(statistic: Callable[..., np.ndarray], data: Sequence[np.nda
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             result = seeded(scipy.stats.bootstrap, tuple(data), lambda *a, axis=-1: statistic(*a), paired=True,
                             vectorized=True, axis=-1, n_resamples=n_resamples, batch=int(batch),
-                            confidence_level=level, method=method, seed=seed)
+                            confidence_level=level, method=interval_method, seed=seed)
     low = np.asarray(result.confidence_interval.low, dtype=np.float64)
     high = np.asarray(result.confidence_interval.high, dtype=np.float64)
     dist = np.asarray(result.bootstrap_distribution, dtype=np.float64)
