@@ -326,15 +326,15 @@ def score_plans(model: nn.Module | Subject, windows: Windows, plans: pd.DataFram
     return plans.merge(summary, on="removed", how="left"), long
 
 
-def compare_at_budget(scored: pd.DataFrame, long: pd.DataFrame, reference: str, *, metric: str = "delta_loss",
+def compare_at_budget(scored: pd.DataFrame, long: pd.DataFrame, reference: str, *, quantity: str = "delta_loss",
                       n_resamples: int = N_RESAMPLES, level: float = LEVEL, seed: int = SEED) -> pd.DataFrame:
-    """Each strategy's ``metric`` minus ``reference``'s at the same k, with a paired 95%
+    """Each strategy's ``quantity`` minus ``reference``'s at the same k, with a paired 95%
     interval on the same eval windows (the same resample for every pair).
 
-    Columns: ``k, strategy, reference, difference, low, high``. ``metric``: ``delta_loss``
+    Columns: ``k, strategy, reference, difference, low, high``. ``quantity``: ``delta_loss``
     (nats), ``kl`` (nats per token) or ``top1`` (share of tokens).
     """
-    column = {"delta_loss": "nll", "kl": "kl", "top1": "top1"}[metric]
+    column = {"delta_loss": "nll", "kl": "kl", "top1": "top1"}[quantity]
     wide = long.pivot(index="removed", columns="window", values=column)
     tokens = long.pivot(index="removed", columns="window", values="n_tokens").iloc[0].to_numpy(dtype=float)
     rows = []
