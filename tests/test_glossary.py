@@ -308,7 +308,6 @@ KNOWN = {
               "zones.report.format.list_table")),
     "device": ("a torch.device or its name", ("zones.core.hardware.auto_precision", "zones.core.hardware.check_precision",
                                               "zones.core.hardware.native_bf16")),
-    "dtype": ("load_model's torch dtype, not the scoring precision: to rename", ("zones.core.models.load_model",)),
     "seeds": ("the primer's heavy-tail draws (5)", ("zones.spectra.described.tail_seeds",)),
     "strategies": ("the strategies a figure draws by default", ("zones.figures.pruning.delta_ppl_bars",)),
 }

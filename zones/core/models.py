@@ -405,7 +405,7 @@ def check_windows_fit(model: nn.Module, windows) -> None:
 
 
 def load_model(name: str = DEFAULT_MODEL, *, device: str | None = None,
-               dtype: torch.dtype = torch.float32, trust_remote_code: bool = False,
+               weights_dtype: torch.dtype = torch.float32, trust_remote_code: bool = False,
                revision: str | None = None, tokenizer: str | None = None, load_tokenizer: bool = True,
                allow_mismatch: bool = False) -> LoadedModel:
     """Load a causal LM (eval mode, no KV cache) and, unless ``load_tokenizer=False``, a tokenizer.
@@ -413,7 +413,8 @@ def load_model(name: str = DEFAULT_MODEL, *, device: str | None = None,
     ``name`` is a built-in alias (``smollm2-135m``), a local model directory, a ``.gguf`` file
     or a hub id. ``tokenizer`` is a path or hub id of a tokenizer to use instead of the
     model's own. Remote code runs only with ``trust_remote_code=True``. A config that
-    disagrees with its weights is an error unless ``allow_mismatch=True``.
+    disagrees with its weights is an error unless ``allow_mismatch=True``. ``weights_dtype``: the
+    torch dtype the weights are loaded in (float32; the scoring precision is another choice, ``dtype``).
     """
     source = resolve_source(name)
     local = Path(source).is_dir()
@@ -430,7 +431,7 @@ def load_model(name: str = DEFAULT_MODEL, *, device: str | None = None,
             check_saved_version(getattr(config, "transformers_version", None), f"{source}/config.json")
             with _quiet_transformers():
                 model, info = transformers.AutoModelForCausalLM.from_pretrained(
-                    source, dtype=dtype, use_safetensors=True, output_loading_info=True,
+                    source, dtype=weights_dtype, use_safetensors=True, output_loading_info=True,
                     ignore_mismatched_sizes=True, attn_implementation=ATTENTION, **hub_kwargs)
         except (ModelLoadError, UnsupportedArchitectureError):
             raise
