@@ -718,8 +718,9 @@ def budget_table(declared: Mapping[str, Any]) -> list[dict[str, str]]:
     return list(rows.values())
 
 
-def budget_markdown(rows: list[dict[str, str]]) -> str:
+def budget_markdown(budget_rows: list[dict[str, str]]) -> str:
     """:func:`budget_table`'s rows as the README's Markdown table."""
     lines = ["| parameter | chapters | class | cpu (default) | gpu |", "| --- | --- | --- | --- | --- |"]
-    lines += [f"| `{r['parameter']}` | {r['chapters']} | `{r['class']}` | `{r['cpu']}` | `{r['gpu']}` |" for r in rows]
+    lines += [f"| `{r['parameter']}` | {r['chapters']} | `{r['class']}` | `{r['cpu']}` | `{r['gpu']}` |"
+              for r in budget_rows]
     return "\n".join(lines)

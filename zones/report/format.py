@@ -273,17 +273,17 @@ def _fence(body: str) -> str:
     return ":" * max([3] + [n + 1 for n in runs])
 
 
-def list_table(header: list[list[str]], rows: list[list[str]], caption: str | None = None,
+def list_table(header: list[list[str]], body_rows: list[list[str]], caption: str | None = None,
                name: str | None = None, classes: Iterable[str] = (), stub_columns: int = 0) -> str:
-    """A MyST ``{list-table}`` directive: header rows ``header`` and body ``rows`` of cells
+    """A MyST ``{list-table}`` directive: header rows ``header`` and body rows ``body_rows`` of cells
     already in Markdown (see :func:`md_escape`), with ``caption`` (plain text) and ``name``.
 
     Displayed as a ``text/markdown`` output, the book parses it into a real table (the book
     sets ``nb_render_markdown_format: myst``): with a caption and a name, Sphinx numbers it
     ("Table 3") and ``{numref}`` cites it by ``name``.
     """
-    width = len(rows[0]) if rows else len(header[0]) if header else 0
-    if any(len(r) != width for r in [*header, *rows]):
+    width = len(body_rows[0]) if body_rows else len(header[0]) if header else 0
+    if any(len(r) != width for r in [*header, *body_rows]):
         raise ValueError("every row of a table needs the same number of cells")
     if name is not None and not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", name):
         raise ValueError(f"table name {name!r}: use letters, digits, '-' and '_' (it becomes the page's anchor)")
@@ -295,7 +295,7 @@ def list_table(header: list[list[str]], rows: list[list[str]], caption: str | No
     if classes:
         options.append(f":class: {' '.join(classes)}")
     lines = []
-    for row in [*header, *rows]:
+    for row in [*header, *body_rows]:
         cells = [cell.strip() or "\u00a0" for cell in row]  # an empty item would end the list
         lines.append(f"* - {cells[0]}")
         lines += [f"  - {cell}" for cell in cells[1:]]

@@ -221,9 +221,9 @@ TASKS = {
 }
 
 
-def jsonl_bytes(rows: Sequence[dict]) -> bytes:
-    """The data file's bytes: one JSON object a line, keys sorted, UTF-8, ``\\n`` line ends."""
-    return "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows).encode("utf-8")
+def jsonl_bytes(examples: Sequence[dict]) -> bytes:
+    """The data file's bytes: one JSON object (example) a line, keys sorted, UTF-8, ``\\n`` line ends."""
+    return "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in examples).encode("utf-8")
 
 
 def build_task(spec: TaskSpec, tokenizer, corpus: Corpus | None = None, *, n: int = N_EXAMPLES,
