@@ -183,7 +183,7 @@ def test_a_damaged_snapshot_entry_is_one_error_naming_it_and_refresh_replaces_it
     """Before: values x10 were used, deleted rows gave a short table, and --refresh kept the entry."""
     path = save_series(tmp_path, "gpt2", steps=(0,))[0]
     first = checkpoint_snapshot(Checkpoint(str(path), 0))
-    entry = entry_path("snapshots", first.parts)
+    entry = entry_path("snapshots", first.key_parts)
     assert sidecar_path(entry).exists() and "_entry" in json.loads(sidecar_path(entry).read_text())
     _damage(entry, how)
     with pytest.raises(CacheError) as err:
@@ -204,8 +204,8 @@ def test_a_damaged_snapshot_entry_is_one_error_naming_it_and_refresh_replaces_it
 def test_an_entry_written_without_a_checksum_is_recomputed_and_replaced(tmp_path):
     path = save_series(tmp_path, "llama", steps=(0,))[0]
     first = checkpoint_snapshot(Checkpoint(str(path), 0))
-    entry = entry_path("snapshots", first.parts)
-    sidecar_path(entry).write_text(json.dumps(first.parts))  # as an older zones wrote it
+    entry = entry_path("snapshots", first.key_parts)
+    sidecar_path(entry).write_text(json.dumps(first.key_parts))  # as an older zones wrote it
     pd.read_parquet(entry).assign(alpha_shape=0.0).to_parquet(entry, index=False)
     again = checkpoint_snapshot(Checkpoint(str(path), 0))
     assert again.computed
@@ -324,7 +324,7 @@ def test_cli_lifecycle_refuses_a_damaged_entry_and_refresh_replaces_it(tmp_path,
     args = ["lifecycle", "--checkpoints", str(tmp_path / "runs" / "step-*"), "--out", str(tmp_path / "out")]
     assert main(args) == 0
     full = pd.read_csv(tmp_path / "out" / "snapshots.csv")
-    entry = entry_path("snapshots", checkpoint_snapshot(Checkpoint(str(paths[1]), 10)).parts)
+    entry = entry_path("snapshots", checkpoint_snapshot(Checkpoint(str(paths[1]), 10)).key_parts)
     _damage(entry, "rows deleted")
     capsys.readouterr()
     assert main(args) == 1

@@ -288,12 +288,6 @@ _PROGRESS = ("zones.analysis.importance.measure_models", "zones.analysis.quantiz
 KNOWN = {
     "progress": ("a library function's own True/False (bars in a terminal, none inside a job); the chapters and "
                  "commands pass the glossary's", _PROGRESS),
-    "parts": ("zones.core.cache's key parts (a dict), not zones ablate's --parts: to rename",
-              ("zones.core.cache.cache_key", "zones.core.cache.cached_table", "zones.core.cache.entry_path",
-               "zones.core.cache.read_cached_table", "zones.core.cache.read_entry", "zones.core.cache.resumable_table",
-               "zones.core.cache.verify_manifest", "zones.core.cache.write_cached_table",
-               "zones.core.cache.write_entry", "zones.core.cache.write_manifest",
-               "zones.series.checkpoints.store_snapshot")),
     "reference": ("the claim's comparator (Last-N) or the book's reference forward, not the pruning chapter's "
                   "reference strategy: to rename",
                   ("zones.book.execute_chapters", "zones.pruning.compare.gain_share", "zones.report.pruning.claim_text",

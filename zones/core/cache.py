@@ -100,19 +100,19 @@ def cache_dir() -> Path:
     return root
 
 
-def _canonical(parts: Any) -> str:
-    return json.dumps(parts, sort_keys=True, default=str)
+def _canonical(key_parts: Any) -> str:
+    return json.dumps(key_parts, sort_keys=True, default=str)
 
 
-def cache_key(parts: dict[str, Any]) -> str:
+def cache_key(key_parts: dict[str, Any]) -> str:
     """A short stable hash of a JSON-serialisable dict."""
-    return hashlib.sha256(_canonical(parts).encode()).hexdigest()[:20]
+    return hashlib.sha256(_canonical(key_parts).encode()).hexdigest()[:20]
 
 
-def entry_path(kind: str, parts: dict[str, Any], ext: str = "parquet") -> Path:
+def entry_path(kind: str, key_parts: dict[str, Any], ext: str = "parquet") -> Path:
     folder = cache_dir() / kind
     folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"{cache_key(parts)}.{ext}"
+    return folder / f"{cache_key(key_parts)}.{ext}"
 
 
 def sidecar_path(path: Path) -> Path:
@@ -433,11 +433,11 @@ def _damaged(path: Path, cause: str) -> CacheError:
                       f"to recompute it")
 
 
-def write_entry(path: Path, parts: dict[str, Any], data: bytes, **schema: Any) -> None:
-    """Store ``data`` at ``path`` and its sidecar: ``parts`` plus sha256, size and ``schema``
+def write_entry(path: Path, key_parts: dict[str, Any], data: bytes, **schema: Any) -> None:
+    """Store ``data`` at ``path`` and its sidecar: ``key_parts`` plus sha256, size and ``schema``
     (under the entry's lock, which also lets it remove the temporaries a killed writer left)."""
     record = dict(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data), **schema)
-    sidecar = json.dumps({**json.loads(_canonical(parts)), ENTRY: record}, indent=2, sort_keys=True)
+    sidecar = json.dumps({**json.loads(_canonical(key_parts)), ENTRY: record}, indent=2, sort_keys=True)
     with entry_lock(path):
         for written in (Path(path), sidecar_path(path)):  # every writer of the entry holds its lock: these are
             remove_stale_temporaries(written, directory=False)  # a killed writer's temporaries
@@ -446,12 +446,12 @@ def write_entry(path: Path, parts: dict[str, Any], data: bytes, **schema: Any) -
     note("computed", path)
 
 
-def read_entry(path: Path, parts: dict[str, Any]) -> tuple[bytes, dict[str, Any]] | None:
+def read_entry(path: Path, key_parts: dict[str, Any]) -> tuple[bytes, dict[str, Any]] | None:
     """The verified payload at ``path`` and its sidecar record, or None when there is no
     verifiable entry (no payload, or no sidecar with a checksum: recompute it), or when it was
     written before the refresh this process is inside (:func:`refreshing`).
 
-    Raises ``CacheError`` when the sidecar is unreadable or belongs to other parts, or the
+    Raises ``CacheError`` when the sidecar is unreadable or belongs to other key parts, or the
     payload's size or sha256 differs from the sidecar's.
     """
     path = Path(path)
@@ -469,7 +469,7 @@ def read_entry(path: Path, parts: dict[str, Any]) -> tuple[bytes, dict[str, Any]
         if not isinstance(stored, dict) or not isinstance(stored.get(ENTRY), dict):
             return None  # written before entries were checksummed: not trusted, recomputed
         record = stored.pop(ENTRY)
-        if stored != json.loads(_canonical(parts)):
+        if stored != json.loads(_canonical(key_parts)):
             raise CacheError(f"cache sidecar {side} describes another computation than its key "
                              f"{path.stem}; delete {side} and {path.name} to recompute the entry")
         data = path.read_bytes()
@@ -480,27 +480,27 @@ def read_entry(path: Path, parts: dict[str, Any]) -> tuple[bytes, dict[str, Any]
     return data, record
 
 
-def cached_table(kind: str, parts: dict[str, Any], compute: Callable[[], pd.DataFrame],
+def cached_table(kind: str, key_parts: dict[str, Any], compute: Callable[[], pd.DataFrame],
                  refresh: bool = False) -> pd.DataFrame:
-    """Return the cached table for ``parts``, computing and storing it on a miss."""
-    path = entry_path(kind, parts)
+    """Return the cached table for ``key_parts``, computing and storing it on a miss."""
+    path = entry_path(kind, key_parts)
     if not refresh:
-        found = read_cached_table(path, parts)
+        found = read_cached_table(path, key_parts)
         if found is not None:
             return found
     df = compute()
-    write_cached_table(df, path, parts)
+    write_cached_table(df, path, key_parts)
     return df
 
 
-def write_cached_table(df: pd.DataFrame, path: Path, parts: dict[str, Any]) -> None:
-    write_entry(path, parts, _table_bytes(df, ".parquet"), columns=[str(c) for c in df.columns],
+def write_cached_table(df: pd.DataFrame, path: Path, key_parts: dict[str, Any]) -> None:
+    write_entry(path, key_parts, _table_bytes(df, ".parquet"), columns=[str(c) for c in df.columns],
                 rows=len(df))
 
 
-def read_cached_table(path: Path, parts: dict[str, Any]) -> pd.DataFrame | None:
+def read_cached_table(path: Path, key_parts: dict[str, Any]) -> pd.DataFrame | None:
     """The verified table at ``path`` (None on a miss; ``CacheError`` when damaged)."""
-    found = read_entry(path, parts)
+    found = read_entry(path, key_parts)
     if found is None:
         return None
     data, record = found
@@ -534,25 +534,25 @@ def _directory_files(directory: Path) -> list[Path]:
                   if p.is_file() and p.name != MANIFEST and not p.name.endswith(".lock"))
 
 
-def write_manifest(directory: Path, parts: dict[str, Any]) -> Path:
+def write_manifest(directory: Path, key_parts: dict[str, Any]) -> Path:
     """Record the sha256 and size of every file under ``directory`` (recursively), with the key
-    ``parts``, in ``<directory>/zones-manifest.json``. Call it last, once every file is written
+    ``key_parts``, in ``<directory>/zones-manifest.json``. Call it last, once every file is written
     (inside ``atomic_directory``, so the manifest and the files appear together)."""
     directory = Path(directory)
     files = {p.relative_to(directory).as_posix(): dict(sha256=file_sha256(p), bytes=p.stat().st_size)
              for p in _directory_files(directory)}
-    manifest = {**json.loads(_canonical(parts)), FILES: files}
+    manifest = {**json.loads(_canonical(key_parts)), FILES: files}
     path = directory / MANIFEST
     atomic_write_text(path, json.dumps(manifest, indent=2, sort_keys=True))
     return path
 
 
-def verify_manifest(directory: Path, parts: dict[str, Any]) -> bool:
+def verify_manifest(directory: Path, key_parts: dict[str, Any]) -> bool:
     """Check every file of ``directory`` against its ``zones-manifest.json``.
 
     Returns False when the directory or its manifest is absent (nothing verifiable: recompute
     it), True when every file matches. Raises ``CacheError``, one line naming the damaged file
-    and what to delete, when the manifest is unreadable or describes other ``parts``, or a file
+    and what to delete, when the manifest is unreadable or describes other ``key_parts``, or a file
     is missing, added, or differs in size or sha256.
     """
     directory = Path(directory)
@@ -568,7 +568,7 @@ def verify_manifest(directory: Path, parts: dict[str, Any]) -> bool:
     if not isinstance(stored, dict) or not isinstance(stored.get(FILES), dict):
         raise CacheError(f"cache manifest {path} lists no files; {remedy}", path=path, cause="it lists no files")
     files = stored.pop(FILES)
-    if stored != json.loads(_canonical(parts)):
+    if stored != json.loads(_canonical(key_parts)):
         raise CacheError(f"cache manifest {path} describes another computation than this folder's key; "
                          f"{remedy}", path=path, cause="it describes another computation")
     present = {p.relative_to(directory).as_posix(): p for p in _directory_files(directory)}
@@ -696,7 +696,7 @@ class Journal:
         self.path.unlink(missing_ok=True)
 
 
-def resumable_table(kind: str, parts: dict[str, Any], tasks: Iterable[Any],
+def resumable_table(kind: str, key_parts: dict[str, Any], tasks: Iterable[Any],
                     task_id: Callable[[Any], str], run: Callable[[Any], dict[str, Any]],
                     refresh: bool = False) -> pd.DataFrame:
     """A table with one row per task, computed row by row and resumed after an interruption.
@@ -705,9 +705,9 @@ def resumable_table(kind: str, parts: dict[str, Any], tasks: Iterable[Any],
     Only when every task is done is the table written under its final name. Journal rows
     that lack a field the others have are damaged (``CacheError``).
     """
-    path = entry_path(kind, parts)
+    path = entry_path(kind, key_parts)
     if not refresh:
-        found = read_cached_table(path, parts)
+        found = read_cached_table(path, key_parts)
         if found is not None:
             return found
     journal = Journal(path.with_suffix(".partial.jsonl"), required=("_task",))
@@ -728,7 +728,7 @@ def resumable_table(kind: str, parts: dict[str, Any], tasks: Iterable[Any],
             done[tid] = row
         rows.append(done[tid])
     df = pd.DataFrame(rows).drop(columns="_task")
-    write_cached_table(df, path, parts)
+    write_cached_table(df, path, key_parts)
     journal.discard()
     return df
 
@@ -1029,35 +1029,35 @@ def _store_file(target: Path, entry: CapturedEntry) -> bool:
         atomic_write_bytes(target, payload)
         return True
     stored = json.loads(entry.files[side_name])
-    parts = {k: v for k, v in stored.items() if k != ENTRY} if isinstance(stored, dict) else {}
+    key_parts = {k: v for k, v in stored.items() if k != ENTRY} if isinstance(stored, dict) else {}
     try:
-        if read_entry(target, parts) is not None:
+        if read_entry(target, key_parts) is not None:
             return False
     except CacheError:  # this cache's copy is damaged: the verified one replaces it
         pass
     with entry_lock(target):
         atomic_write_bytes(target, payload)
         atomic_write_bytes(side, entry.files[side_name])
-    read_entry(target, parts)  # CacheError naming the file when it does not verify
+    read_entry(target, key_parts)  # CacheError naming the file when it does not verify
     return True
 
 
 def _store_folder(target: Path, entry: CapturedEntry, root: Path) -> bool:
     manifest = entry.files.get(f"{entry.path}/{MANIFEST}")
-    parts = None
+    key_parts = None
     if manifest is not None:
         stored = json.loads(manifest)
-        parts = {k: v for k, v in stored.items() if k != FILES}
+        key_parts = {k: v for k, v in stored.items() if k != FILES}
         try:
-            if verify_manifest(target, parts):
+            if verify_manifest(target, key_parts):
                 return False
         except CacheError:  # damaged here: replaced by the verified copy
             pass
     with atomic_directory(target) as tmp:
         for name, data in entry.files.items():
             atomic_write_bytes(tmp / Path(name).relative_to(entry.path), data)
-    if parts is not None:
-        verify_manifest(target, parts)
+    if key_parts is not None:
+        verify_manifest(target, key_parts)
     return True
 
 

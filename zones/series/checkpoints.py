@@ -334,12 +334,12 @@ def snapshot_rows(entries: Iterable[tuple[int, str, torch.Tensor]], *, window=No
 @dataclass
 class SnapshotResult:
     """What one job returns: the checkpoint, its fingerprint, its rows (no step column), the
-    cache key parts, and whether the rows were computed now (False: read from a cache)."""
+    cache key's parts (``key_parts``), and whether the rows were computed now (False: read from a cache)."""
 
     checkpoint: Checkpoint
     fingerprint: str
     rows: pd.DataFrame
-    parts: dict = field(default_factory=dict)
+    key_parts: dict = field(default_factory=dict)
     computed: bool = True
 
 
@@ -348,23 +348,23 @@ def _cache_parts(fingerprint: str, window) -> dict:
                 window=list(window), estimators=list(ESTIMATORS), threshold=EVALS_THRESHOLD)
 
 
-def _read_cached(parts: dict) -> pd.DataFrame | None:
-    """The verified cached rows for ``parts``; None on a miss (or an entry written before
+def _read_cached(key_parts: dict) -> pd.DataFrame | None:
+    """The verified cached rows for ``key_parts``; None on a miss (or an entry written before
     entries were checksummed: recomputed). A damaged entry (edited, truncated, rows deleted)
     raises ``CacheError`` naming the file and what to delete."""
-    path = entry_path("snapshots", parts)
-    table = read_cached_table(path, parts)
+    path = entry_path("snapshots", key_parts)
+    table = read_cached_table(path, key_parts)
     if table is not None and (list(table.columns) != SNAPSHOT_COLUMNS[1:] or table.empty):
         raise CacheError(f"cache entry {path} holds columns {list(table.columns)} and {len(table)} rows, not "
                          f"a checkpoint snapshot; delete {path} and {path.with_suffix('.json').name} to recompute it")
     return table
 
 
-def store_snapshot(parts: dict, rows: pd.DataFrame, refresh: bool = False) -> None:
+def store_snapshot(key_parts: dict, rows: pd.DataFrame, refresh: bool = False) -> None:
     """Write a checkpoint's rows into this process's cache as a verified entry (atomically);
     an intact entry is kept, unless ``refresh`` (which also replaces a damaged one)."""
-    if refresh or _read_cached(parts) is None:
-        write_cached_table(rows, entry_path("snapshots", parts), parts)
+    if refresh or _read_cached(key_parts) is None:
+        write_cached_table(rows, entry_path("snapshots", key_parts), key_parts)
 
 
 def checkpoint_snapshot(checkpoint: Checkpoint, *, window=None, memory_budget: float | None = DEFAULT_MEMORY_BUDGET,
@@ -382,15 +382,15 @@ def checkpoint_snapshot(checkpoint: Checkpoint, *, window=None, memory_budget: f
     directory = local_directory(checkpoint)
     config_adapter(read_config(directory), directory / "config.json")  # an unsupported model fails before hashing
     fingerprint = checkpoint_fingerprint(directory)
-    parts = _cache_parts(fingerprint, window)
-    rows = None if refresh else _read_cached(parts)
+    key_parts = _cache_parts(fingerprint, window)
+    rows = None if refresh else _read_cached(key_parts)
     computed = rows is None
     if computed:
         with torch.no_grad():
             rows = snapshot_rows(iter_checkpoint_matrices(directory), window=window, memory_budget=memory_budget,
                                  device=device, progress=progress)
-        store_snapshot(parts, rows, refresh=refresh)
-    return SnapshotResult(checkpoint, fingerprint, rows, parts, computed)
+        store_snapshot(key_parts, rows, refresh=refresh)
+    return SnapshotResult(checkpoint, fingerprint, rows, key_parts, computed)
 
 
 # --- a series -----------------------------------------------------------------------------------------
@@ -421,7 +421,7 @@ def lifecycle_snapshots(checkpoints: Any = None, model: str | None = None, *,
                        desc="checkpoint snapshots")
     if executor != "local":  # per-node caches are merged here (a local job stored its own)
         for result in results:
-            store_snapshot(result.parts, result.rows, refresh=refresh)
+            store_snapshot(result.key_parts, result.rows, refresh=refresh)
     computed = sum(r.computed for r in results)
     if progress:
         print(f"zones: {len(results)} checkpoints: {computed} computed, {len(results) - computed} from the cache")
