@@ -288,10 +288,8 @@ _PROGRESS = ("zones.analysis.importance.measure_models", "zones.analysis.quantiz
 KNOWN = {
     "progress": ("a library function's own True/False (bars in a terminal, none inside a job); the chapters and "
                  "commands pass the glossary's", _PROGRESS),
-    "reference": ("the claim's comparator (Last-N) or the book's reference forward, not the pruning chapter's "
-                  "reference strategy: to rename",
-                  ("zones.book.execute_chapters", "zones.pruning.compare.gain_share", "zones.report.pruning.claim_text",
-                   "zones.report.pruning.crossover_text", "zones.report.verdicts.score_crossover")),
+    "reference": ("the book's reference forward (zones/book.py, the lead's: to rename there), not the "
+                  "reference strategy", ("zones.book.execute_chapters",)),
     "batch_size": ("healing's windows per step (4: the chapters' numbers), where zones heal passes its --batch-size "
                    "(8): to reconcile", ("zones.pruning.heal.check_options", "zones.pruning.heal.heal")),
     "n_resamples": ("a power simulation's own count (400 per simulated interval)",

@@ -324,21 +324,21 @@ class Crossover:
     tied: tuple[int, ...]
 
 
-def read_crossover(winners: Mapping[int, str], ours: str = "zone_aware", reference: str | None = None) -> Crossover:
+def read_crossover(winners: Mapping[int, str], ours: str = "zone_aware", comparator: str | None = None) -> Crossover:
     """The one rule for a crossover, read from ``winners`` (k → the separable winner at k:
-    ``ours``, the reference, or a tie, :data:`TIES`). ``reference=None``: any other winner is
-    the reference. Ours *crosses* when the reference wins at some k, ours wins at the largest k,
-    and every win of ours comes after the reference's last win; a tie there does not break it
+    ``ours``, the comparator, or a tie, :data:`TIES`). ``comparator=None``: any other winner is
+    the comparator. Ours *crosses* when the comparator wins at some k, ours wins at the largest k,
+    and every win of ours comes after the comparator's last win; a tie there does not break it
     (an overtaking seen through intervals may pass through ties). No crossover when ours wins at
-    the smallest k and is never behind, when the reference wins at the largest k, or when a win
-    of ours comes before a win of the reference (they trade places). Undecided otherwise (ties
+    the smallest k and is never behind, when the comparator wins at the largest k, or when a win
+    of ours comes before a win of the comparator (they trade places). Undecided otherwise (ties
     hide whether, or where, they cross). The pruning page and the scorecard
     (``zones.report.verdicts.score_crossover``) both read it, so they say the same."""
     ks = sorted(int(k) for k in winners)
     word = {int(k): str(w) for k, w in winners.items()}
     ahead = tuple(k for k in ks if word[k] == ours)
     behind = tuple(k for k in ks if word[k] != ours and word[k] not in TIES
-                   and (reference is None or word[k] == reference))
+                   and (comparator is None or word[k] == comparator))
     tied = tuple(k for k in ks if k not in ahead and k not in behind)
     found = dict(ahead=ahead, behind=behind, tied=tied, ahead_from=None)
     if not ks:
@@ -457,32 +457,33 @@ SHARE_COLUMNS = ["k", "reference", "ours", "baseline", "gain", "gain_low", "gain
                  "baseline_gain_low", "baseline_gain_high", "share", "share_low", "share_high", "status", "note"]
 
 
-def gain_share(table: pd.DataFrame, window_losses: pd.DataFrame, *, reference: str = "last_n_keep_last",
+def gain_share(table: pd.DataFrame, window_losses: pd.DataFrame, *, comparator: str = "last_n_keep_last",
                ours: str = "zone_aware", baselines: Sequence[str] = ("protect_spread",),
                ks: Sequence[int] = SHARE_KS, n_resamples: int = N_RESAMPLES, level: float = LEVEL,
                seed: int = SEED) -> pd.DataFrame:
-    """How much of ``ours``' advantage over ``reference`` a ``baseline`` achieves alone:
+    """How much of ``ours``' advantage over ``comparator`` a ``baseline`` achieves alone:
 
-        share = (Δloss(reference) − Δloss(baseline)) / (Δloss(reference) − Δloss(ours))
+        share = (Δloss(comparator) − Δloss(baseline)) / (Δloss(comparator) − Δloss(ours))
 
     at each k of ``ks`` the table has, with paired intervals from one bootstrap of the eval
     windows (the same windows for every arm; seeded strategies by their median over seeds).
-    Share 1: the baseline does as well as ``ours``; 0: no better than ``reference``.
+    Share 1: the baseline does as well as ``ours``; 0: no better than ``comparator``.
 
-    Columns ``k, reference, ours, baseline``; ``gain`` (the denominator) and ``baseline_gain``
-    (the numerator), nats, each with ``_low``/``_high``; ``share, share_low, share_high``;
+    Columns ``k``, ``reference`` (the comparator), ``ours``, ``baseline``; ``gain`` (the denominator)
+    and ``baseline_gain`` (the numerator), nats, each with ``_low``/``_high``; ``share, share_low,
+    share_high``;
     ``status``: ``"share"``, or ``"no gain"`` where the gain's interval reaches 0 or below (a
     ratio to a gain that may be zero is no number: share and its interval are NaN and
     ``note`` says why), or ``"undefined"`` (an interval could not be computed).
     """
     present = set(table["strategy"])
-    missing = [s for s in (reference, ours, *baselines) if s not in present]
+    missing = [s for s in (comparator, ours, *baselines) if s not in present]
     if missing:
         raise ValueError(f"strategies {missing} are not in the pruning table; it has {sorted(present)}")
     data = _Windows(window_losses)
     rows = []
     for k in [int(k) for k in ks if (table["k"] == k).any()]:
-        names = [reference, ours, *baselines]
+        names = [comparator, ours, *baselines]
 
         def statistic(x):
             delta = _deltas(x)[0]
@@ -497,7 +498,7 @@ def gain_share(table: pd.DataFrame, window_losses: pd.DataFrame, *, reference: s
         nb = len(baselines)
         gain_side = interval_side(float(low[0]), float(high[0]), 0.0)
         for j, baseline in enumerate(baselines):
-            row = dict(k=k, reference=reference, ours=ours, baseline=baseline, gain=float(est[0]),
+            row = dict(k=k, reference=comparator, ours=ours, baseline=baseline, gain=float(est[0]),
                        gain_low=float(low[0]), gain_high=float(high[0]), baseline_gain=float(est[1 + j]),
                        baseline_gain_low=float(low[1 + j]), baseline_gain_high=float(high[1 + j]))
             if gain_side == "above":
@@ -506,9 +507,9 @@ def gain_share(table: pd.DataFrame, window_losses: pd.DataFrame, *, reference: s
             else:
                 share = (NAN_SHARE, NAN_SHARE, NAN_SHARE)
                 status = "undefined" if gain_side == "undefined" else "no gain"
-                note = (f"{ours}'s advantage over {reference} at k = {k} has no interval, so no share of it can be "
+                note = (f"{ours}'s advantage over {comparator} at k = {k} has no interval, so no share of it can be "
                         f"given" if status == "undefined" else
-                        f"{ours}'s advantage over {reference} at k = {k} is not separable from zero (its interval "
+                        f"{ours}'s advantage over {comparator} at k = {k} is not separable from zero (its interval "
                         f"reaches {float(low[0]):.3g} nats), so a share of it is no number")
             rows.append(dict(row, share=share[0], share_low=share[1], share_high=share[2], status=status, note=note))
     return pd.DataFrame(rows, columns=SHARE_COLUMNS)

@@ -168,47 +168,47 @@ def ratio_text(row) -> str:
     return "no ratio (a ΔPPL is not positive)"
 
 
-def crossover_text(comparison: pd.DataFrame, ours: str = OURS, reference: str = "last_n") -> str:
-    """Where ``ours`` is separably ahead of ``reference`` (``winner`` of ``compare_strategies``,
+def crossover_text(comparison: pd.DataFrame, ours: str = OURS, comparator: str = "last_n") -> str:
+    """Where ``ours`` is separably ahead of ``comparator`` (``winner`` of ``compare_strategies``,
     which needs the Δloss difference's interval to exclude 0), in words. Whether it crosses over
     is ``zones.pruning.compare.read_crossover``'s decision, the rule the scorecard's
-    ``score_crossover`` applies too: a tie after ``reference``'s last win does not move the k
+    ``score_crossover`` applies too: a tie after ``comparator``'s last win does not move the k
     from which ``ours`` is ahead."""
     c = comparison.sort_values("k")
     k_max = int(c["k"].max())
-    found = read_crossover(dict(zip(c["k"], c["winner"])), ours, reference)
+    found = read_crossover(dict(zip(c["k"], c["winner"])), ours, comparator)
     ahead, behind, tied = found.ahead, found.behind, found.tied
     ks = lambda values: ", ".join(map(str, values))
     if found.status == CROSSES:
         between = [k for k in tied if k > found.ahead_from]
-        return (f"{ours} is separably ahead of {reference} from k = {found.ahead_from} up to k = {k_max}"
+        return (f"{ours} is separably ahead of {comparator} from k = {found.ahead_from} up to k = {k_max}"
                 + (f" (not separable from it at k = {ks(between)}, but never behind)" if between else "")
                 + ", and behind or not separable before")
     if len(ahead) == len(c):
-        return f"{ours} is separably ahead of {reference} at every k from 1 to {k_max}: there is no crossover"
+        return f"{ours} is separably ahead of {comparator} at every k from 1 to {k_max}: there is no crossover"
     if len(behind) == len(c):
-        return f"{ours} is separably behind {reference} at every k from 1 to {k_max}: there is no crossover"
+        return f"{ours} is separably behind {comparator} at every k from 1 to {k_max}: there is no crossover"
     if len(tied) == len(c):
-        return (f"{ours} and {reference} are not separable at any k from 1 to {k_max}: no crossover can be "
+        return (f"{ours} and {comparator} are not separable at any k from 1 to {k_max}: no crossover can be "
                 f"claimed")
-    parts = [f"separably ahead of {reference} at k = {ks(ahead)}" if ahead else "",
+    parts = [f"separably ahead of {comparator} at k = {ks(ahead)}" if ahead else "",
              f"behind it at k = {ks(behind)}" if behind else "",
              f"not separable from it at k = {ks(tied)}" if tied else ""]
     return f"{ours} is " + ", ".join(p for p in parts if p) + f": no lasting crossover ({found.why})"
 
 
-def claim_text(comparison: pd.DataFrame, k_max: int, reference: str = "last_n") -> str:
+def claim_text(comparison: pd.DataFrame, k_max: int, comparator: str = "last_n") -> str:
     """The paper's headline claim at k_max, scored by the scorecard's two rules: the direction
     (the ratio's interval above 1) and the magnitude (inside the paper's 1.1–3.6×)."""
-    rows = comparison[(comparison["reference"] == reference) & (comparison["k"] == k_max)]
+    rows = comparison[(comparison["reference"] == comparator) & (comparison["k"] == k_max)]
     if rows.empty:
-        return f"The claim cannot be scored: {reference} was not run."
+        return f"The claim cannot be scored: {comparator} was not run."
     row = rows.iloc[0]
     direction = score_ratio_direction(row["ratio_low"], row["ratio_high"])
     magnitude = score_ratio_magnitude(row["ratio_low"], row["ratio_high"], ratio=row["ratio"])
     lo, hi = PAPER_RATIO
     said = verdict_phrase(magnitude) + (f" ({magnitude.why})" if magnitude in (HOLDS, FAILS) and magnitude.why else "")
-    return (f"Against {reference} at k = {k_max}: {ratio_text(row)}. By the scorecard's rules, the claim that "
+    return (f"Against {comparator} at k = {k_max}: {ratio_text(row)}. By the scorecard's rules, the claim that "
             f"zone-aware removes blocks more cheaply {verdict_phrase(direction)} (the ratio's interval above 1), and "
             f"the claim that it does so by the paper's {lo}×–{hi}× {said}: the ratio at or above {lo} with its "
             f"interval above 1; by the strict reading (the whole interval inside [{lo}, {hi}]) it "
@@ -447,7 +447,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
     comparison = reference_comparisons(table, windows, OURS, REFERENCES)
     sharers = [s for s in SHARE_BASELINES if s in strategies]
     ks = [k for k in SHARE_KS if k <= k_max] or [k_max]   # a small sweep reads its largest k
-    shares = (gain_share(table, windows, reference=SHARE_REFERENCE, ours=OURS, baselines=sharers, ks=ks)
+    shares = (gain_share(table, windows, comparator=SHARE_REFERENCE, ours=OURS, baselines=sharers, ks=ks)
               if sharers and SHARE_REFERENCE in strategies else pd.DataFrame(columns=SHARE_COLUMNS))
 
     zone_params = STRATEGIES[OURS].params

@@ -369,17 +369,17 @@ def strict_ratio_magnitude(low: float, high: float) -> str:
       "crossover), if Last-N wins at the largest k (zone-aware never overtakes), or if a zone-aware win comes "
       "before a Last-N win (they trade places: no single crossover); inconclusive (budget) otherwise: ties "
       "hide whether, or where, they cross")
-def score_crossover(winners: Mapping[int, str], ours: str = OURS, reference: str = "last_n", *,
+def score_crossover(winners: Mapping[int, str], ours: str = OURS, comparator: str = "last_n", *,
                     tokens: int | None = None) -> Verdict:
     """Claim "Last-N is better at small k, zone-aware from k ≈ 6" (the paper: zone-aware
     overtakes Last-N from about k = 6). ``winners`` maps k to the separable winner at k
-    (``compare_strategies``' ``winner``: ``ours``, ``reference`` or ``tie``). A tie after
+    (``compare_strategies``' ``winner``: ``ours``, ``comparator`` or ``tie``). A tie after
     Last-N's last win does not stop the claim from holding (an overtaking seen through
     intervals may pass through ties); a Last-N win after a zone-aware win does."""
     if not winners:
         return Verdict(OPEN, UNDEFINED)
     # the page's sentence reads the same rule (zones.pruning.compare.read_crossover): one decision
-    status = read_crossover(winners, ours, reference).status
+    status = read_crossover(winners, ours, comparator).status
     if status == CROSSES:
         return Verdict(HOLDS)
     if status == NO_CROSSOVER:
