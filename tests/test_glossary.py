@@ -290,8 +290,6 @@ KNOWN = {
                  "commands pass the glossary's", _PROGRESS),
     "reference": ("the book's reference forward (zones/book.py, the lead's: to rename there), not the "
                   "reference strategy", ("zones.book.execute_chapters",)),
-    "batch_size": ("healing's windows per step (4: the chapters' numbers), where zones heal passes its --batch-size "
-                   "(8): to reconcile", ("zones.pruning.heal.check_options", "zones.pruning.heal.heal")),
     "n_resamples": ("a power simulation's own count (400 per simulated interval)",
                     ("zones.analysis.power.mean_draws", "zones.analysis.power.rho_draws")),
     "n_permutations": ("a power simulation's own count (400 per simulated p-value)", ("zones.analysis.power.rho_draws",)),

@@ -42,7 +42,7 @@ def test_healing_lowers_calibration_loss_and_exports(family, method, tmp_path, o
     win = calibration()
     model = trained_tiny(family, win)
     kw = dict(lr=1e-2, tokens=12 * 4 * 23) if method == "lora" else dict(tokens=4 * 23)
-    result = heal(model, [2, 3], win, method=method, batch_size=4, progress=False, **kw)
+    result = heal(model, [2, 3], win, method=method, heal_batch_size=4, progress=False, **kw)
     assert result.calibration_after < result.calibration_before - 1e-3, result.notes
     assert result.history["loss"].iloc[0] == pytest.approx(result.calibration_before)
     out = export_healed(result, tmp_path / "healed", source="tiny")
@@ -65,8 +65,8 @@ def test_healing_is_cached_and_leaves_the_source_model(method, one_thread):
     model = trained_tiny("llama", win, n_layers=4) if method == "bridge" else tiny_model("llama", n_layers=4)
     before = [p.clone() for p in model.parameters()]
     kw = dict(lr=1e-2, tokens=4 * 4 * 23) if method == "lora" else dict(tokens=4 * 23)
-    first = heal(model, [1], win, method=method, batch_size=4, progress=False, **kw)
-    again = heal(model, [1], win, method=method, batch_size=4, progress=False, **kw)
+    first = heal(model, [1], win, method=method, heal_batch_size=4, progress=False, **kw)
+    again = heal(model, [1], win, method=method, heal_batch_size=4, progress=False, **kw)
     assert again.from_cache and not first.from_cache
     assert method == "lora" or first.calibration_after < first.calibration_before  # a bridge was kept
     assert all(torch.equal(a, b) for a, b in zip(first.model.state_dict().values(), again.model.state_dict().values()))
@@ -130,7 +130,7 @@ def test_lora_resumes_from_its_checkpoint(monkeypatch, one_thread):
 
     model = tiny_model("gpt2", n_layers=4)
     win = calibration()
-    kw = dict(method="lora", lr=1e-2, tokens=6 * 2 * 23, batch_size=2, save_every=3, progress=False)
+    kw = dict(method="lora", lr=1e-2, tokens=6 * 2 * 23, heal_batch_size=2, save_every=3, progress=False)
     whole = heal(model, [1], win, cache=False, **kw)
     real_step = torch.optim.AdamW.step
     calls = {"n": 0}
@@ -251,7 +251,7 @@ def test_healings_passes_are_counted_from_the_shapes(monkeypatch, one_thread):
     calls = []
     monkeypatch.setattr(healing, "count_training",
                         lambda m, n, trained: calls.append((n, sum(p.numel() for p in trained))))
-    heal(model, [1], win, method="lora", batch_size=2, tokens=3 * 2 * 23, progress=False, cache=False)
+    heal(model, [1], win, method="lora", heal_batch_size=2, tokens=3 * 2 * 23, progress=False, cache=False)
     assert len(calls) == 3 and {n for n, _ in calls} == {2 * 24}
     lora = calls[0][1]
     assert 0 < lora < sum(p.numel() for p in model.parameters()) / 2  # the adapters, not the model

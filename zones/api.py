@@ -187,13 +187,14 @@ def heal(model: ModelLike, out: str | os.PathLike, *, remove: str | Sequence[int
          bridges: str = _d("bridges", "heal"), heal_tokens: int = _d("heal_tokens", "heal"),
          lr: float = _d("lr", "heal"), rank: int = _d("rank", "heal"), corpus: str = _d("corpus", "heal"),
          seq_len: int = _d("seq_len", "heal"), batch_size: int = _d("batch_size", "heal"),
+         heal_batch_size: int = _d("heal_batch_size", "heal"),
          calibration_tokens: int | None = _d("calibration_tokens", "heal"), refresh: bool = False,
          tokenizer: str | None = None, device: str | None = None, trust_remote_code: bool = False) -> pd.DataFrame:
     """``zones heal``: as :func:`export`, the pruned model healed first on ``heal_tokens``
     calibration tokens (``method``: ``lora`` or ``bridge``; ``zones.pruning.heal``); returns
     :func:`provenance_row` (its ``healing_*`` fields: the calibration loss before and after, ...)."""
     removed = check_request(out, remove, strategy, k, seed)  # before the model loads
-    check_options(method=method, tokens=heal_tokens, lr=lr, rank=rank, seed=seed, batch_size=batch_size,
+    check_options(method=method, tokens=heal_tokens, lr=lr, rank=rank, seed=seed, heal_batch_size=heal_batch_size,
                   bridges=bridges, names=dict(tokens="heal_tokens"))
     loaded = _loaded(model, tokenizer=tokenizer, device=device, trust_remote_code=trust_remote_code)
     removed, strategy = _blocks(loaded, removed, strategy, k, seed, corpus=corpus, seq_len=seq_len,
@@ -203,7 +204,7 @@ def heal(model: ModelLike, out: str | os.PathLike, *, remove: str | Sequence[int
     except CorpusError:
         windows = corpus_windows(corpus, loaded.tokenizer, seq_len, "calibration", None)
     healed = heal_model(loaded.model, removed, windows, method=method, tokens=heal_tokens, seed=seed, lr=lr,
-                        rank=rank, bridges=bridges, batch_size=batch_size, refresh=refresh,
+                        rank=rank, bridges=bridges, heal_batch_size=heal_batch_size, refresh=refresh,
                         fingerprint=loaded.fingerprint)
     path = export_healed(healed, out, tokenizer=loaded.tokenizer, source=loaded.name, strategy=strategy)
     return provenance_row(path)

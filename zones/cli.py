@@ -262,6 +262,7 @@ def heal_arguments(p: argparse.ArgumentParser) -> None:
                                         "the full model's (the same capacity for every removal set); per_span: one "
                                         "per removed span, at the block before it (unequal capacity)")
     add_flag(p, "heal_tokens", "heal")
+    add_flag(p, "heal_batch_size", "heal")
     add_flag(p, "lr", "heal", help="LoRA learning rate")
     add_flag(p, "rank", "heal")
     add_flag(p, "refresh", "heal", help="heal again instead of reading the cache")
@@ -279,16 +280,16 @@ def _heal_windows(args, loaded):
 def heal_run(args) -> None:
     removed = check_request(args.out, args.remove, args.strategy, args.k, args.seed)  # before the model loads
     check_options(method=args.method, tokens=args.heal_tokens, lr=args.lr, rank=args.rank, seed=args.seed,
-                  batch_size=args.batch_size, bridges=args.bridges,
+                  heal_batch_size=args.heal_batch_size, bridges=args.bridges,
                   names=dict(tokens="--heal-tokens", lr="--lr", rank="--rank", seed="--seed",
-                             batch_size="--batch-size", method="--method", bridges="--bridges"))
+                             heal_batch_size="--heal-batch-size", method="--method", bridges="--bridges"))
     loaded = _load(args)
     with refreshing(args.refresh):  # what a strategy plans on, and the healing, computed again
         removed, strategy = _pruned_blocks(args, loaded, _calibration(args, loaded) if args.strategy else None,
                                            removed)
         healed = heal(loaded.model, removed, _heal_windows(args, loaded), method=args.method, tokens=args.heal_tokens,
-                      seed=args.seed, lr=args.lr, rank=args.rank, bridges=args.bridges, batch_size=args.batch_size,
-                      refresh=args.refresh, fingerprint=loaded.fingerprint)
+                      seed=args.seed, lr=args.lr, rank=args.rank, bridges=args.bridges,
+                      heal_batch_size=args.heal_batch_size, refresh=args.refresh, fingerprint=loaded.fingerprint)
     out = export_healed(healed, args.out, tokenizer=loaded.tokenizer, source=args.model, strategy=strategy)
     first, last = healed.history["loss"].iloc[0], healed.history["loss"].iloc[-1]
     print(f"calibration loss {first:.4f} -> {last:.4f} nats ({args.method}); wrote {out}")

@@ -177,6 +177,8 @@ TERMS: dict[str, Term] = _terms(
     Term("heal_tokens", "tokens", "healing budget: calibration tokens each pruned model is healed on",
          {"cpu": by(1020, heal=8192), "class": by(252, heal=8192), "gpu": by(51000, heal=8192)},
          minimum=1),   # healing takes a budget, never "the whole split"
+    Term("heal_batch_size", "int", "calibration windows per healing step: LoRA's batch, the bridge's captured batch",
+         {"cpu": 4}, minimum=1),
     Term("series_eval_tokens", "tokens", "held-out tokens scored per trained model of the depth series",
          {"cpu": by(2032, across_models=8128), "class": by(508, across_models=1016), "gpu": None}),
     Term("split", "str", "the windows zones ablate scores", {"cpu": "eval"}, choices=("eval", "calibration")),

@@ -5,7 +5,7 @@ per window) and each reading only the ``calibration`` split (``zones.core.data``
 disjoint from the eval windows every chapter scores on:
 
 * ``lora``: LoRA adapters (``peft``) on every attention and MLP projection of the remaining
-  blocks, trained with AdamW on next-token loss, ``ceil(tokens / (batch_size·(seq_len−1)))``
+  blocks, trained with AdamW on next-token loss, ``ceil(tokens / (heal_batch_size·(seq_len−1)))``
   steps over the calibration windows in order (cycling), then merged into the weights. The
   adapter and optimizer state are checkpointed in the cache every ``save_every`` steps, so an
   interrupted run resumes where it stopped. LoRA's capacity is matched across strategies
@@ -77,6 +77,7 @@ LAST = "last"                   # the key of the one bridge, at the pruned model
 DEFAULT_TOKENS = default("heal_tokens", context="heal")
 DEFAULT_LR = default("lr")
 DEFAULT_RANK = default("rank")
+DEFAULT_HEAL_BATCH_SIZE = default("heal_batch_size")  # calibration windows per healing step
 DEFAULT_RIDGE = 1e-2
 RIDGE_PATH = (1.0, 10.0, 100.0)  # multiples of ridge tried per span, scored on held-out tokens
 HISTORY_COLUMNS = ["step", "tokens", "loss"]
@@ -137,22 +138,22 @@ def heal_key(fingerprint: str, removed: Sequence[int], method: str, tokens: int,
 
 
 PARAMETERS = dict(method="method", tokens="tokens (the healing budget)", lr="lr", rank="rank", ridge="ridge",
-                  seed="seed", batch_size="batch_size", bridges="bridges")
+                  seed="seed", heal_batch_size="heal_batch_size", bridges="bridges")
 
 
 def check_options(*, method: str = "lora", tokens=DEFAULT_TOKENS, lr=DEFAULT_LR, rank=DEFAULT_RANK,
-                  ridge=DEFAULT_RIDGE, seed=0, batch_size=4, bridges=DEFAULT_BRIDGES,
+                  ridge=DEFAULT_RIDGE, seed=0, heal_batch_size=DEFAULT_HEAL_BATCH_SIZE, bridges=DEFAULT_BRIDGES,
                   names: dict[str, str] | None = None) -> None:
     """Check healing's options before any work (``HealError``, one line naming the option as
     ``names`` spells it: the command line passes its flags, the library its parameter names):
     ``method`` one of :data:`METHODS`, ``bridges`` one of :data:`BRIDGES`, ``tokens``, ``rank``
-    and ``batch_size`` integers >= 1, ``seed`` >= 0, ``lr`` and ``ridge`` finite and > 0."""
+    and ``heal_batch_size`` integers >= 1, ``seed`` >= 0, ``lr`` and ``ridge`` finite and > 0."""
     name = {**PARAMETERS, **(names or {})}
     try:
         check_choice(method, name["method"], METHODS)
         check_choice(bridges, name["bridges"], BRIDGES)
         check_int(tokens, name["tokens"], min=1)
-        check_int(batch_size, name["batch_size"], min=1)
+        check_int(heal_batch_size, name["heal_batch_size"], min=1)
         check_int(seed, name["seed"], min=0)
         check_int(rank, name["rank"], min=1)
         check_float(lr, name["lr"], min=0.0, min_inclusive=False)
@@ -161,8 +162,8 @@ def check_options(*, method: str = "lora", tokens=DEFAULT_TOKENS, lr=DEFAULT_LR,
         raise HealError(str(err)) from None
 
 
-def _check(method: str, tokens, calibration: Windows, batch_size, **options) -> None:
-    check_options(method=method, tokens=tokens, batch_size=batch_size, **options)
+def _check(method: str, tokens, calibration: Windows, heal_batch_size, **options) -> None:
+    check_options(method=method, tokens=tokens, heal_batch_size=heal_batch_size, **options)
     if not isinstance(calibration, Windows):
         raise TypeError(f"calibration must be zones.core.data.Windows, not {type(calibration).__name__}")
     if calibration.split != "calibration":
@@ -398,19 +399,19 @@ def _frozen(model: nn.Module) -> nn.Module:
     return model.eval()
 
 
-def tokens_used(method: str, tokens: int, calibration: Windows, batch_size: int) -> int:
+def tokens_used(method: str, tokens: int, calibration: Windows, heal_batch_size: int) -> int:
     """The calibration tokens a healing run sees (scored tokens, ``seq_len − 1`` per window):
     LoRA's whole steps (cycling through the windows), or the bridge's fitted windows, which the
     calibration split may hold fewer of than ``tokens``."""
     per_window = calibration.seq_len - 1
     if method == "lora":
-        return math.ceil(tokens / (batch_size * per_window)) * batch_size * per_window
+        return math.ceil(tokens / (heal_batch_size * per_window)) * heal_batch_size * per_window
     return min(calibration.n_windows, math.ceil(tokens / per_window)) * per_window
 
 
-def budget_notes(method: str, tokens: int, calibration: Windows, batch_size: int) -> list[str]:
+def budget_notes(method: str, tokens: int, calibration: Windows, heal_batch_size: int) -> list[str]:
     """What the provenance must say when the budget and the tokens used differ."""
-    used, held = tokens_used(method, tokens, calibration, batch_size), calibration.n_scored_tokens
+    used, held = tokens_used(method, tokens, calibration, heal_batch_size), calibration.n_scored_tokens
     if method == "bridge" and used < tokens:
         return [f"the calibration windows hold {held} of the {tokens} tokens budgeted; the bridge was fitted on "
                 f"all {used} of them"]
@@ -422,8 +423,8 @@ def budget_notes(method: str, tokens: int, calibration: Windows, batch_size: int
 
 def heal(model: nn.Module, removed: Sequence[int], calibration: Windows, *, method: str = "lora",
          tokens: int = DEFAULT_TOKENS, seed: int = 0, lr: float = DEFAULT_LR, rank: int = DEFAULT_RANK,
-         ridge: float = DEFAULT_RIDGE, bridges: str = DEFAULT_BRIDGES, batch_size: int = 4, save_every: int = 25,
-         cache: bool = True, refresh: bool = False, progress: bool = True,
+         ridge: float = DEFAULT_RIDGE, bridges: str = DEFAULT_BRIDGES, heal_batch_size: int = DEFAULT_HEAL_BATCH_SIZE,
+         save_every: int = 25, cache: bool = True, refresh: bool = False, progress: bool = True,
          fingerprint: str | None = None) -> HealResult:
     """Remove ``removed`` from a copy of ``model`` and heal it on ``calibration`` (module docstring).
 
@@ -437,12 +438,12 @@ def heal(model: nn.Module, removed: Sequence[int], calibration: Windows, *, meth
     replacing) the cached result and any LoRA checkpoint. Returns a :class:`HealResult` whose
     ``model`` is a plain transformers model (adapters merged, bridges folded).
     """
-    _check(method, tokens, calibration, batch_size, lr=lr, rank=rank, ridge=ridge, seed=seed, bridges=bridges)
+    _check(method, tokens, calibration, heal_batch_size, lr=lr, rank=rank, ridge=ridge, seed=seed, bridges=bridges)
     removed = check_removed(model, removed)
     full = as_subject(model, fingerprint=fingerprint)   # the door: the source model, wrapped once
     full.check_fit(calibration)
     fingerprint = full.fingerprint
-    hyper = (dict(lr=float(lr), rank=int(rank), batch_size=batch_size) if method == "lora"
+    hyper = (dict(lr=float(lr), rank=int(rank), batch_size=heal_batch_size) if method == "lora"  # the key's name
              else dict(ridge=float(ridge), bridges=bridges))
     key = heal_key(fingerprint, removed, method, tokens, seed, calibration, **hyper)
     path = entry_path("heal", key, "pt")
@@ -450,8 +451,8 @@ def heal(model: nn.Module, removed: Sequence[int], calibration: Windows, *, meth
     n_fit = min(calibration.n_windows, math.ceil(tokens / (calibration.seq_len - 1)))
     fit_windows = Windows(calibration.input_ids[:n_fit], calibration.corpus, calibration.split,
                           calibration.fingerprint)
-    used = tokens_used(method, tokens, calibration, batch_size)
-    budget = budget_notes(method, tokens, calibration, batch_size)
+    used = tokens_used(method, tokens, calibration, heal_batch_size)
+    budget = budget_notes(method, tokens, calibration, heal_batch_size)
     if refresh:
         _discard_progress(key)  # heal again: a checkpoint of an earlier run (even a damaged one) is not resumed
     found = None if (refresh or not cache) else read_entry(path, key)
@@ -464,23 +465,23 @@ def heal(model: nn.Module, removed: Sequence[int], calibration: Windows, *, meth
         return HealResult(healed, removed, method, used, seed, key, history, float(state["before"]),
                           float(state["after"]), notes, from_cache=True, parameters=int(state["parameters"]))
     score_windows = calibration if method == "lora" else fit_windows
-    before = evaluate_loss(pruned, score_windows, batch_size).loss   # a fresh copy: not cached
+    before = evaluate_loss(pruned, score_windows, heal_batch_size).loss   # a fresh copy: not cached
     notes: list[str] = []
     if method == "lora":
-        steps = math.ceil(tokens / (batch_size * (calibration.seq_len - 1)))
-        healed, lora, rows = _train_lora(pruned, calibration, key, steps=steps, batch_size=batch_size, lr=lr,
+        steps = math.ceil(tokens / (heal_batch_size * (calibration.seq_len - 1)))
+        healed, lora, rows = _train_lora(pruned, calibration, key, steps=steps, batch_size=heal_batch_size, lr=lr,
                                          rank=rank, seed=seed, save_every=save_every, cache=cache,
                                          progress=progress, resume=not refresh)
         payload, parameters = dict(lora=lora), sum(int(v.numel()) for v in lora.values())
     else:
-        fitted, notes = (_bridge_last(pruned, full, fit_windows, batch_size=batch_size, ridge=ridge)
+        fitted, notes = (_bridge_last(pruned, full, fit_windows, batch_size=heal_batch_size, ridge=ridge)
                          if bridges == "one" else
-                         _bridge_spans(pruned, full, removed, fit_windows, batch_size=batch_size, ridge=ridge,
+                         _bridge_spans(pruned, full, removed, fit_windows, batch_size=heal_batch_size, ridge=ridge,
                                        progress=progress))
         healed, rows = pruned.model, []
         payload, parameters = dict(bridges=fitted), sum(int(t.numel()) for t in fitted.values())
     healed = _frozen(healed)
-    after = evaluate_loss(healed, score_windows, batch_size).loss
+    after = evaluate_loss(healed, score_windows, heal_batch_size).loss
     if method == "bridge" and payload["bridges"] and not after < before:
         notes.append(f"bridges dropped: they raised the calibration loss ({before:.4f} -> {after:.4f} nats)")
         healed, payload, after = _frozen(pruned_copy(model, removed)), dict(bridges={}), before
