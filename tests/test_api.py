@@ -53,12 +53,12 @@ def test_every_argument_is_the_commands_flag_with_its_default(function):
     flags = {a.dest: a.default for a in _subcommand(COMMAND[function])._actions
              if a.option_strings and a.dest != "help"}
     parameters = inspect.signature(getattr(zones, function)).parameters
-    shared = [name for name in parameters if name in flags and name not in ("model", "models", "out")]
+    shared = [name for name in parameters if name in flags and name not in ("model", "models", "out_dir")]
     assert len(shared) >= 3, function
     for name in shared:
         value = parameters[name].default
         assert (list(value) if isinstance(value, tuple) else value) == flags[name], f"{function}({name}=...)"
-    missing = set(flags) - set(parameters) - {"model", "models", "list_strategies", "out"}
+    missing = set(flags) - set(parameters) - {"model", "models", "list_strategies", "out_dir"}
     assert not missing, f"{function} lacks the flags {sorted(missing)}"
 
 
@@ -78,7 +78,7 @@ def test_alpha_ablate_and_prune_return_the_tables_the_commands_write(tiny_model_
     options = dict(corpus=text, seq_len=32, eval_tokens=93, calibration_tokens=62, batch_size=4)
     flags = ["--corpus", text, "--seq-len", "32", "--eval-tokens", "93", "--calibration-tokens", "62",
              "--batch-size", "4"]
-    ablation = zones.ablate(model, progress=False, out=tmp_path / "api", **options)
+    ablation = zones.ablate(model, progress=False, out_dir=tmp_path / "api", **options)
     assert main(["ablate", "--model", str(tiny_model_dir), *flags[:6], *flags[8:], "--out", str(tmp_path / "cli")]) == 0
     assert csv_text(ablation) == (tmp_path / "cli" / "ablation.csv").read_text()
     assert (tmp_path / "api" / "ablation.csv").read_text() == (tmp_path / "cli" / "ablation.csv").read_text()
@@ -101,7 +101,7 @@ def test_export_and_heal_write_the_commands_directory_and_return_its_provenance(
     assert main(["export", "--model", str(tiny_model_dir), "--remove", "1,2", "--out", str(tmp_path / "cli-k2")]) == 0
     cli = json.loads((tmp_path / "cli-k2" / "zones-provenance.json").read_text())
     row = exported.iloc[0]
-    assert len(exported) == 1 and row["out"] == str(tmp_path / "api-k2")
+    assert len(exported) == 1 and row["out_dir"] == str(tmp_path / "api-k2")
     assert row["removed"] == "1,2" == ",".join(map(str, cli["removed"])) and row["kept"] == "0,3,4,5"  # 6 blocks
     assert row["source_fingerprint"] == cli["source_fingerprint"] and row["source_model"] == cli["source_model"]
     assert zones.load_model(str(tmp_path / "api-k2")).model.config.num_hidden_layers == 4
@@ -119,7 +119,7 @@ def test_export_and_heal_write_the_commands_directory_and_return_its_provenance(
 def test_evaluate_returns_the_tasks_table_the_command_writes(tiny_model_dir, tmp_path, one_thread, capsys):
     pytest.importorskip("lm_eval")
     tasks = zones.evaluate(str(tiny_model_dir), remove="1,2", tasks="zones_next_sentence", limit=3, device="cpu",
-                           out=tmp_path / "api")
+                           out_dir=tmp_path / "api")
     assert main(["evaluate", "--model", str(tiny_model_dir), "--remove", "1,2", "--tasks", "zones_next_sentence",
                  "--limit", "3", "--device", "cpu", "--out", str(tmp_path / "cli")]) == 0
     assert csv_text(tasks) == (tmp_path / "cli" / "tasks.csv").read_text()
@@ -130,7 +130,7 @@ def test_evaluate_returns_the_tasks_table_the_command_writes(tiny_model_dir, tmp
 
 def test_study_returns_jobs_csv(tiny_model_dir, tmp_path, monkeypatch, one_thread):
     monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "cache"))
-    jobs = zones.study([str(tiny_model_dir)], dict(n_resamples=50), only=["alpha_profile"], out=tmp_path / "out",
+    jobs = zones.study([str(tiny_model_dir)], dict(n_resamples=50), only=["alpha_profile"], out_dir=tmp_path / "out",
                        root=ROOT, progress=False, log=lambda _: None)
     written = (tmp_path / "out" / "jobs.csv").read_text()
     assert csv_text(jobs) == written

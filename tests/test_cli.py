@@ -16,6 +16,7 @@ import pytest
 import zones
 import zones.core.hardware
 from zones.cli import build_parser, lab_command, main, parse_args
+from zones.core.glossary import term
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,7 +67,7 @@ def test_one_flag_vocabulary_across_subcommands():
     for command in ("alpha", "ablate", "prune", "train"):
         for flag in ("--out", "--device", "--corpus", "--seq-len", "--batch-size", "--model"):
             if flag in _flags(command):
-                assert _flags(command)[flag].dest == flag[2:].replace("-", "_")
+                assert _flags(command)[flag].dest == term(flag).name   # --out is the term out_dir
     assert parse_args(["ablate", "--eval-tokens", "300"]).eval_tokens == 300
 
 

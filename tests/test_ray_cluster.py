@@ -219,7 +219,7 @@ def test_a_study_on_a_two_node_cluster_survives_a_lost_node_and_leaves_the_book_
     # the reference: the same study with the local executor, in this process, one thread as a Ray job has
     monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "local-cache"))
     local_started = time.time()
-    local = study(study_models, params, executor="local", out=tmp_path / "local", root=ROOT, progress=False,
+    local = study(study_models, params, executor="local", out_dir=tmp_path / "local", root=ROOT, progress=False,
                   log=lambda _: None)
     local_seconds = time.time() - local_started
     assert local.jobs["job"].tolist() == [s.name for s in stages]

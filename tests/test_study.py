@@ -265,7 +265,7 @@ def test_a_local_study_writes_every_table_and_the_book_that_follows_computes_not
             seen.append((chapter, sorted(p.name for p in (out / chapter / label).iterdir()),
                          jobs.set_index("job")["status"].to_dict(), state))
 
-    result = study(models, params, out=out, only=only, root=ROOT, progress=False, log=log)
+    result = study(models, params, out_dir=out, only=only, root=ROOT, progress=False, log=log)
     assert result.jobs["job"].tolist() == [f"{c} · {label}" for c in only]
     assert [chapter for chapter, *_ in seen] == only  # one line per finished job, as it finishes
     for k, (chapter, files, jobs, state) in enumerate(seen):
@@ -593,7 +593,7 @@ def test_a_job_that_fails_is_named_after_the_others_whose_tables_are_kept(tiny_m
     missing = str(tmp_path / "no-such-model")
     lines = []
     with pytest.raises(JobFailed, match=r"1 of 2 jobs failed: alpha_profile · no-such-model \(.*; 1 attempt\)"):
-        study([missing, str(tiny_model_dir)], dict(n_resamples=50), out=tmp_path / "out", only=["alpha_profile"],
+        study([missing, str(tiny_model_dir)], dict(n_resamples=50), out_dir=tmp_path / "out", only=["alpha_profile"],
               root=ROOT, progress=False, log=lines.append)
     assert lines[-1].startswith("zones study: 1 of 2 jobs in ") and "1 computed" in lines[-1]  # the other one's α
     assert list((tmp_path / "cache").glob("alpha/*.parquet"))

@@ -9,14 +9,14 @@
     exported = zones.export(model, "pruned/k4", strategy="zone_aware", k=4)      # → a model directory
     healed = zones.heal(model, "healed/k4", remove=[3, 11, 20, 27], method="bridge")
     tasks = zones.evaluate(["smollm2-135m", "pruned/k4"], limit=50)             # → tasks.csv
-    jobs = zones.study(["smollm2-135m", "gpt2"], budget="class", out="results/study")  # → jobs.csv
+    jobs = zones.study(["smollm2-135m", "gpt2"], budget="class", out_dir="results/study")  # → jobs.csv
 
 ``model`` is what ``zones.load_model`` returned, or a name it loads (a built-in alias, a local
 directory, a ``.gguf`` file or a hub id). Every other argument is the subcommand's flag of the
 same name, with the same default (the glossary's, ``zones.core.glossary``; ``tests/test_api.py``
-checks), and is checked the same way before any work. ``out``: also write the file the command
+checks), and is checked the same way before any work. ``out_dir``: also write the file the command
 writes there (None, where it is optional: only return the table). ``export`` and ``heal`` write a
-model directory (``out``) and return its provenance (``zones-provenance.json``) as one row;
+model directory (``out_dir``) and return its provenance (``zones-provenance.json``) as one row;
 ``evaluate`` returns ``tasks.csv`` (``zones.evaluate.evaluation`` gives all three tables);
 ``study`` returns ``jobs.csv`` (``zones.study.study`` gives the whole ``StudyResult``).
 
@@ -84,7 +84,7 @@ def _d(name: str, context: str) -> Any:
 def alpha_table(model: ModelLike | nn.Module, *, window: Sequence[float] = _d("window", "alpha"),
                 estimators: Sequence[str] = _d("estimators", "alpha"), refresh: bool = False,
                 device: str | None = None, trust_remote_code: bool = False, progress: bool = True,
-                out: str | os.PathLike | None = None) -> pd.DataFrame:
+                out_dir: str | os.PathLike | None = None) -> pd.DataFrame:
     """``zones alpha``: every estimator for every weight matrix of every decoder block
     (``zones.spectra.alpha_table``; columns in the README's ``alpha.csv`` table); ``model`` may
     also be a module."""
@@ -92,7 +92,7 @@ def alpha_table(model: ModelLike | nn.Module, *, window: Sequence[float] = _d("w
     module = model if isinstance(model, nn.Module) else _loaded(model, text=False, device=device,
                                                                 trust_remote_code=trust_remote_code).model
     table = _alpha_table(module, window=window, estimators=estimators, refresh=refresh, progress=progress)
-    return _written(table, out, "alpha.csv")
+    return _written(table, out_dir, "alpha.csv")
 
 
 def ablate(model: ModelLike, *, corpus: str = _d("corpus", "ablate"), seq_len: int = _d("seq_len", "ablate"),
@@ -101,7 +101,7 @@ def ablate(model: ModelLike, *, corpus: str = _d("corpus", "ablate"), seq_len: i
            split: str = _d("split", "ablate"), ablation_method: str = _d("ablation_method", "ablate"),
            parts: bool = False, refresh: bool = False, tokenizer: str | None = None, device: str | None = None,
            trust_remote_code: bool = False, progress: bool = True,
-           out: str | os.PathLike | None = None) -> pd.DataFrame:
+           out_dir: str | os.PathLike | None = None) -> pd.DataFrame:
     """``zones ablate``: ΔLoss of removing each decoder block on the ``split``'s windows (its
     budget: ``eval_tokens`` or ``calibration_tokens``; ``zones.measure.ablation.ablation_table``)."""
     check_choice(split, "split", ("eval", "calibration"))
@@ -112,7 +112,7 @@ def ablate(model: ModelLike, *, corpus: str = _d("corpus", "ablate"), seq_len: i
     with refreshing(refresh):  # what the cache held is computed again
         table = ablation_table(loaded.model, windows, parts=parts, ablation_method=ablation_method, batch_size=batch_size,
                                dtype=dtype, progress=progress)
-    return _written(table, out, "ablation.csv")
+    return _written(table, out_dir, "ablation.csv")
 
 
 def prune(model: ModelLike, *, strategies: str | Sequence[str] = _d("strategies", "prune"),
@@ -121,7 +121,7 @@ def prune(model: ModelLike, *, strategies: str | Sequence[str] = _d("strategies"
           eval_tokens: int | None = _d("eval_tokens", "prune"),
           calibration_tokens: int | None = _d("calibration_tokens", "prune"), dtype: str = _d("dtype", "prune"),
           refresh: bool = False, tokenizer: str | None = None, device: str | None = None,
-          trust_remote_code: bool = False, out: str | os.PathLike | None = None) -> pd.DataFrame:
+          trust_remote_code: bool = False, out_dir: str | os.PathLike | None = None) -> pd.DataFrame:
     """``zones prune``: the perplexity of every strategy's k = 1..``k_max`` removals on the eval
     windows (``zones.pruning.pruning_table``; ``zones.pruning.pruning_sweep`` gives the per-window
     losses too)."""
@@ -133,19 +133,19 @@ def prune(model: ModelLike, *, strategies: str | Sequence[str] = _d("strategies"
     with refreshing(refresh):
         table = pruning_table(loaded.model, eval_windows, calibration, strategies=names, k_max=k_max, seeds=seeds,
                               batch_size=batch_size, model_name=loaded.name, dtype=dtype)
-    return _written(table, out, "pruning.csv")
+    return _written(table, out_dir, "pruning.csv")
 
 
 # --- zones export and heal ------------------------------------------------------------------------------
 
 def provenance_row(directory: str | os.PathLike) -> pd.DataFrame:
-    """An exported (or healed) model directory's ``zones-provenance.json`` as one row: ``out`` (the
+    """An exported (or healed) model directory's ``zones-provenance.json`` as one row: ``out_dir`` (the
     directory), then its fields; block lists as ``"3,11,20"`` (as ``pruning.csv`` writes them), the
     healing record's fields as ``healing_<field>``."""
     record = read_provenance(directory)
     if not record:
         raise FileNotFoundError(f"{directory} holds no {PROVENANCE}")
-    row: dict[str, Any] = dict(out=str(directory))
+    row: dict[str, Any] = dict(out_dir=str(directory))
     for key, value in record.items():
         if isinstance(value, dict):
             row.update({f"{key}_{k}": json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in value.items()})
@@ -165,24 +165,24 @@ def _blocks(loaded: LoadedModel, remove, strategy, k, seed, *, corpus, seq_len, 
     return chosen, strategy
 
 
-def export(model: ModelLike, out: str | os.PathLike, *, remove: str | Sequence[int] | None = None,
+def export(model: ModelLike, out_dir: str | os.PathLike, *, remove: str | Sequence[int] | None = None,
            strategy: str | None = None, k: int | None = None, seed: int = 0, corpus: str = _d("corpus", "export"),
            seq_len: int = _d("seq_len", "export"), batch_size: int = _d("batch_size", "export"),
            calibration_tokens: int | None = _d("calibration_tokens", "export"), refresh: bool = False,
            tokenizer: str | None = None, device: str | None = None, trust_remote_code: bool = False) -> pd.DataFrame:
     """``zones export``: the model without ``remove`` (or ``strategy``'s ``k`` blocks) as a plain
-    Hugging Face directory ``out`` (``zones.pruning.export``); returns :func:`provenance_row`."""
-    removed = check_request(out, remove, strategy, k, seed)  # before the model loads
+    Hugging Face directory ``out_dir`` (``zones.pruning.export``); returns :func:`provenance_row`."""
+    removed = check_request(out_dir, remove, strategy, k, seed)  # before the model loads
     loaded = _loaded(model, tokenizer=tokenizer, device=device, trust_remote_code=trust_remote_code)
     with refreshing(refresh):  # what the strategy plans on
         removed, strategy = _blocks(loaded, removed, strategy, k, seed, corpus=corpus, seq_len=seq_len,
                                     calibration_tokens=calibration_tokens, batch_size=batch_size)
-    path = export_model(loaded.model, removed, out, tokenizer=loaded.tokenizer, source=loaded.name,
+    path = export_model(loaded.model, removed, out_dir, tokenizer=loaded.tokenizer, source=loaded.name,
                         strategy=strategy, seed=seed if strategy else None, fingerprint=loaded.fingerprint)
     return provenance_row(path)
 
 
-def heal(model: ModelLike, out: str | os.PathLike, *, remove: str | Sequence[int] | None = None,
+def heal(model: ModelLike, out_dir: str | os.PathLike, *, remove: str | Sequence[int] | None = None,
          strategy: str | None = None, k: int | None = None, seed: int = 0, method: str = _d("method", "heal"),
          bridges: str = _d("bridges", "heal"), heal_tokens: int = _d("heal_tokens", "heal"),
          lr: float = _d("lr", "heal"), rank: int = _d("rank", "heal"), corpus: str = _d("corpus", "heal"),
@@ -193,7 +193,7 @@ def heal(model: ModelLike, out: str | os.PathLike, *, remove: str | Sequence[int
     """``zones heal``: as :func:`export`, the pruned model healed first on ``heal_tokens``
     calibration tokens (``method``: ``lora`` or ``bridge``; ``zones.pruning.heal``); returns
     :func:`provenance_row` (its ``healing_*`` fields: the calibration loss before and after, ...)."""
-    removed = check_request(out, remove, strategy, k, seed)  # before the model loads
+    removed = check_request(out_dir, remove, strategy, k, seed)  # before the model loads
     check_options(method=method, tokens=heal_tokens, lr=lr, rank=rank, seed=seed, heal_batch_size=heal_batch_size,
                   bridges=bridges, names=dict(tokens="heal_tokens"))
     loaded = _loaded(model, tokenizer=tokenizer, device=device, trust_remote_code=trust_remote_code)
@@ -206,7 +206,7 @@ def heal(model: ModelLike, out: str | os.PathLike, *, remove: str | Sequence[int
     healed = heal_model(loaded.model, removed, windows, method=method, tokens=heal_tokens, seed=seed, lr=lr,
                         rank=rank, bridges=bridges, heal_batch_size=heal_batch_size, refresh=refresh,
                         fingerprint=loaded.fingerprint)
-    path = export_healed(healed, out, tokenizer=loaded.tokenizer, source=loaded.name, strategy=strategy)
+    path = export_healed(healed, out_dir, tokenizer=loaded.tokenizer, source=loaded.name, strategy=strategy)
     return provenance_row(path)
 
 
@@ -229,10 +229,10 @@ def evaluate(models: ModelLike | Sequence[ModelLike] | None = None, *, remove: s
              calibration_tokens: int | None = _d("calibration_tokens", "evaluate"),
              batch_size: int = _d("batch_size", "evaluate"), dtype: str = _d("dtype", "evaluate"),
              refresh: bool = False, tokenizer: str | None = None, device: str | None = None,
-             trust_remote_code: bool = False, out: str | os.PathLike | None = None) -> pd.DataFrame:
+             trust_remote_code: bool = False, out_dir: str | os.PathLike | None = None) -> pd.DataFrame:
     """``zones evaluate``: zero-shot task accuracy (lm-evaluation-harness) of ``models`` (one name or
     several, the first the reference; None: smollm2-135m), and of the first with ``remove`` (or
-    ``strategy``'s ``k`` blocks) removed on the fly; returns ``tasks.csv``. ``out`` writes
+    ``strategy``'s ``k`` blocks) removed on the fly; returns ``tasks.csv``. ``out_dir`` writes
     ``tasks.csv``, ``examples.csv`` and, with two variants or more, ``differences.csv``."""
     import zones.evaluate as command
 
@@ -250,15 +250,15 @@ def evaluate(models: ModelLike | Sequence[ModelLike] | None = None, *, remove: s
     for name, value in given.items():
         setattr(args, name, value)
     found = command.evaluation(args)
-    if out is not None:
-        command.write(found, out)
+    if out_dir is not None:
+        command.write(found, out_dir)
     return found["tasks"]
 
 
 def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None, **options) -> pd.DataFrame:
     """``zones study``: every chapter's tables for every model, as jobs (``zones.study.study``, whose
-    keyword ``options`` these are: ``budget``, ``only``, ``executor``, ``out``, ...); returns
-    ``jobs.csv`` (one row per job, with its status). ``out`` (None: nothing written) receives each
+    keyword ``options`` these are: ``budget``, ``only``, ``executor``, ``out_dir``, ...); returns
+    ``jobs.csv`` (one row per job, with its status). ``out_dir`` (None: nothing written) receives each
     job's tables as it finishes, ``jobs.csv`` and the state file ``zones study --status`` reads."""
     import zones.study as command
 

@@ -103,16 +103,16 @@ def _load(args):
     return load_model(args.model, device=args.device, trust_remote_code=args.trust_remote_code, **text)
 
 
-def check_out(out: str) -> Path:
+def check_out(out_dir: str) -> Path:
     """``--out`` before any work: a folder, or one that can be created there, and writable."""
-    path = Path(out).expanduser()
+    path = Path(out_dir).expanduser()
     if path.exists() and not path.is_dir():
-        raise ValueError(f"--out {out} is a file, not a folder; pass a folder for the results")
+        raise ValueError(f"--out {out_dir} is a file, not a folder; pass a folder for the results")
     existing = next(p for p in (path, *path.parents) if p.exists())
     if not existing.is_dir():
-        raise ValueError(f"--out {out} cannot be created: {existing} is a file; pass a folder for the results")
+        raise ValueError(f"--out {out_dir} cannot be created: {existing} is a file; pass a folder for the results")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"--out {out} is not writable ({existing} denies writing); pass a folder you can write")
+        raise ValueError(f"--out {out_dir} is not writable ({existing} denies writing); pass a folder you can write")
     return path
 
 
@@ -129,14 +129,14 @@ def alpha_arguments(p: argparse.ArgumentParser) -> None:
              help="which to compute, space-separated: shape, esd, hill, companions (the other columns stay empty)")
     add_flag(p, "window", "alpha", nargs=2, type=float, metavar=("LO", "HI"))
     add_flag(p, "refresh", "alpha")
-    add_flag(p, "out", "alpha")
+    add_flag(p, "out_dir", "alpha")
 
 
 def alpha_run(args) -> None:
     window, estimators = check_window(args.window), check_estimators(args.estimators)  # before loading
     table = alpha_table(_load(args).model, window=window, estimators=estimators, refresh=args.refresh,
                         progress=True)
-    _write(table, args.out, "alpha.csv")
+    _write(table, args.out_dir, "alpha.csv")
     noted = table[table["note"] != ""]
     if len(noted):
         print(f"{len(noted)} matrices have NaN estimates; see the note column")
@@ -155,7 +155,7 @@ def ablate_arguments(p: argparse.ArgumentParser) -> None:
     add_flag(p, "ablation_method", "ablate")
     add_flag(p, "parts", "ablate")
     add_flag(p, "refresh", "ablate")
-    add_flag(p, "out", "ablate")
+    add_flag(p, "out_dir", "ablate")
 
 
 def _split_budget(args) -> int | None:
@@ -175,7 +175,7 @@ def ablate_run(args) -> None:
         windows = corpus_windows(corpus, loaded.tokenizer, args.seq_len, args.split, tokens)
         table = ablation_table(loaded.model, windows, parts=args.parts, ablation_method=args.ablation_method,
                                batch_size=args.batch_size, dtype=args.dtype)
-    _write(table, args.out, "ablation.csv")
+    _write(table, args.out_dir, "ablation.csv")
 
 
 # --- zones prune ------------------------------------------------------------------------------
@@ -191,7 +191,7 @@ def prune_arguments(p: argparse.ArgumentParser) -> None:
     add_flag(p, "dtype", "prune")
     add_flag(p, "list_strategies", "prune")
     add_flag(p, "refresh", "prune")
-    add_flag(p, "out", "prune")
+    add_flag(p, "out_dir", "prune")
 
 
 def prune_run(args) -> None:
@@ -206,7 +206,7 @@ def prune_run(args) -> None:
         calibration = corpus_windows(corpus, loaded.tokenizer, args.seq_len, "calibration", args.calibration_tokens)
         table = pruning_table(loaded.model, eval_windows, calibration, strategies=names, k_max=args.k_max,
                               seeds=args.seeds, batch_size=args.batch_size, model_name=args.model, dtype=args.dtype)
-    _write(table, args.out, "pruning.csv")
+    _write(table, args.out_dir, "pruning.csv")
 
 
 # --- zones export and zones heal ----------------------------------------------------------------
@@ -225,7 +225,7 @@ def _pruning_flags(p: argparse.ArgumentParser, context: str) -> None:
 def export_arguments(p: argparse.ArgumentParser) -> None:
     _pruning_flags(p, "export")
     add_flag(p, "refresh", "export", help="recompute what a strategy plans on instead of reading the cache")
-    add_flag(p, "out", "export", required=True, help="output model directory (written atomically)")
+    add_flag(p, "out_dir", "export", required=True, help="output model directory (written atomically)")
 
 
 def _pruned_blocks(args, loaded, calibration, removed):
@@ -244,12 +244,12 @@ def _calibration(args, loaded):
 
 
 def export_run(args) -> None:
-    removed = check_request(args.out, args.remove, args.strategy, args.k, args.seed)  # before the model loads
+    removed = check_request(args.out_dir, args.remove, args.strategy, args.k, args.seed)  # before the model loads
     loaded = _load(args)
     with refreshing(args.refresh):
         calibration = _calibration(args, loaded) if args.strategy else None
         removed, strategy = _pruned_blocks(args, loaded, calibration, removed)
-    out = export_model(loaded.model, removed, args.out, tokenizer=loaded.tokenizer, source=args.model,
+    out = export_model(loaded.model, removed, args.out_dir, tokenizer=loaded.tokenizer, source=args.model,
                        strategy=strategy, seed=args.seed if strategy else None, fingerprint=loaded.fingerprint)
     print(f"wrote {out} (blocks {sorted(removed)} removed; loads with AutoModelForCausalLM.from_pretrained)")
 
@@ -266,7 +266,7 @@ def heal_arguments(p: argparse.ArgumentParser) -> None:
     add_flag(p, "lr", "heal", help="LoRA learning rate")
     add_flag(p, "rank", "heal")
     add_flag(p, "refresh", "heal", help="heal again instead of reading the cache")
-    add_flag(p, "out", "heal", required=True, help="output model directory (written atomically)")
+    add_flag(p, "out_dir", "heal", required=True, help="output model directory (written atomically)")
 
 
 def _heal_windows(args, loaded):
@@ -278,7 +278,7 @@ def _heal_windows(args, loaded):
 
 
 def heal_run(args) -> None:
-    removed = check_request(args.out, args.remove, args.strategy, args.k, args.seed)  # before the model loads
+    removed = check_request(args.out_dir, args.remove, args.strategy, args.k, args.seed)  # before the model loads
     check_options(method=args.method, tokens=args.heal_tokens, lr=args.lr, rank=args.rank, seed=args.seed,
                   heal_batch_size=args.heal_batch_size, bridges=args.bridges,
                   names=dict(tokens="--heal-tokens", lr="--lr", rank="--rank", seed="--seed",
@@ -290,7 +290,7 @@ def heal_run(args) -> None:
         healed = heal(loaded.model, removed, _heal_windows(args, loaded), method=args.method, tokens=args.heal_tokens,
                       seed=args.seed, lr=args.lr, rank=args.rank, bridges=args.bridges,
                       heal_batch_size=args.heal_batch_size, refresh=args.refresh, fingerprint=loaded.fingerprint)
-    out = export_healed(healed, args.out, tokenizer=loaded.tokenizer, source=args.model, strategy=strategy)
+    out = export_healed(healed, args.out_dir, tokenizer=loaded.tokenizer, source=args.model, strategy=strategy)
     first, last = healed.history["loss"].iloc[0], healed.history["loss"].iloc[-1]
     print(f"calibration loss {first:.4f} -> {last:.4f} nats ({args.method}); wrote {out}")
 
@@ -317,7 +317,7 @@ def train_arguments(p: argparse.ArgumentParser) -> None:
     add_flag(p, "refresh", "train", help="retrain even if the run is cached")
     add_flag(p, "copy_models", "train")
     add_flag(p, "keep_checkpoints", "train")
-    add_flag(p, "out", "train")
+    add_flag(p, "out_dir", "train")
 
 
 def train_run(args) -> None:
@@ -328,11 +328,11 @@ def train_run(args) -> None:
     configs = series_configs(args.profile, args.depths, args.seeds, **overrides)  # bad sizes fail before any work
     runs = [train_model(c, device=args.device, refresh=args.refresh, keep_checkpoints=args.keep_checkpoints)
             for c in configs]
-    _write(series_summary(runs), args.out, "series.csv")
-    _write(series_history(runs), args.out, "history.csv")
-    _write(series_snapshots(runs), args.out, "snapshots.csv")
+    _write(series_summary(runs), args.out_dir, "series.csv")
+    _write(series_history(runs), args.out_dir, "history.csv")
+    _write(series_snapshots(runs), args.out_dir, "snapshots.csv")
     for run in runs:
-        target = Path(args.out) / "models" / f"depth-{run.config.depth}-seed-{run.config.seed}"
+        target = Path(args.out_dir) / "models" / f"depth-{run.config.depth}-seed-{run.config.seed}"
         if args.copy_models:
             shutil.copytree(run.path, target, dirs_exist_ok=True)
         print(f"{run_label(run)}: held-out loss {run.summary['final_heldout_loss']:.3f}, "
@@ -353,7 +353,7 @@ def lifecycle_arguments(p: argparse.ArgumentParser) -> None:
                                                    "the weights stream from disk one matrix at a time")
     add_flag(p, "device", "lifecycle")
     add_flag(p, "refresh", "lifecycle")
-    add_flag(p, "out", "lifecycle")
+    add_flag(p, "out_dir", "lifecycle")
 
 
 def lifecycle_run(args) -> None:
@@ -364,7 +364,7 @@ def lifecycle_run(args) -> None:
                                 executor=args.executor, ray_address=args.ray_address, retries=args.retries,
                                 cpus_per_job=args.cpus_per_job, device=args.device, refresh=args.refresh,
                                 memory_budget=args.memory_budget or None)
-    _write(table, args.out, "snapshots.csv")
+    _write(table, args.out_dir, "snapshots.csv")
 
 
 def sweep_arguments(p: argparse.ArgumentParser) -> None:
@@ -373,7 +373,7 @@ def sweep_arguments(p: argparse.ArgumentParser) -> None:
     add_flag(p, "device", "sweep")
     add_flag(p, "trust_remote_code", "sweep")
     add_flag(p, "refresh", "sweep")
-    add_flag(p, "out", "sweep")
+    add_flag(p, "out_dir", "sweep")
 
 
 def sweep_run(args) -> None:
@@ -381,7 +381,7 @@ def sweep_run(args) -> None:
     table = alpha_sweep(args.models, args.executor, ray_address=args.ray_address, retries=args.retries,
                         cpus_per_job=args.cpus_per_job, device=args.device, trust_remote_code=args.trust_remote_code,
                         refresh=args.refresh)
-    _write(table, args.out, "alpha.csv")
+    _write(table, args.out_dir, "alpha.csv")
 
 
 # --- zones book and zones lab ---------------------------------------------------------------------
@@ -498,8 +498,8 @@ def _close_progress_bars() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        if getattr(args, "out", None) is not None:
-            check_out(args.out)  # a bad --out fails before any work
+        if getattr(args, "out_dir", None) is not None:
+            check_out(args.out_dir)  # a bad --out fails before any work
         code = args.func(args)
     except KeyboardInterrupt:
         print("interrupted; finished work is cached and a rerun resumes", file=sys.stderr)

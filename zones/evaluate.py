@@ -51,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_flag(p, "remove", "evaluate", help="also evaluate the first model with these blocks removed, e.g. 3,11,20,27")
     add_flag(p, "strategy", "evaluate", help="also evaluate the first model pruned by this strategy (with --k)")
     for name in ("k", "seed", "corpus", "seq_len", "calibration_tokens", "tasks", "limit", "metric", "include_path",
-                 "batch_size", "dtype", "refresh", "out"):
+                 "batch_size", "dtype", "refresh", "out_dir"):
         add_flag(p, name, "evaluate")
 
 
@@ -117,15 +117,15 @@ def evaluation(args) -> dict[str, pd.DataFrame]:
     return found
 
 
-def write(found: dict[str, pd.DataFrame], out) -> None:
+def write(found: dict[str, pd.DataFrame], out_dir) -> None:
     """``OUT/tasks.csv``, ``OUT/examples.csv`` and ``OUT/differences.csv`` (when there is one)."""
     for name, df in found.items():
-        print(f"wrote {write_table(df, Path(out) / f'{name}.csv')} ({len(df)} rows)")
+        print(f"wrote {write_table(df, Path(out_dir) / f'{name}.csv')} ({len(df)} rows)")
 
 
 def run(args) -> None:
     """Evaluate every variant on the tasks and write the tables (module docstring)."""
-    write(evaluation(args), args.out)
+    write(evaluation(args), args.out_dir)
 
 
 callable_module(__name__)  # zones.evaluate(...) is zones.api.evaluate(...): the Python API's function

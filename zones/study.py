@@ -167,7 +167,7 @@ class StudyResult:
     stored: int
     present: int
     tables: dict[tuple[str, str], dict[str, bytes]]
-    out: Path | None
+    out_dir: Path | None
 
 
 # --- the chapters' calls: zones.report.<chapter>.run with the chapter's parameters ------------------------
@@ -413,7 +413,7 @@ def remember_entries(stage: Stage, entries: Sequence[CapturedEntry]) -> None:
 
 
 STUDY_FLAGS = ("models", "executor", "ray_address", "retries", "cpus_per_job", "gpus_per_job", "budget", "only",
-               "out")   # the study's own flags: a job's error naming one means that flag
+               "out_dir")   # the study's own flags: a job's error naming one means that flag
 
 
 def study_wording(message: str, stages: Sequence[Stage]) -> str:
@@ -433,7 +433,7 @@ def _prepare_models(models: Sequence[str]) -> None:
 
 def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None, *, executor: str = "local",
           ray_address: str | None = None, retries: int = 2, cpus_per_job: float = 1,
-          gpus_per_job: float | None = None, out: str | Path | None = None, only: Sequence[str] | None = None,
+          gpus_per_job: float | None = None, out_dir: str | Path | None = None, only: Sequence[str] | None = None,
           budget: str = DEFAULT_BUDGET, from_text: bool = False, root: Path | None = None, progress: bool = True,
           refresh: bool = False, log=print) -> StudyResult:
     """Run the study (see the module's docstring) and return it; ``JobFailed`` names every job that
@@ -450,9 +450,10 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
 
     events: list = []
     command = resume_command(models, parameters, executor=executor, ray_address=ray_address, retries=retries,
-                             cpus_per_job=cpus_per_job, gpus_per_job=gpus_per_job, out=out, only=only, budget=budget,
-                             from_text=from_text)
-    ledger = Ledger(stages, out, command=command, executor=executor, cpus_per_job=cpus_per_job, events=events, log=log)
+                             cpus_per_job=cpus_per_job, gpus_per_job=gpus_per_job, out_dir=out_dir, only=only,
+                             budget=budget, from_text=from_text)
+    ledger = Ledger(stages, out_dir, command=command, executor=executor, cpus_per_job=cpus_per_job, events=events,
+                    log=log)
 
     def prepare(job: Job, before: dict[str, StageResult]) -> Job:
         ledger.start(job.name)
@@ -478,7 +479,8 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
     works = study_work(stages, budget, root)
     jobs = [Job(stage.name, run_stage, (stage, [], carry, since), cpus=cpus_per_job, gpus=gpus_per_job,
                 after=stage.after, work=works[stage.name]) for stage in stages]
-    where = f"; tables and jobs.csv in {out} as jobs finish (zones study --status {out})" if out is not None else ""
+    where = (f"; tables and jobs.csv in {out_dir} as jobs finish (zones study --status {out_dir})"
+             if out_dir is not None else "")
     log(f"zones study: {len(models)} model{'s' if len(models) > 1 else ''}, {len(jobs)} jobs ({executor}), about "
         f"{sum(works.values()):.3g} reference forwards of work (the bar's unit, RF){where}")
     started = time.time()
@@ -512,7 +514,7 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
                 f"{tally.sentence()}; {stored} entries stored in this machine's cache ({present} already here)")
     ledger.end(failed=False)
     tables = {(s.chapter, s.label): results[s.name].tables for s in stages if results[s.name].tables}
-    return StudyResult(ledger.table(), tally, stored, present, tables, None if out is None else Path(out))
+    return StudyResult(ledger.table(), tally, stored, present, tables, None if out_dir is None else Path(out_dir))
 
 
 
@@ -589,14 +591,14 @@ def duration(seconds: float) -> str:
     return f"{seconds // 3600} h {seconds // 60 % 60:02d} m"
 
 
-def stage_folder(out: Path, chapter: str, label: str) -> Path:
+def stage_folder(out_dir: Path, chapter: str, label: str) -> Path:
     """``OUT/<chapter>/<label>`` (``OUT/<chapter>`` for a job without a model)."""
-    return Path(out) / chapter / label if label else Path(out) / chapter
+    return Path(out_dir) / chapter / label if label else Path(out_dir) / chapter
 
 
 def resume_command(models: Sequence[str], parameters: dict[str, Any] | None, *, executor: str = "local",
                    ray_address: str | None = None, retries: int = 2, cpus_per_job: float = 1,
-                   gpus_per_job: float | None = None, out: str | Path | None = None,
+                   gpus_per_job: float | None = None, out_dir: str | Path | None = None,
                    only: Sequence[str] | None = None, budget: str = DEFAULT_BUDGET, from_text: bool = False) -> str:
     """The ``zones study`` command that runs this study again (and so resumes it: what is cached is
     read, not computed): the flags that differ from their defaults, ``--param`` as given
@@ -611,8 +613,8 @@ def resume_command(models: Sequence[str], parameters: dict[str, Any] | None, *, 
         words += ["--param", f"{name}={value if from_text else json.dumps(value, default=str)}"]
     if only:
         words += ["--only", *only]
-    if out is not None:
-        words += ["--out", str(out)]
+    if out_dir is not None:
+        words += ["--out", str(out_dir)]
     return shlex.join(words)
 
 
@@ -622,11 +624,11 @@ class Ledger:
     (every job's status: done, running, failed, waiting; the command that resumes the study)
     and, as each job ends, to ``OUT/jobs.csv``; a finished job's tables go to
     ``OUT/<chapter>/<label>/`` as it finishes, and a line says so (``done pruning · m in 7 m 02 s
-    (computed)``). Without ``out`` only the lines are said."""
+    (computed)``). Without ``out_dir`` only the lines are said."""
 
-    def __init__(self, stages: Sequence[Stage], out: str | Path | None, *, command: str, executor: str,
+    def __init__(self, stages: Sequence[Stage], out_dir: str | Path | None, *, command: str, executor: str,
                  cpus_per_job: float, events: list, log):
-        self.out = None if out is None else Path(out)
+        self.out_dir = None if out_dir is None else Path(out_dir)
         self.command, self.executor, self.cpus, self.events, self.log = command, executor, cpus_per_job, events, log
         self.started = time.time()
         self.state = "running"
@@ -650,8 +652,8 @@ class Ledger:
                    cpus=result.resources.get("CPU", self.cpus), gpus=result.resources.get("GPU", 0.0),
                    read=result.tally.n_read, computed=result.tally.n_computed, retries=self._retries(stage.name),
                    error="")
-        if self.out is not None:
-            folder = stage_folder(self.out, stage.chapter, stage.label)
+        if self.out_dir is not None:
+            folder = stage_folder(self.out_dir, stage.chapter, stage.label)
             for name, data in result.tables.items():
                 atomic_write_bytes(folder / name, data)
         self.save(jobs=True)
@@ -674,7 +676,7 @@ class Ledger:
         self.state, self.stopped_by = "stopped", signal.Signals(signum).name
         self.save(jobs=True)
         done, failed = self.count("done"), self.count("failed")
-        kept = f"; their tables are in {self.out}" if self.out is not None and done else ""
+        kept = f"; their tables are in {self.out_dir}" if self.out_dir is not None and done else ""
         return (f"zones study: stopped by {self.stopped_by} after {duration(time.time() - self.started)}: {done} of "
                 f"{len(self.rows)} jobs done{f', {failed} failed' if failed else ''}{kept}, and cached; resume with "
                 f"the same command, which computes only the rest: {self.command}")
@@ -692,24 +694,24 @@ class Ledger:
         return table.astype({"read": "Int64", "computed": "Int64", "retries": "Int64"})  # empty while not done
 
     def save(self, jobs: bool = False) -> None:
-        if self.out is None:
+        if self.out_dir is None:
             return
         now = time.time()
         record = dict(version=STATE_VERSION, state=self.state, stopped_by=self.stopped_by, command=self.command,
                       executor=self.executor, pid=os.getpid(), host=socket.gethostname(), started=self.started,
                       updated=now, jobs=[dict(row, started=self.begun.get(name)) for name, row in self.rows.items()])
-        atomic_write_text(self.out / STATE_FILE, json.dumps(record, indent=1, default=str) + "\n")
+        atomic_write_text(self.out_dir / STATE_FILE, json.dumps(record, indent=1, default=str) + "\n")
         if jobs:
-            write_table(self.table(), self.out / "jobs.csv")
+            write_table(self.table(), self.out_dir / "jobs.csv")
 
 
-def read_state(out: str | Path) -> dict:
-    """The state file of the study in ``out`` (``StudyError`` when there is none or it is not one)."""
-    path = Path(out) / STATE_FILE
+def read_state(out_dir: str | Path) -> dict:
+    """The state file of the study in ``out_dir`` (``StudyError`` when there is none or it is not one)."""
+    path = Path(out_dir) / STATE_FILE
     try:
         record = json.loads(path.read_text())
     except FileNotFoundError:
-        raise StudyError(f"{out} holds no study ({STATE_FILE} is missing); pass the --out folder of a zones "
+        raise StudyError(f"{out_dir} holds no study ({STATE_FILE} is missing); pass the --out folder of a zones "
                          f"study") from None
     except (OSError, ValueError) as err:
         raise StudyError(f"{path} cannot be read ({type(err).__name__}); the study rewrites it when it runs "
@@ -719,13 +721,13 @@ def read_state(out: str | Path) -> dict:
     return record
 
 
-def status(out: str | Path) -> pd.DataFrame:
-    """The jobs of the study in ``out`` from its state file: ``job, chapter, label, status, seconds,
+def status(out_dir: str | Path) -> pd.DataFrame:
+    """The jobs of the study in ``out_dir`` from its state file: ``job, chapter, label, status, seconds,
     how, error``, listed done, running, failed, waiting (each in the plan's order). ``seconds``:
     a finished job's time, a running job's time so far. ``how``: ``from cache`` or ``computed``
     for a finished job. A job recorded as running whose study process is gone (killed without a
     chance to say so) is ``stopped``."""
-    record = read_state(out)
+    record = read_state(out_dir)
     gone = (record.get("state") == "running" and record.get("host") == socket.gethostname()
             and not pid_alive(int(record.get("pid", 0))))
     rows = []
@@ -745,10 +747,10 @@ def status(out: str | Path) -> pd.DataFrame:
     return True
 
 
-def status_text(out: str | Path) -> str:
+def status_text(out_dir: str | Path) -> str:
     """What ``zones study --status OUT`` prints: a head line (the study's state and counts), one line
     per job, and the command that resumes the study when it did not finish."""
-    record, table = read_state(out), status(out)
+    record, table = read_state(out_dir), status(out_dir)
     counts = ", ".join(f"{int((table['status'] == s).sum())} {s}" for s in STATUSES + ("stopped",)
                        if s != "stopped" or (table["status"] == s).any())
     state = record.get("state")
@@ -759,7 +761,7 @@ def status_text(out: str | Path) -> str:
     elif state == "stopped":
         state = f"stopped by {record.get('stopped_by')}"
     ago = duration(max(0.0, time.time() - float(record.get("updated", time.time()))))
-    lines = [f"zones study in {out}: {state}, updated {ago} ago; {len(table)} jobs: {counts}"]
+    lines = [f"zones study in {out_dir}: {state}, updated {ago} ago; {len(table)} jobs: {counts}"]
     width = max([len(j) for j in table["job"]] + [3])
     for row in table.to_dict("records"):
         seconds = row["seconds"]
@@ -798,7 +800,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "only", "study", nargs="*", type=str, metavar="CHAPTER")
     parser.add_argument("--param", action="append", default=default("param", context="study"), metavar="NAME=VALUE",
                         help=term("param").meaning + "; --param wins over --budget")
-    add_flag(parser, "out", "study")
+    add_flag(parser, "out_dir", "study")
 
 
 def _say(message: str) -> None:
@@ -819,12 +821,12 @@ def run(args: argparse.Namespace) -> int | None:
     try:
         result = study(args.models, name_values(args.param), executor=args.executor, ray_address=args.ray_address,
                        retries=args.retries, cpus_per_job=args.cpus_per_job, gpus_per_job=args.gpus_per_job,
-                       out=args.out, only=args.only or None, budget=args.budget, from_text=True,
+                       out_dir=args.out_dir, only=args.only or None, budget=args.budget, from_text=True,
                        refresh=args.refresh, log=_say)
     except StudyStopped as stopped:  # its line is said
         return stopped.exit_code
-    print(f"study: {result.out} ({len(result.jobs)} jobs); zones book --models {','.join(args.models)} with the same "
-          f"parameters now reads them from the cache")
+    print(f"study: {result.out_dir} ({len(result.jobs)} jobs); zones book --models {','.join(args.models)} with the "
+          f"same parameters now reads them from the cache")
 
 
 callable_module(__name__)  # zones.study(...) is zones.api.study(...): the Python API's function

@@ -79,7 +79,8 @@ class Term:
     or 0 for the whole split unless it has a ``minimum``), ``meaning`` (one line), ``defaults`` (budget → value or
     :class:`ByContext`; a budget not listed has the ``cpu`` default), and for checking:
     ``choices`` (of the value, or of each element of a list), ``minimum``, ``length`` (of a
-    list), ``optional`` (None is a value: what it means is in ``meaning``)."""
+    list), ``optional`` (None is a value: what it means is in ``meaning``); ``spelling``: its flag
+    where the README promises another than the name with dashes (``out_dir`` is ``--out``)."""
 
     name: str
     type: str
@@ -89,6 +90,7 @@ class Term:
     minimum: float | None = None
     length: int | None = None
     optional: bool = False
+    spelling: str = ""   # its flag, where the README promises another than the name with dashes (--out)
 
     def __post_init__(self):
         if self.type not in TYPES:
@@ -99,8 +101,8 @@ class Term:
 
     @property
     def flag(self) -> str:
-        """Its command-line spelling: ``eval_tokens`` → ``--eval-tokens``."""
-        return "--" + self.name.replace("_", "-")
+        """Its command-line spelling: ``eval_tokens`` → ``--eval-tokens`` (``out_dir``: ``--out``)."""
+        return self.spelling or "--" + self.name.replace("_", "-")
 
     @property
     def shown_type(self) -> str:
@@ -309,10 +311,10 @@ TERMS: dict[str, Term] = _terms(
     Term("status", "str", "a study's --out folder: list its jobs (done, running, failed, waiting) from the state "
          "file the study keeps there, and exit (None: run the study)", {"cpu": None}, optional=True),
     # --- where results go, and what is recomputed ---------------------------------------------
-    Term("out_dir", "str", "where a chapter writes its tables", {"cpu": by("results/{context}")}),
-    Term("out", "str", "output folder, checked before any work (zones export and heal: the model directory)",
-         {"cpu": by("results", train="results/train", lifecycle="results/lifecycle", study="results/study",
-                   export=None, heal=None)}),
+    Term("out_dir", "str", "the folder written to, checked before any work: a chapter's tables, a command's "
+         "files (zones export and heal: the model directory)",
+         {"cpu": by("results/{context}", alpha="results", ablate="results", prune="results", sweep="results",
+                   evaluate="results", export=None, heal=None)}, spelling="--out"),
     Term("results_dir", "str", "the folder holding the chapters' results/<chapter>/ tables", {"cpu": "results"}),
     Term("summary_file", "str", "the front page's verdict list the scorecard writes (None: none)",
          {"cpu": "claims_summary.md"}, optional=True),
@@ -334,7 +336,7 @@ TERMS: dict[str, Term] = _terms(
 
 
 # Names once used for a term (keywords, summary.json keys): the check names the term to use instead.
-RETIRED = {"estimator": "alpha_estimator"}
+RETIRED = {"estimator": "alpha_estimator", "out": "out_dir"}
 
 
 def contexts(name: str, budget: str = DEFAULT_BUDGET) -> list:
@@ -348,9 +350,10 @@ def contexts(name: str, budget: str = DEFAULT_BUDGET) -> list:
 
 
 def term(name: str) -> Term:
-    """The term ``name`` (a flag ``--eval-tokens`` or ``eval-tokens`` is ``eval_tokens``); an
-    unknown name is a one-line error listing the known ones."""
+    """The term ``name`` (a flag ``--eval-tokens`` or ``eval-tokens`` is ``eval_tokens``, ``--out`` is
+    ``out_dir``); an unknown name is a one-line error listing the known ones."""
     key = name.lstrip("-").replace("-", "_")
+    key = next((t.name for t in TERMS.values() if t.spelling == f"--{name.lstrip('-')}"), key)  # --out: out_dir
     if key not in TERMS:
         raise ValueError(f"unknown parameter {name}: not in the glossary (zones.core.glossary); the known "
                          f"parameters: {', '.join(sorted(TERMS))}")
@@ -636,7 +639,7 @@ def flag_uses(parser) -> dict[str, dict[str, Any]]:
     for action in parser._actions:
         if not action.option_strings or isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
             continue
-        name = action.option_strings[-1].lstrip("-").replace("-", "_")
+        name = action.dest   # the term's name (--out is out_dir)
         if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
             kinds = {"bool"}
         elif isinstance(action, argparse._AppendAction) or action.nargs in ("+", "*") or isinstance(action.nargs, int):
@@ -691,7 +694,7 @@ def add_flag(parser, name: str, context: str, help: str | None = None, **options
     value = options.pop("default", default(name, DEFAULT_BUDGET, context))
     shown = "" if value in (None, False, []) or options.get("required") else \
         f" (default: {','.join(map(str, value)) if isinstance(value, list) else value})"
-    return parser.add_argument(t.flag, default=value, help=(help or t.meaning) + shown, **options)
+    return parser.add_argument(t.flag, dest=t.name, default=value, help=(help or t.meaning) + shown, **options)
 
 
 # --- the presets as a table (the README's budget table) -------------------------------------------

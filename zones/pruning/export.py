@@ -182,8 +182,8 @@ def _files(folder: Path) -> list[str]:
     return sorted(p.relative_to(folder).as_posix() for p in Path(folder).rglob("*") if not p.is_dir())
 
 
-def check_out_folder(out: str | Path, flag: str = "--out") -> Path:
-    """``out`` of an export, before any work: a new (or empty) folder, or one that holds a
+def check_out_folder(out_dir: str | Path, flag: str = "--out") -> Path:
+    """``out_dir`` of an export, before any work: a new (or empty) folder, or one that holds a
     previous export and nothing else (its provenance lists every file in it), which is replaced.
 
     Refused, with one line naming the folder: a file; the current folder or one above it (it
@@ -191,67 +191,68 @@ def check_out_folder(out: str | Path, flag: str = "--out") -> Path:
     user's folder: replacing it would delete what is in it); an export written before
     provenance listed its files; an export with a file added since.
     """
-    out = Path(out).expanduser()
-    if out.exists() and not out.is_dir():
-        raise ExportError(f"{flag} {out} is a file; pass a folder for the model")
+    out_dir = Path(out_dir).expanduser()
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ExportError(f"{flag} {out_dir} is a file; pass a folder for the model")
     here = Path.cwd().resolve()
-    if out.resolve() == here or out.resolve() in here.parents:
-        raise ExportError(f"{flag} {out} is the current folder{'' if out.resolve() == here else ' or holds it'}: "
-                          f"the export replaces its folder whole; pass a new folder, e.g. {flag} pruned-model")
-    if not out.is_dir() or not any(out.iterdir()):
-        return out
+    if out_dir.resolve() == here or out_dir.resolve() in here.parents:
+        raise ExportError(f"{flag} {out_dir} is the current folder"
+                          f"{'' if out_dir.resolve() == here else ' or holds it'}: the export replaces its folder "
+                          f"whole; pass a new folder, e.g. {flag} pruned-model")
+    if not out_dir.is_dir() or not any(out_dir.iterdir()):
+        return out_dir
     remedy = "pass a new folder, or move its contents away to reuse the name"
-    record_path = out / PROVENANCE
+    record_path = out_dir / PROVENANCE
     if not record_path.is_file():
-        raise ExportError(f"{flag} {out} exists and holds no {PROVENANCE}, so it is not a previous export, and the "
+        raise ExportError(f"{flag} {out_dir} exists and holds no {PROVENANCE}, so it is not a previous export, and the "
                           f"export would replace it whole; {remedy}")
     try:
         listed = json.loads(record_path.read_text(encoding="utf-8")).get("files")
     except (ValueError, UnicodeDecodeError, AttributeError):
         listed = None
     if not isinstance(listed, list):
-        raise ExportError(f"{flag} {out}: its {PROVENANCE} lists no files (damaged, or written by an older zones), "
+        raise ExportError(f"{flag} {out_dir}: its {PROVENANCE} lists no files (damaged, or written by an older zones), "
                           f"so zones cannot tell whether the folder holds anything else; {remedy}")
-    extra = sorted(set(_files(out)) - set(listed) - {PROVENANCE})
+    extra = sorted(set(_files(out_dir)) - set(listed) - {PROVENANCE})
     if extra:
         more = f" and {len(extra) - 1} more" if len(extra) > 1 else ""
-        raise ExportError(f"{flag} {out} holds {out / extra[0]}{more}, which the previous export did not write, and "
-                          f"the export would replace the folder whole; {remedy}")
-    return out
+        raise ExportError(f"{flag} {out_dir} holds {out_dir / extra[0]}{more}, which the previous export did not "
+                          f"write, and the export would replace the folder whole; {remedy}")
+    return out_dir
 
 
-def save_directory(pruned: nn.Module, out: str | Path, record: dict, tokenizer=None) -> Path:
+def save_directory(pruned: nn.Module, out_dir: str | Path, record: dict, tokenizer=None) -> Path:
     """Write an already pruned model, its tokenizer and ``record`` (plus the list of files
-    written) to ``out`` atomically; ``out`` is checked first (:func:`check_out_folder`)."""
-    out = check_out_folder(out)
+    written) to ``out_dir`` atomically; ``out_dir`` is checked first (:func:`check_out_folder`)."""
+    out_dir = check_out_folder(out_dir)
     pruned.config.use_cache = True  # zones.core.models turns it off for scoring; generation wants it
-    with atomic_directory(out) as tmp:
+    with atomic_directory(out_dir) as tmp:
         pruned.save_pretrained(tmp, safe_serialization=True)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         record = dict(record, files=_files(tmp))
         atomic_write_text(Path(tmp) / PROVENANCE, json.dumps(record, indent=2, sort_keys=True))
-    return out
+    return out_dir
 
 
-def export_model(model: nn.Module, removed: Iterable[int], out: str | Path, *, tokenizer=None,
+def export_model(model: nn.Module, removed: Iterable[int], out_dir: str | Path, *, tokenizer=None,
                  source: str = "", strategy: str | None = None, seed: int | None = None,
                  fingerprint: str | None = None) -> Path:
-    """Write ``model`` without the ``removed`` blocks as a plain Hugging Face directory ``out``
-    (config, safetensors, tokenizer, :data:`PROVENANCE`), atomically; return ``out``."""
+    """Write ``model`` without the ``removed`` blocks as a plain Hugging Face directory ``out_dir``
+    (config, safetensors, tokenizer, :data:`PROVENANCE`), atomically; return ``out_dir``."""
     removed = check_removed(model, removed)
     record = provenance(model, removed, source=source or str(getattr(model.config, "name_or_path", "")),
                         strategy=strategy, seed=seed, fingerprint=fingerprint)
-    return save_directory(pruned_copy(model, removed), out, record, tokenizer)
+    return save_directory(pruned_copy(model, removed), out_dir, record, tokenizer)
 
 
-def check_request(out: str | Path, remove: str | None = None, strategy: str | None = None, k=None,
+def check_request(out_dir: str | Path, remove: str | None = None, strategy: str | None = None, k=None,
                   seed=0) -> list[int] | None:
     """Every flag of ``zones export``/``heal`` that can be checked without the model, before it
     loads: ``--out`` (:func:`check_out_folder`), ``--remove`` (:func:`parse_remove_flag`), or
     ``--strategy`` (a registered name) with ``--k`` (>= 1) and ``--seed`` (>= 0). Returns the
     blocks of ``--remove``, or None when a strategy chooses them."""
-    check_out_folder(out)
+    check_out_folder(out_dir)
     check_int(seed, "--seed", min=0)
     if remove is not None:
         if strategy is not None or k is not None:

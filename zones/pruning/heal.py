@@ -495,7 +495,7 @@ def heal(model: nn.Module, removed: Sequence[int], calibration: Windows, *, meth
                       parameters=parameters)
 
 
-def export_healed(result: HealResult, out: str | Path, *, tokenizer=None, source: str = "",
+def export_healed(result: HealResult, out_dir: str | Path, *, tokenizer=None, source: str = "",
                   strategy: str | None = None) -> Path:
     """Write a healed model as a plain Hugging Face directory (``zones.pruning.export.save_directory``),
     its provenance naming the source model, the removed blocks and the healing."""
@@ -504,4 +504,4 @@ def export_healed(result: HealResult, out: str | Path, *, tokenizer=None, source
                         healing=result.record(), fingerprint=result.key["model"])
     record["source_blocks"] = n_source
     record["kept"] = [i for i in range(n_source) if i not in set(result.removed)]
-    return save_directory(result.model, out, record, tokenizer)
+    return save_directory(result.model, out_dir, record, tokenizer)
