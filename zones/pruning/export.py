@@ -7,19 +7,19 @@ and the like) keeps only the remaining blocks' entries, and every block's ``laye
 renumbered 0..n-1, so that the KV cache of ``generate`` gives each remaining block its own slot
 (cached generation equals uncached generation).
 
-``export_model(model, removed, out, tokenizer=...)`` writes that model to ``out`` atomically
+``export_model(model, removed, out_dir, tokenizer=...)`` writes that model to ``out_dir`` atomically
 (``zones.core.cache.atomic_directory``): ``config.json`` (``use_cache`` on again),
 ``model.safetensors``, the generation config, the tokenizer, and ``zones-provenance.json``
 (:data:`PROVENANCE`): the source model's name and fingerprint, the removed blocks (source
 numbering), the strategy that chose them, any healing, the zones and transformers versions,
-and the files written. ``transformers.AutoModelForCausalLM.from_pretrained(out)`` loads it
+and the files written. ``transformers.AutoModelForCausalLM.from_pretrained(out_dir)`` loads it
 without zones.
 
-Nothing is lost: an ``out`` that exists is replaced only when it holds a previous export (its
+Nothing is lost: an ``out_dir`` that exists is replaced only when it holds a previous export (its
 provenance lists every file in it); a folder with anything else in it, the current folder or
 one above it is refused before any work (:func:`check_out_folder`). A killed export's hidden
 temporary folder (``.NAME.*.tmp``, with zones' marker ``.NAME.*.tmp.zones`` beside it) is removed
-by the next export to the same ``out``; a folder of that shape without the marker is the user's,
+by the next export to the same ``out_dir``; a folder of that shape without the marker is the user's,
 and kept.
 
 ``choose_removed(model, strategy, k, ...)`` asks a pruning strategy (``zones.pruning``) for
