@@ -222,3 +222,22 @@ def test_an_inconclusive_exponent_says_its_power_at_the_runs_it_read():
     assert 0 < verdicts.exponent_power(runs) < verdicts.exponent_power({8: 3, 12: 3, 16: 3}) <= 1
     assert f"{verdicts.exponent_power(runs):.2f}" in scored.detail
     assert verdicts.exponent_power({8: 1, 12: 1}) != verdicts.exponent_power({8: 1, 12: 1})   # NaN: no t interval
+
+
+def test_an_inconclusive_asymmetry_says_its_power_the_tables_cell():
+    from zones.analysis.power import asymmetry_draws
+
+    scored = verdicts.score_asymmetry(0.8, 2.5, n_layers=8)
+    assert scored == verdicts.OPEN and scored.reason == verdicts.BLOCKS and "at 8 layers" in scored.detail
+    cell = operating(op._asymmetry, asymmetry_draws(verdicts.ASYMMETRY_EFFECT, 8))["holds"]
+    assert verdicts.asymmetry_power(8) == cell and f"power {cell:.2f}" in scored.detail
+    assert "power" not in verdicts.score_asymmetry(0.8, 2.5).detail   # no layer count, no power
+    assert verdicts.score_asymmetry(1.2, 2.5, n_layers=8) == verdicts.HOLDS
+
+
+def test_the_exponent_power_is_the_tables_cell():
+    from zones.analysis.power import exponent_draws
+
+    runs = op.RUNS[0]
+    cell = operating(op._exponent, exponent_draws(verdicts.PAPER_EXPONENT, verdicts.EXPONENT_RUN_SD, runs))["holds"]
+    assert verdicts.exponent_power(runs) == cell

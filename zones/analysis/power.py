@@ -398,6 +398,16 @@ def exponent_rule_power(rule: Callable[..., str], exponent: float, sd: float, ru
     return operating(rule, exponent_draws(exponent, sd, dict(runs), n_draws=n_draws, seed=seed))
 
 
-__all__ = ["N_DRAWS", "WORDS", "asymmetry_draws", "crossover_draws", "exponent_draws", "exponent_rule_power",
+@lru_cache(maxsize=64)
+def asymmetry_rule_power(rule: Callable[..., str], ratio: float, n_layers: int, n_draws: int = N_DRAWS,
+                         seed: int = 0) -> dict[str, float]:
+    """:func:`operating` of an asymmetry rule (called as ``rule(estimate=, low=, high=, n=)``) on
+    :func:`asymmetry_draws` (cached: the scorecard asks for the same cell once per model)."""
+    return operating(rule, asymmetry_draws(ratio, n_layers, n_draws=n_draws, seed=seed))
+
+
+__all__ = ["N_DRAWS", "WORDS", "asymmetry_draws", "asymmetry_rule_power", "crossover_draws", "exponent_draws",
+           "exponent_rule_power",
            "first_block_draws", "first_blocks_words", "mean_draws", "operating", "pearson_for_spearman", "ratio_draws",
-           "rho_draws", "rho_rule_power", "shape_draws", "shape_profiles", "wave_curve", "wave_draws", "wave_grids"]
+           "rho_draws", "rho_rule_power", "shape_draws", "shape_profiles", "wave_curve", "wave_draws",
+           "wave_grids"]

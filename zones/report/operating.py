@@ -30,6 +30,7 @@ from zones.analysis.power import (
     wave_draws,
 )
 from zones.report.verdicts import (
+    ASYMMETRY_EFFECT,
     EXPONENT_RUN_SD,
     LAST_N_KEEP_LAST,
     OURS,
@@ -182,7 +183,8 @@ def operating_table(n_draws: int = N_DRAWS, seed: int = 0) -> pd.DataFrame:
         for n in WINDOWS:
             add(f"crossover (winners per k = {KS[0]}–{KS[-1]} from paired intervals)", truth, f"{n} windows",
                 operating(_crossover, crossover_draws(crossover_effects(kind), 1.0, n, n_draws=n_draws, seed=seed)))
-    for ratio, truth in ((2.0, "std ratio 2 (Q/K carries depth)"), (1.5, "std ratio 1.5"),
+    for ratio, truth in ((ASYMMETRY_EFFECT, f"std ratio {ASYMMETRY_EFFECT:g} (Q/K carries depth)"),
+                         (1.5, "std ratio 1.5"),
                          (1.0, "std ratio 1 (no asymmetry)")):
         for n in BLOCKS:
             add("Q/K–V/O asymmetry (std ratio's interval above 1)", truth, f"{n} layers",

@@ -27,7 +27,7 @@ from zones.analysis.bootstrap import interval_side
 from zones.analysis.importance import delta_loss_bounds
 from zones.analysis.lifecycle import PAPER_DELTA_ALPHA_EXPONENT
 from zones.analysis.paired import EXACT_ALPHA, mcnemar_p, mcnemar_power
-from zones.analysis.power import exponent_rule_power, rho_rule_power
+from zones.analysis.power import asymmetry_rule_power, exponent_rule_power, rho_rule_power
 from zones.pruning import COLLAPSE_RATIO
 from zones.pruning.compare import CROSSES, NO_CROSSOVER, read_crossover
 from zones.report.format import fmt_list, fmt_num, fmt_ratio, power_of_ten
@@ -476,13 +476,37 @@ def score_shape(shape: str, *, n_blocks: int | None = None) -> Verdict:
     return inconclusive("blocks", n_units=n_blocks)
 
 
-@rule("std over blocks of the Q/K α profile / that of V/O; holds if its 95% interval lies above 1; does not "
-      "hold if below 1; inconclusive (blocks) otherwise")
+ASYMMETRY_EFFECT = 2.0   # the std ratio whose power an inconclusive asymmetry quotes: Q/K spread twice as wide as V/O
+
+
+def asymmetry_rule(estimate: float, low: float, high: float, n: int) -> str:  # noqa: ARG001
+    """:func:`score_asymmetry` as the power simulation calls it (no power in its detail: no recursion)."""
+    return str(side_verdict(interval_side(low, high, 1.0), "above", BLOCKS))
+
+
+def asymmetry_power(n_layers: int | None, ratio: float = ASYMMETRY_EFFECT) -> float:
+    """The chance that :func:`score_asymmetry` says "holds" at ``n_layers`` layers if the true
+    std(Q/K) / std(V/O) is ``ratio``, simulated by ``zones.analysis.power.asymmetry_rule_power``;
+    NaN without a layer count (or with fewer than three)."""
+    if n_layers is None or not finite(n_layers) or int(n_layers) < 3:
+        return math.nan
+    return asymmetry_rule_power(asymmetry_rule, float(ratio), int(n_layers))["holds"]
+
+
+@rule(f"std over blocks of the Q/K α profile / that of V/O; holds if its 95% interval lies above 1; does not "
+      f"hold if below 1; inconclusive (blocks) otherwise, with the rule's power at that many layers (the chance "
+      f"of 'holds' if the true ratio were {ASYMMETRY_EFFECT:g})")
 def score_asymmetry(low: float, high: float, *, n_layers: int | None = None) -> Verdict:
     """Claim "Q/K carry the depth dependence, V/O stay flat", from the ratio's interval
-    (``zones.analysis.profile.qk_vo_asymmetry``: layers resampled)."""
-    return side_verdict(interval_side(low, high, 1.0), "above", *binding_limit("layers", low=low, high=high,
-                                                                                n_units=n_layers))
+    (``zones.analysis.profile.qk_vo_asymmetry``: layers resampled); an inconclusive verdict
+    quotes :func:`asymmetry_power` at ``n_layers``."""
+    verdict = side_verdict(interval_side(low, high, 1.0), "above", *binding_limit("layers", low=low, high=high,
+                                                                                   n_units=n_layers))
+    power = asymmetry_power(n_layers)
+    if verdict == OPEN and verdict.reason == BLOCKS and finite(power):
+        verdict.detail += (f"; power {power:.2f} at {int(n_layers)} layers (if the true ratio were "
+                           f"{ASYMMETRY_EFFECT:g})")
+    return verdict
 
 
 def first_blocks(n_blocks: int) -> list[int]:
@@ -659,4 +683,5 @@ __all__ = ["BLOCKS", "BUDGET", "FAILS", "FIRST_FRACTION", "HEALING_CLAIM", "HEAL
            "from_word", "inconclusive", "models_agreement", "min_permutation_p", "ratio_interval_text", "rho_verdict", "rule", "score_after_healing",
            "score_asymmetry", "score_crossover", "score_task_accuracy", "TASK_CLAIM", "EXAMPLES", "score_exponent", "score_exponent_interval", "score_gap",
            "score_ratio_direction", "score_ratio_magnitude", "score_rho", "score_shape", "score_wave",
-           "side_verdict", "verdict_phrase", "EXPONENT_RUN_SD", "exponent_power", "exponent_rule"]
+           "side_verdict", "verdict_phrase", "EXPONENT_RUN_SD", "exponent_power", "exponent_rule",
+           "ASYMMETRY_EFFECT", "asymmetry_power", "asymmetry_rule"]
