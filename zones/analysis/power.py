@@ -282,8 +282,8 @@ def first_blocks_words(delta: np.ndarray, low: np.ndarray, high: np.ndarray, n_f
 def wave_curve(kind: str, lead: float, n_snapshots: int) -> np.ndarray:
     """The true wave gradient g (early half's mean compression − the late half's) at snapshots 1 …
     ``n_snapshots``: ``"reversal"``: ``lead`` · sin(2π t / n), the early half ahead for the first half of
-    training, the late half after; ``"lead only"``: ``lead`` · sin(π t / n), early ahead, never
-    reversed; ``"none"``: 0."""
+    training, the late half after; ``"lead only"``: ``lead`` · sin(π t / n), early ahead, the gap
+    closing to 0 at the last snapshot, never reversed; ``"none"``: 0."""
     t = np.arange(1, check_int(n_snapshots, "n_snapshots", min=2) + 1) / n_snapshots
     curves = {"reversal": np.sin(2 * np.pi * t), "lead only": np.sin(np.pi * t), "none": 0 * t}
     if kind not in curves:

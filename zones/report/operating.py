@@ -198,7 +198,7 @@ def operating_table(n_draws: int = N_DRAWS, seed: int = 0) -> pd.DataFrame:
                 f"{n} blocks, {ABLATION_WINDOWS} windows", {w: float((words == w).mean()) for w in WORDS})
     for kind, lead, truth in (("reversal", 2.0, "early half leads by 2 sd, then reverses"),
                               ("reversal", 1.0, "early half leads by 1 sd, then reverses"),
-                              ("lead only", 2.0, "early half leads by 2 sd, no reversal"),
+                              ("lead only", 2.0, "early half leads by 2 sd, the gap closes by the end, no reversal"),
                               ("none", 0.0, "no wave")):
         for n in LAYERS:
             add("compression wave and its reversal (early half leads, g's later minimum below 0)", truth,
