@@ -24,8 +24,8 @@ differences with a percentile interval), hands them to the rule and counts its w
   block's ΔLoss and its interval (windows resampled, the same windows for every block, as the
   ablation chapter's);
 * :func:`wave_draws`: a (layer, snapshot) compression grid (:func:`wave_grids`) whose early-minus-late gradient follows
-  a known curve: ``zones.analysis.lifecycle.wave_reversal``'s leader and the interval of g's later
-  minimum (each half's layers resampled on their own);
+  a known curve: ``zones.analysis.lifecycle.wave_reversal``'s leader and the simultaneous interval of
+  g's minimum from its peak on (each half's layers resampled on their own);
 * :func:`shape_draws`: an α profile over blocks, a rise plus block noise (:func:`shape_profiles`): the shape
   ``zones.analysis.profile.profile_shape`` would name (its rank trend and curvature intervals,
   blocks resampled);
@@ -49,6 +49,7 @@ from scipy.stats import rankdata
 from zones.analysis.bootstrap import slope_interval
 from zones.analysis.profile import quadratic, std_ratio
 from zones.core.checks import check_float, check_int
+from zones.measure.stats import LEVEL
 
 N_DRAWS = 200          # simulated data sets per cell: a share's standard error is at most 0.035
 SIMULATED_RESAMPLES = 400      # bootstrap resamples per simulated interval
@@ -309,25 +310,30 @@ def wave_grids(kind: str, lead: float, n_layers: int, *, n_snapshots: int = 12, 
 def wave_draws(kind: str, lead: float, n_layers: int, *, n_snapshots: int = 12, persist: float = 0.5,
                n_draws: int = N_DRAWS, n_resamples: int = SIMULATED_RESAMPLES, seed: int = 0) -> dict[str, np.ndarray]:
     """The grids of :func:`wave_grids` read as ``wave_reversal`` reads one: each draw's ``leader``
-    (``early``, ``late`` or ``neither``), ``after_low`` and ``after_high``, from g's maximum (peak),
-    minimum (trough) and minimum from the peak's snapshot on (after), each with its 95% percentile
-    interval, the early and the late layers each resampled on their own."""
+    (``early``, ``late`` or ``neither``), ``after_low`` and ``after_high``, from g's maximum (peak)
+    and minimum (trough), each with its 95% percentile interval, and its minimum from the peak's
+    snapshot on (after) with its simultaneous 95% interval (``zones.analysis.lifecycle.simultaneous_min``),
+    the early and the late layers each resampled on their own."""
     grid = wave_grids(kind, lead, n_layers, n_snapshots=n_snapshots, persist=persist, n_draws=n_draws, seed=seed)
     n, steps = grid.shape[1:]
     early = np.arange(n) < n / 2
     rng = np.random.default_rng([seed, 1])
 
-    def stats(gradient):
-        peak, trough = gradient.max(-1), gradient.min(-1)
-        after = np.where(np.arange(steps) >= gradient.argmax(-1)[..., None], gradient, np.inf).min(-1)
-        return peak, trough, after
-
     halves = []
     for part in (grid[:, early], grid[:, ~early]):
         index = rng.integers(0, part.shape[1], (n_draws, n_resamples, part.shape[1]))
         halves.append(_resample(np.moveaxis(part, 1, -1), index).mean(-1))            # (draws, resamples, snapshots)
-    point = grid[:, early].mean(1) - grid[:, ~early].mean(1)
-    (p_low, p_high), (t_low, t_high), (a_low, a_high) = (_percentiles(s) for s in stats(halves[0] - halves[1]))
+    boot = halves[0] - halves[1]
+    point = grid[:, early].mean(1) - grid[:, ~early].mean(1)                        # (draws, snapshots)
+    p_low, t_high = _percentiles(boot.max(-1))[0], _percentiles(boot.min(-1))[1]          # peak's low, trough's high
+    # after: g from the peak's snapshot on, its band simultaneous over those snapshots (simultaneous_min)
+    window = np.arange(steps) >= point.argmax(-1)[:, None]                          # (draws, snapshots)
+    sd = boot.std(-2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(sd[:, None] > 0, np.abs(boot - point[:, None]) / sd[:, None], 0.0)
+    c = np.quantile(np.where(window[:, None], z, -np.inf).max(-1), LEVEL, axis=-1)[:, None]
+    a_low = np.where(window, point - c * sd, np.inf).min(-1)
+    a_high = np.where(window, point + c * sd, np.inf).min(-1)
     early_led, late_led = p_low > 0, t_high < 0
     first = point.argmax(-1) <= point.argmin(-1)
     leader = np.where(early_led & late_led, np.where(first, "early", "late"),

@@ -201,7 +201,8 @@ def operating_table(n_draws: int = N_DRAWS, seed: int = 0) -> pd.DataFrame:
                               ("lead only", 2.0, "early half leads by 2 sd, the gap closes by the end, no reversal"),
                               ("none", 0.0, "no wave")):
         for n in LAYERS:
-            add("compression wave and its reversal (early half leads, g's later minimum below 0)", truth,
+            add("compression wave and its reversal (early half leads, g's later minimum below 0, interval simultaneous "
+                "over snapshots)", truth,
                 f"{n} layers, {SNAPSHOTS} snapshots",
                 operating(_wave, wave_draws(kind, lead, n, n_snapshots=SNAPSHOTS, n_draws=n_draws, seed=seed)))
     for rise, truth in ((2.0, "α rises by 2 block sd over the depth"), (1.0, "α rises by 1 block sd"),
@@ -238,7 +239,8 @@ from its interval; the Q/K–V/O asymmetry, layers whose Q/K and V/O values spre
 ratio; the first blocks, every block's per-window ΔLoss on the ablation's {windows} windows, block 0
 costlier by the stated multiple of a window's sd; the wave, a compression grid of {snapshots}
 snapshots whose early-minus-late gradient follows the stated curve (in sd of a layer about its
-half, half of that variance the layer's own offset at every snapshot); the shape, an α profile
+half, half of that variance the layer's own offset at every snapshot), read with the later
+minimum's simultaneous interval; the shape, an α profile
 rising in a line by the stated multiple of the block-to-block sd, named by the shape rule's rank
 trend and curvature intervals. The task-accuracy rule's power is exact, not simulated (Zero-shot
 tasks, above). Regenerate the table with `python -m zones.report.operating`.

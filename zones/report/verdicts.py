@@ -557,9 +557,13 @@ def first_blocks_matter_most(table: pd.DataFrame) -> dict:
 
 
 @rule("g = mean compression of the first half of the layers − the second half's, at every snapshot after "
-      "step 0; the leading half is the one whose extreme (max g for early, min g for late) has an interval "
-      "excluding 0, the earlier one if both; holds if the early half led and the interval of g's later "
-      "minimum lies below 0; does not hold if the late half led, or the early half led and that interval lies "
+      "step 0, with intervals from resampling each half's layers; the leading half is the one whose extreme "
+      "(max g for early, min g for late) has a percentile interval excluding 0, the earlier one if both; g's "
+      "later minimum is its minimum over the snapshots from max g's on, with a simultaneous interval (each "
+      "snapshot's g ± c · its resampled sd, c the 95th percentile of the largest |resampled g − g| / sd over "
+      "those snapshots; the interval runs from the least lower bound to the least upper one), so that picking "
+      "the lowest of several noisy snapshots does not by itself pass; holds if the early half led and that "
+      "interval lies below 0; does not hold if the late half led, or the early half led and that interval lies "
       "above 0 (no reversal); inconclusive (blocks: layers per half) otherwise")
 def score_wave(leader: str, after_low: float, after_high: float, *, n_layers: int | None = None) -> Verdict:
     """Claim "a compression wave runs from early to late layers, then reverses", from
