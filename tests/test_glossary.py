@@ -302,7 +302,10 @@ KNOWN = {
     "batch_size": ("healing's windows per step (4: the chapters' numbers), where zones heal passes its --batch-size "
                    "(8): to reconcile", ("zones.pruning.heal.check_options", "zones.pruning.heal.heal")),
     "n_resamples": ("a power simulation's own count (400 per simulated interval)",
-                    ("zones.analysis.power.mean_draws", "zones.analysis.power.rho_draws")),
+                    ("zones.analysis.power.asymmetry_draws", "zones.analysis.power.crossover_draws",
+                     "zones.analysis.power.first_block_draws", "zones.analysis.power.mean_draws",
+                     "zones.analysis.power.ratio_draws", "zones.analysis.power.rho_draws",
+                     "zones.analysis.power.shape_draws", "zones.analysis.power.wave_draws")),
     "n_permutations": ("a power simulation's own count (400 per simulated p-value)", ("zones.analysis.power.rho_draws",)),
     "rows": ("a table's rows, not the primer's matrix rows: to rename",
              ("zones.core.glossary.budget_markdown", "zones.measure.tasks.build.jsonl_bytes",
