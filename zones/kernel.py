@@ -36,7 +36,9 @@ def fresh_state(environment: dict[str, str], folder: str) -> None:
     ``environment``, ``folder`` as the working folder, no counted work, and the global random
     states of a new process."""
     import random
-    import sys
+
+    import numpy as np
+    import torch
 
     os.environ.clear()
     os.environ.update({**_FRESH["environment"], **environment})
@@ -45,12 +47,7 @@ def fresh_state(environment: dict[str, str], folder: str) -> None:
 
     progress.restart()
     random.seed()                                  # a new process seeds from the OS
-    if "numpy" in sys.modules:
-        import numpy as np
-
-        np.random.seed()
-    import torch
-
+    np.random.seed()
     torch.set_rng_state(_FRESH["torch"])
 
 
