@@ -217,6 +217,51 @@ def test_book_shows_chapter_progress_and_an_estimate_in_the_terminal_not_the_pag
     assert "the last build)" in capsys.readouterr().err
 
 
+def test_chapters_share_one_kernel_yet_each_starts_as_a_new_one_would(tmp_path, capsys):
+    """One kernel pays the imports once; a chapter still sees no name, variable, count or random
+    draw another chapter left (before: each chapter had its own kernel, so nothing leaked)."""
+    import jupytext
+    import nbformat
+
+    from zones.book import execute_chapters, last_record
+
+    root = _trivial_project(tmp_path)
+    for name in ("first", "second"):
+        nb = jupytext.read(root / "notebooks" / f"{name}.md")
+        nb.cells.append(nbformat.v4.new_code_cell(
+            "import os, torch\n"
+            "print('pid', os.getpid())\n"
+            "print('left', 'leftover' in globals(), os.environ.get('ZONES_LEFTOVER'))\n"
+            "print('draw', float(torch.rand(1)))\n"
+            "leftover = 1\nos.environ['ZONES_LEFTOVER'] = '1'"))
+        jupytext.write(nb, root / "notebooks" / f"{name}.md", fmt="md:myst")
+    execute_chapters(root, ["first", "second"], {"n_resamples": 3}, models="tiny", reference=False)
+    pages = {}
+    for name in ("first", "second"):
+        page = nbformat.read(root / "book/chapters" / f"{name}.ipynb", as_version=4)
+        printed = "".join(o.get("text", "") for c in page.cells for o in c.get("outputs", []))
+        pages[name] = dict(line.split(" ", 1) for line in printed.splitlines() if line.split(" ")[0] in
+                           ("pid", "left", "draw"))
+        counts = [c.execution_count for c in page.cells if c.cell_type == "code"]
+        assert counts == list(range(1, len(counts) + 1))   # numbered as a new kernel numbers them
+    assert pages["first"]["pid"] == pages["second"]["pid"]           # one kernel
+    assert pages["second"]["left"] == "False None"                   # no name, no variable left
+    assert pages["second"]["draw"] == pages["first"]["draw"]         # torch's random state of a new process
+    chapters = last_record({"models": ["tiny"], "n_resamples": 3})["chapters"]
+    assert chapters["second"]["work"] == pytest.approx(3.0)          # its own work, not both chapters'
+
+
+def test_a_kernel_restarted_after_a_failure_is_a_new_process():
+    from zones.kernel import ChapterKernel
+
+    with ChapterKernel() as kernel:
+        first = kernel.manager.provisioner.pid
+        kernel.restart()
+        assert kernel.manager.has_kernel and kernel.manager.provisioner.pid != first
+        manager = kernel.manager
+    assert not manager.has_kernel   # shut down on leaving
+
+
 def test_a_damaged_timings_record_only_costs_the_estimate(capsys):
     from zones.book import _store_timing, _timings_entry, chapter_costs, last_record, last_timings
 

@@ -291,7 +291,10 @@ KNOWN = {
     "reference": ("the book's reference forward (zones/book.py, the lead's: to rename there), not the "
                   "reference strategy", ("zones.book.execute_chapters",)),
     "n_resamples": ("a power simulation's own count (400 per simulated interval)",
-                    ("zones.analysis.power.mean_draws", "zones.analysis.power.rho_draws")),
+                    ("zones.analysis.power.asymmetry_draws", "zones.analysis.power.crossover_draws",
+                     "zones.analysis.power.first_block_draws", "zones.analysis.power.mean_draws",
+                     "zones.analysis.power.ratio_draws", "zones.analysis.power.rho_draws",
+                     "zones.analysis.power.shape_draws", "zones.analysis.power.wave_draws")),
     "n_permutations": ("a power simulation's own count (400 per simulated p-value)", ("zones.analysis.power.rho_draws",)),
     "device": ("a torch.device or its name", ("zones.core.hardware.auto_precision", "zones.core.hardware.check_precision",
                                               "zones.core.hardware.native_bf16")),

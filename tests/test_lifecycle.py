@@ -146,3 +146,16 @@ def test_a_table_with_two_snapshots_of_the_same_step_is_refused():
     snaps = snapshot_table(3, [0, 10], lambda s, l, r: 5.0, lambda s, l, r: 1.0)
     with pytest.raises(ValueError, match="repeated .depth, step, layer, role. rows"):
         lifecycle.wave_gradient(pd.concat([snaps, snaps[snaps["step"] == 10]]))
+
+
+def test_the_later_minimum_interval_is_simultaneous_over_snapshots():
+    # ten snapshots whose true g is 0, resampled with independent noise: the lowest of them dips below 0
+    # by chance, and a percentile interval of the resampled minimum keeps that dip; the band does not
+    rng = np.random.default_rng(0)
+    boot = rng.standard_normal((400, 10))
+    assert np.percentile(boot.min(axis=1), 97.5) < 0
+    estimate, low, high = lifecycle.simultaneous_min(np.zeros(10), boot)
+    assert estimate == 0 and low < 0 < high
+    # one snapshot far below the rest is still found below 0
+    point = np.r_[np.zeros(9), -6.0]
+    assert lifecycle.simultaneous_min(point, point + boot)[2] < 0

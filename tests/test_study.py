@@ -558,6 +558,31 @@ def test_a_ray_address_that_answers_but_not_as_ray_fails_within_the_stated_time(
         server.close()
 
 
+def test_joining_a_ray_address_works_when_this_process_holds_over_a_thousand_descriptors(hang_guard):
+    """A long test or study process may hold more than 1023 open files; the join must not rely on
+    select(), which refuses such descriptors (the CI run of 5 Dec failed so)."""
+    pytest.importorskip("ray")
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if max(soft, hard if hard != resource.RLIM_INFINITY else 4096) < 1200:
+        pytest.skip("this machine allows fewer than 1200 open files")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    spare = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    threading.Thread(target=lambda: [server.accept() for _ in range(8)], daemon=True).start()
+    address = f"127.0.0.1:{server.getsockname()[1]}"
+    try:
+        with pytest.raises(ConnectionError, match=rf"{address} accepts connections but did not let this process join"):
+            check_ray_address(address, connect_seconds=3)
+    finally:
+        server.close()
+        for fd in spare:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def test_a_study_on_nodes_with_their_own_caches_carries_every_entry_home_and_a_rerun_sends_them_back(
         tiny_model_dir, micro_corpus, tmp_path, monkeypatch, one_thread):
     """Each job runs with its node's cache: its entries come back to this cache; run again on a node

@@ -74,6 +74,7 @@ from zones.core.checks import check_models
 from zones.core.glossary import DEFAULT_BUDGET, TERMS, check_value, default, parse_text, preset
 from zones.core.progress import PROGRESS_ENV, RUNNING_CAP, clock, quiet_nested_bars, read_progress
 from zones.figures import BOOK_MODE_ENV, write_vega_bundle
+from zones.kernel import ChapterKernel
 
 RUN_LAST = ("across_models", "claims")  # chapters that read what the other chapters wrote (tables, cache)
 MATHJAX_PACKAGE = "django-static-mathjax"
@@ -322,14 +323,33 @@ def book_wording(message: str, declared: dict[str, Any] | None = None) -> str:
 
 
 def run_notebook(source: Path, target: Path, parameters: dict[str, Any] | None = None, *,
-                 cwd: Path | None = None, note: str | None = None) -> Path:
+                 cwd: Path | None = None, note: str | None = None, kernel: ChapterKernel | None = None) -> Path:
     """Execute a chapter (``.md`` or ``.ipynb``) with papermill into ``target`` (``note``: a
-    Markdown cell put at the top of the page)."""
+    Markdown cell put at the top of the page), in a new kernel or in ``kernel`` (made fresh by
+    its caller: :class:`zones.kernel.ChapterKernel`)."""
+    shared = {} if kernel is None else {"km": kernel.manager}
     with tempfile.TemporaryDirectory() as tmp:
         papermill.execute_notebook(str(as_ipynb(source, Path(tmp), note)), str(target), parameters=parameters or {},
                                    cwd=str(cwd or Path(target).parent), kernel_name="python3",
-                                   progress_bar=False, log_output=False)
+                                   progress_bar=False, log_output=False, **shared)
+    if kernel is not None:  # a shared kernel counts on from the chapter before: number the cells as a new one would
+        renumber_cells(Path(target))
     return Path(target)
+
+
+def renumber_cells(path: Path) -> None:
+    """Number an executed notebook's code cells 1, 2, … (and their results) as a new kernel would."""
+    notebook = nbformat.read(path, as_version=4)
+    count = 0
+    for cell in notebook.cells:
+        if cell.cell_type != "code" or cell.get("execution_count") is None:
+            continue
+        count += 1
+        cell.execution_count = count
+        for output in cell.get("outputs", []):
+            if "execution_count" in output:
+                output["execution_count"] = count
+    nbformat.write(notebook, str(path))
 
 
 RUNNING_SUFFIX = ".running.ipynb"  # a chapter being executed; it becomes NAME.ipynb only when it finished
@@ -355,7 +375,7 @@ def project_lock(root: Path, log=print):
 
 def execute_chapter(root: Path, name: str, parameters: dict[str, Any],
                     declared: dict[str, Any] | None = None, log=print, note: str | None = None,
-                    progress_file: Path | None = None) -> Path:
+                    progress_file: Path | None = None, kernel: ChapterKernel | None = None) -> Path:
     """Execute chapter ``name`` with the ``parameters`` it declares into ``book/chapters``
     (``note``: a Markdown cell at the top of its page); the work it counts goes to
     ``progress_file`` (``zones.core.progress``). A failing chapter is a ``ChapterFailed``
@@ -381,12 +401,18 @@ def execute_chapter(root: Path, name: str, parameters: dict[str, Any],
     saved = {key: os.environ.get(key) for key in quiet}
     os.environ.update(quiet)
     try:
-        run_notebook(source, running, params, cwd=target_dir, note=note)
+        if kernel is not None:
+            kernel.prepare(quiet, target_dir)
+        run_notebook(source, running, params, cwd=target_dir, note=note, kernel=kernel)
+        if kernel is not None:
+            kernel.finish()
         drop_progress_widgets(running)
         for line in drop_log_lines(running):
             log(f"{name}: {line}")
         os.replace(running, target)
     except papermill.PapermillExecutionError as err:
+        if kernel is not None:  # what the failed chapter left in it cannot be trusted
+            kernel.restart()
         os.replace(running, failed)
         kept = f"; the previous {target.name} is kept" if target.exists() else ""
         raise ChapterFailed(f"chapter {name} failed: {err.ename}: {book_wording(err.evalue, declared or params)} "
@@ -731,14 +757,14 @@ def _execute_chapters(root: Path, names: list[str], parameters: dict[str, Any] |
     ticker.start()
     done = []
     try:
-        with tempfile.TemporaryDirectory(prefix="zones-progress-") as folder:
+        with tempfile.TemporaryDirectory(prefix="zones-progress-") as folder, ChapterKernel() as kernel:
             for k, name in enumerate(names, 1):
                 bar.set_description_str(f"zones book: chapter {k}/{len(names)} {name}")
                 running.update(name=name, file=Path(folder) / f"{name}.work")
                 start = time.time()
                 given = chapter_values(name, declared[name], budget, implicit, parameters)
                 done.append(execute_chapter(root, name, given, declared[name], log=say, note=BUDGET_NOTES.get(budget),
-                                             progress_file=running["file"]))
+                                             progress_file=running["file"], kernel=kernel))
                 seconds = time.time() - start
                 work = read_progress(running["file"])
                 _store_timing(key, name, seconds, reference=reference, work=work)

@@ -234,7 +234,7 @@ def zero_crossings(gradient: pd.DataFrame, depth: int, group: str = "Q/K") -> li
 
 def _wave_stats(grid: np.ndarray):
     """Statistics of a (layer, step) compression grid given resampled early/late layer indices:
-    the largest gradient, the smallest, and the smallest from the largest one's step on."""
+    the largest gradient and the smallest."""
     def gradient(early, late):
         return grid[early.astype(int)].mean(axis=-2) - grid[late.astype(int)].mean(axis=-2)  # (..., steps)
 
@@ -244,13 +244,23 @@ def _wave_stats(grid: np.ndarray):
     def trough(early, late, axis=-1):
         return gradient(early, late).min(axis=-1)
 
-    def after_peak(early, late, axis=-1):
-        g = gradient(early, late)
-        t = np.arange(g.shape[-1])
-        at = g.argmax(axis=-1)[..., None]
-        return np.where(t >= at, g, np.inf).min(axis=-1)
+    return peak, trough
 
-    return peak, trough, after_peak
+
+def simultaneous_min(point: np.ndarray, boot: np.ndarray, level: float = LEVEL) -> tuple[float, float, float]:
+    """``(min, low, high)``: the minimum of ``point`` (g at each of some snapshots) and an interval
+    for it from a simultaneous band. ``boot`` (resamples, snapshots): g of each resample. Each
+    snapshot's band is g ± c · sd (sd: its resamples' standard deviation), c the ``level``
+    quantile over resamples of the largest |g* − g| / sd over the snapshots, so the band covers
+    every snapshot's g at once; the interval is the minimum of the lower bounds to the minimum of
+    the upper ones. A percentile interval of the resampled minimum would not do: the minimum
+    picks whichever snapshot's noise dips lowest, and resampling layers keeps that pick."""
+    point, boot = np.asarray(point, float), np.asarray(boot, float)
+    sd = boot.std(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(sd > 0, np.abs(boot - point) / sd, 0.0)
+    c = float(np.quantile(z.max(axis=1), level))
+    return float(point.min()), float((point - c * sd).min()), float((point + c * sd).min())
 
 
 def wave_reversal(compression: pd.DataFrame, depth: int, group: str = "Q/K", *, n_resamples: int = N_RESAMPLES,
@@ -264,7 +274,10 @@ def wave_reversal(compression: pd.DataFrame, depth: int, group: str = "Q/K", *, 
     would pin the peak's lower bound at 0). ``peak`` = max of g (the early layers' largest
     lead), ``trough`` = min of g (the late layers' largest lead), ``after`` = the minimum of g
     from the peak's step on. Intervals: the early and the late layers are resampled, each half
-    on its own (``n_early``, ``n_late`` layers).
+    on its own (``n_early``, ``n_late`` layers); the peak's and the trough's are percentile
+    intervals, ``after``'s is simultaneous over the snapshots from the peak's step on
+    (:func:`simultaneous_min`), so that taking the lowest of several noisy snapshots does not
+    by itself put it below 0.
 
     ``leader``: ``early`` if the peak's interval lies above 0 and, where the trough's also lies
     below 0, the peak came first; ``late`` likewise for the trough; ``neither`` otherwise. The
@@ -277,12 +290,20 @@ def wave_reversal(compression: pd.DataFrame, depth: int, group: str = "Q/K", *, 
     early = np.flatnonzero(layers < depth / 2).astype(float)
     late = np.flatnonzero(layers >= depth / 2).astype(float)
     values = grid.to_numpy(float)
-    peak, trough, after = _wave_stats(values)
+    peak, trough = _wave_stats(values)
     p, p_low, p_high = unit_bootstrap([early, late], peak, paired=False, n_resamples=n_resamples, seed=seed)
     t, t_low, t_high = unit_bootstrap([early, late], trough, paired=False, n_resamples=n_resamples, seed=seed)
-    a, a_low, a_high = unit_bootstrap([early, late], after, paired=False, n_resamples=n_resamples, seed=seed)
     g = values[early.astype(int)].mean(axis=0) - values[late.astype(int)].mean(axis=0)
     steps = grid.columns.to_numpy()
+    start = int(np.argmax(g))                                   # the peak's snapshot: g from here on
+    if min(early.size, late.size) < 2:
+        a, a_low, a_high = float(g[start:].min()), NAN, NAN
+    else:
+        rng = np.random.default_rng(seed)
+        e_idx = early.astype(int)[rng.integers(0, early.size, (n_resamples, early.size))]
+        l_idx = late.astype(int)[rng.integers(0, late.size, (n_resamples, late.size))]
+        boot = values[e_idx][..., start:].mean(axis=1) - values[l_idx][..., start:].mean(axis=1)
+        a, a_low, a_high = simultaneous_min(g[start:], boot)
     peak_step, trough_step = int(steps[int(np.argmax(g))]), int(steps[int(np.argmin(g))])
     early_led, late_led = interval_side(p_low, p_high, 0.0) == "above", interval_side(t_low, t_high, 0.0) == "below"
     if early_led and late_led:

@@ -20,7 +20,7 @@ the two are disjoint and cover the same topics. Each split is one ordered set of
 (:func:`nested_order`: the first, the middle, the quarters, the eighths, ...), and a token
 budget takes its first windows: every prefix is spread through the whole split, and a smaller
 budget is a prefix of a larger one, so chapters that score the same model on different budgets
-share their forward passes (``zones.measure.evaluate`` keeps each batch's losses once). Every
+share their forward passes (``zones.measure.scoring`` keeps each batch's losses once). Every
 predicted token of a window is scored once: ``seq_len - 1`` per window.
 
 A windows' fingerprint (the cache key of every table scored on them) covers what determines a
@@ -36,6 +36,7 @@ import json
 import sys
 import sysconfig
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -101,9 +102,20 @@ def _is_prose(docstring: str) -> bool:
 
 def stdlib_files() -> list[Path]:
     """The standard library's own .py files (no tests, no third-party packages), sorted."""
-    root = Path(sysconfig.get_paths()["stdlib"])
+    return list(_stdlib_files(sysconfig.get_paths()["stdlib"]))
+
+
+@lru_cache(maxsize=2)
+def _stdlib_files(root: str) -> tuple[Path, ...]:
+    # walking the tree costs ~0.7 s, and a training run asks once per model: once per process
     skip = {"test", "tests", "site-packages", "idlelib", "lib2to3"}
-    return sorted(p for p in root.rglob("*.py") if not skip & set(p.relative_to(root).parts))
+    return tuple(sorted(p for p in Path(root).rglob("*.py") if not skip & set(p.relative_to(root).parts)))
+
+
+@lru_cache(maxsize=2)
+def _stdlib_code(root: str) -> str:
+    # the standard library's source is read once per process (a series trains several models on it)
+    return "\n\n".join(p.read_text(encoding="utf-8", errors="replace") for p in _stdlib_files(root))
 
 
 def stdlib_docstrings(python_files: list[Path] | None = None) -> str:
@@ -178,7 +190,7 @@ def load_corpus(name: str = "stdlib") -> Corpus:
         source = f"no prose docstrings in the standard library at {stdlib_root}"
     elif name == "stdlib-code":
         tag = "python-" + ".".join(map(str, sys.version_info[:3]))
-        text = "\n\n".join(p.read_text(encoding="utf-8", errors="replace") for p in stdlib_files())
+        text = _stdlib_code(stdlib_root)
         source = f"no .py files in the standard library at {stdlib_root}"
     elif name.startswith("wikitext2"):
         split = name.partition(":")[2] or "test"

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
+import selectors
 import socket
 import subprocess
 import sys
@@ -301,6 +301,8 @@ def _join_once(address: str, seconds: float) -> None:
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + seconds
     output = b""
+    watch = selectors.DefaultSelector()  # epoll/poll: select() refuses descriptors past 1023
+    watch.register(process.stderr, selectors.EVENT_READ)
     try:
         while True:
             left = deadline - time.monotonic()
@@ -308,7 +310,7 @@ def _join_once(address: str, seconds: float) -> None:
                 raise ConnectionError(f"{address} accepts connections but did not let this process join it as a "
                                       f"Ray cluster within {seconds:g} s; pass the head's address (`ray start "
                                       f"--head` prints it; port 6379 by default) with --ray-address or $RAY_ADDRESS")
-            ready, _, _ = select.select([process.stderr], [], [], min(left, 1.0))
+            ready = watch.select(min(left, 1.0))
             chunk = os.read(process.stderr.fileno(), 65536) if ready else b""
             output += chunk
             if any(marker in output for marker in _AUTH_FAILED):
@@ -325,6 +327,7 @@ def _join_once(address: str, seconds: float) -> None:
     except subprocess.TimeoutExpired:
         raise ConnectionError(f"joining the Ray cluster at {address} did not finish within {seconds:g} s") from None
     finally:
+        watch.close()
         if process.poll() is None:
             process.kill()
             process.wait()

@@ -104,6 +104,12 @@ def add_flops(flops: float) -> None:
         flush()
 
 
+def restart() -> None:
+    """Count from 0 again: a chapter run in a kernel that ran another before it (``zones.kernel``)."""
+    global _total, _written_at
+    _total, _written_at = 0.0, 0.0
+
+
 def work_done() -> float:
     """Reference forwards counted in this process so far."""
     return _total

@@ -466,7 +466,8 @@ def _wave_rows(tables: Tables) -> list[dict]:
                         f"{fmt_interval(*(r.get(c, math.nan) for c in ('trough', 'trough_low', 'trough_high')))})",
                 "neither": "neither half led beyond its interval"}[leader]
         ours = f"Q/K, step 0 excluded: {lead}; later min g = {fmt_num(r['after'])}"
-        rows.append(_row(ours, f"later min g {fmt_interval(None, r['after_low'], r['after_high'])}",
+        later = f"later min g {fmt_interval(None, r['after_low'], r['after_high'])} (simultaneous over snapshots)"
+        rows.append(_row(ours, later,
                          f"trained depth {int(r['depth'])}", _corpus(tables, "spectral_lifecycle"),
                          "spectral_lifecycle", score_wave(leader, r["after_low"], r["after_high"],
                                                           n_layers=_count(r, "n_early", "n_late"))))

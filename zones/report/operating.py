@@ -14,16 +14,42 @@ from __future__ import annotations
 import pandas as pd
 
 from zones.analysis.power import N_DRAWS as POWER_DRAWS
-from zones.analysis.power import exponent_draws, mean_draws, operating, rho_draws
-from zones.analysis.unit_intervals import interval_side
+from zones.analysis.power import (
+    WORDS,
+    asymmetry_draws,
+    crossover_draws,
+    exponent_draws,
+    first_block_draws,
+    first_blocks_words,
+    mean_draws,
+    operating,
+    ratio_draws,
+    rho_draws,
+    shape_draws,
+    wave_draws,
+)
 from zones.report.verdicts import (
+    ASYMMETRY_EFFECT,
+    EXPONENT_RUN_SD,
+    LAST_N_KEEP_LAST,
+    OURS,
+    PAPER_CROSSOVER_K,
     PAPER_EXPONENT,
+    PAPER_GAP,
+    PAPER_RATIO,
     PAPER_RHO,
     PAPER_RHO_MID,
+    first_blocks,
     rho_rule,
     rho_strict_rule,
+    score_asymmetry,
+    score_crossover,
     score_exponent_interval,
+    score_gap,
     score_partial_rho,
+    score_ratio_magnitude,
+    score_shape,
+    score_wave,
     side_verdict,
 )
 
@@ -32,7 +58,14 @@ BLOCKS = (8, 12, 16, 30)        # the trained runs' depths and SmolLM2's
 WINDOWS = (8, 12, 64)           # the pruning and healing chapters' eval windows (cpu), the ablation's, the gpu budget
 N_DRAWS = POWER_DRAWS             # per cell (the scorecard quotes the same cells)
 RUNS = ({8: 2, 12: 1, 16: 1}, {8: 2, 12: 2, 16: 2}, {8: 3, 12: 3, 16: 3})   # the cpu series, then more seeds
-RUN_SD = (0.05, 0.15)   # run-to-run sd of log Δα: the cpu build's two D8 runs differ by 0.08 (sd ≈ 0.05)
+RUN_SD = (EXPONENT_RUN_SD, 0.15)   # run-to-run sd of log Δα: the cpu build's two D8 runs differ by 0.08 (sd ≈ 0.05)
+WINDOW_LOG_SD, ARM_CORR = 0.5, 0.5   # a window's ΔPPL: log-sd (the cpu build's SmolLM2 windows vary by about half
+                                     # their mean), and the correlation of the two arms' logs on one window
+LAYERS = (8, 12, 16)            # the trained runs' layers (the wave's)
+ABLATION_BLOCKS = (8, 16, 30)   # a trained run's, the deepest trained run's, SmolLM2's
+ABLATION_WINDOWS = 12           # the ablation chapter's eval windows (cpu)
+KS = tuple(range(1, 9))         # the pruning sweep's k (cpu)
+SNAPSHOTS = 12                  # a cpu run's snapshots after step 0 (every 8 steps to 64, then every 48 to 240)
 
 
 def _above_zero(estimate: float, low: float, high: float, n: int) -> str:  # noqa: ARG001
@@ -48,12 +81,62 @@ def _exponent(estimate: float, low: float, high: float, n: int) -> str:  # noqa:
     return str(score_exponent_interval(low, high))
 
 
+def _magnitude(estimate: float, low: float, high: float, n: int) -> str:  # noqa: ARG001
+    return str(score_ratio_magnitude(low, high, ratio=estimate))
+
+
+def _gap(estimate: float, low: float, high: float, n: int) -> str:  # noqa: ARG001
+    return str(score_gap(low, high, gap=estimate))
+
+
+def _crossover(sides, n: int) -> str:  # noqa: ARG001
+    """``score_crossover`` of the winners per k that ``crossover_draws``' sides name (k = 1, 2, …)."""
+    names = {1: OURS, -1: LAST_N_KEEP_LAST, 0: "tie"}
+    return str(score_crossover({k + 1: names[int(s)] for k, s in enumerate(sides)}, OURS, LAST_N_KEEP_LAST))
+
+
+def _asymmetry(estimate: float, low: float, high: float, n: int) -> str:  # noqa: ARG001
+    return str(score_asymmetry(low, high, n_layers=n))
+
+
+def _wave(leader: str, after_low: float, after_high: float, n: int) -> str:
+    return str(score_wave(leader, after_low, after_high, n_layers=n))
+
+
+def _shape(shape: str, n: int) -> str:
+    return str(score_shape(shape, n_blocks=n))
+
+
+def crossover_effects(kind: str, effect: float = 1.0, ks=KS, cross: int = PAPER_CROSSOVER_K) -> list[float]:
+    """The true mean of d = Δloss(Last-N) − Δloss(zone-aware) at each k, in window sd: ``"crosses"``:
+    a line through 0 halfway between k = ``cross`` − 1 and ``cross``, reaching ``effect`` at the largest k
+    (Last-N ahead below ``cross``, zone-aware from it: the paper's); ``"ahead"``: ``effect`` at every
+    k (zone-aware ahead throughout, no crossover); ``"none"``: 0 at every k."""
+    ks = list(ks)
+    if kind == "crosses":
+        middle = cross - 0.5
+        return [effect * (k - middle) / (ks[-1] - middle) for k in ks]
+    if kind == "ahead":
+        return [effect] * len(ks)
+    if kind == "none":
+        return [0.0] * len(ks)
+    raise ValueError(f"kind must be 'crosses', 'ahead' or 'none'; got {kind!r}")
+
+
 def operating_table(n_draws: int = N_DRAWS, seed: int = 0) -> pd.DataFrame:
     """One row per (rule, truth, size): the shares of :data:`COLUMNS`, rounded to 2 decimals."""
     rows = []
 
     def add(rule_name: str, truth: str, size: str, shares: dict) -> None:
         rows.append(dict(rule=rule_name, truth=truth, size=size, **{k: round(v, 2) for k, v in shares.items()}))
+
+    drawn: dict[tuple[float, int], dict] = {}
+
+    def rho_at(rho: float, n: int) -> dict:
+        """The cell's simulated ρ data sets, drawn once for every rule that reads them."""
+        if (rho, n) not in drawn:
+            drawn[(rho, n)] = rho_draws(rho, n, n_draws=n_draws, seed=seed)
+        return drawn[(rho, n)]
 
     rho_cells = ((0.84, "ρ = 0.84 (the paper's top)"), (PAPER_RHO_MID, f"ρ = {PAPER_RHO_MID} (the band's middle)"),
                  (PAPER_RHO[0], f"ρ = {PAPER_RHO[0]} (the band's bottom)"), (0.5, "ρ = 0.5 (below the band)"),
@@ -62,12 +145,12 @@ def operating_table(n_draws: int = N_DRAWS, seed: int = 0) -> pd.DataFrame:
                        (f"ρ claim, strict (whole interval ≥ {PAPER_RHO[0]}, p < 0.02)", rho_strict_rule)):
         for rho, truth in rho_cells:
             for n in BLOCKS:
-                add(name, truth, f"{n} blocks", operating(rule, rho_draws(rho, n, n_draws=n_draws, seed=seed)))
+                add(name, truth, f"{n} blocks", operating(rule, rho_at(rho, n)))
     for rho, truth in ((0.5, "ρ = 0.5"), (0.0, "ρ = 0 (no effect)")):
         for n in BLOCKS:
-            add("ρ beyond depth, rank trend of the α profile (interval above 0; simulated as a plain rank "
-                "correlation)", truth, f"{n} blocks",
-                operating(_partial, rho_draws(rho, n, n_draws=n_draws, seed=seed)))
+            add("ρ beyond depth (the partial ρ's interval above 0; simulated as a plain rank correlation)", truth,
+                f"{n} blocks",
+                operating(_partial, rho_at(rho, n)))
     for effect, truth in ((1.0, "mean = 1 sd of a window's difference"), (0.5, "mean = 0.5 sd"),
                           (0.0, "mean = 0 (no effect)")):
         for n in WINDOWS:
@@ -80,6 +163,52 @@ def operating_table(n_draws: int = N_DRAWS, seed: int = 0) -> pd.DataFrame:
                        f"{', '.join(map(str, runs))}; run-to-run sd {sd}"
                 add("Δα exponent (t interval over runs contains b = 0.26 and lies above 0)", truth, size,
                     operating(_exponent, exponent_draws(b, sd, runs, n_draws=n_draws, seed=seed)))
+    window_noise = f"; a window's ΔPPL varies by log-sd {WINDOW_LOG_SD}"
+    for name, rule, truths in (
+            (f"Last-N ratio's magnitude (ratio ≥ {PAPER_RATIO[0]}, interval above 1)", _magnitude,
+             ((1.0, "ratio 1 (no effect)"), (PAPER_RATIO[0], f"ratio {PAPER_RATIO[0]} (the band's bottom)"),
+              (2.0, "ratio 2"), (PAPER_RATIO[1], f"ratio {PAPER_RATIO[1]} (the band's top)"))),
+            (f"worst/best gap (gap ≥ {PAPER_RATIO[0]}, interval above 1; band up to {PAPER_GAP})", _gap,
+             ((1.0, "gap 1 (no effect)"), (PAPER_GAP, f"gap {PAPER_GAP} (the paper's largest)"),
+              (100.0, "gap 100 (an overshoot)")))):
+        for value, truth in truths:
+            for n in WINDOWS:
+                add(name, truth, f"{n} windows{window_noise}", operating(rule, ratio_draws(
+                    value, n, log_sd=WINDOW_LOG_SD, corr=ARM_CORR, n_draws=n_draws, seed=seed)))
+    for kind, truth in (("crosses", f"Last-N ahead below k = {PAPER_CROSSOVER_K}, zone-aware from it, by up to 1 sd "
+                                     f"at k = {KS[-1]} (the paper's)"),
+                        ("ahead", "zone-aware ahead by 1 sd at every k (no crossover)"),
+                        ("none", "no difference at any k")):
+        for n in WINDOWS:
+            add(f"crossover (winners per k = {KS[0]}–{KS[-1]} from paired intervals)", truth, f"{n} windows",
+                operating(_crossover, crossover_draws(crossover_effects(kind), 1.0, n, n_draws=n_draws, seed=seed)))
+    for ratio, truth in ((ASYMMETRY_EFFECT, f"std ratio {ASYMMETRY_EFFECT:g} (Q/K carries depth)"),
+                         (1.5, "std ratio 1.5"),
+                         (1.0, "std ratio 1 (no asymmetry)")):
+        for n in BLOCKS:
+            add("Q/K–V/O asymmetry (std ratio's interval above 1)", truth, f"{n} layers",
+                operating(_asymmetry, asymmetry_draws(ratio, n, n_draws=n_draws, seed=seed)))
+    for excess, truth in ((2.0, "block 0 costs 2 sd more than every later block"), (1.0, "block 0 costs 1 sd more"),
+                          (0.0, "all blocks alike")):
+        for n in ABLATION_BLOCKS:
+            d = first_block_draws(excess, n, ABLATION_WINDOWS, n_draws=n_draws, seed=seed)
+            words = first_blocks_words(d["delta"], d["low"], d["high"], len(first_blocks(n)))
+            add("the first blocks matter most (the costliest first block's interval above every later one's)", truth,
+                f"{n} blocks, {ABLATION_WINDOWS} windows", {w: float((words == w).mean()) for w in WORDS})
+    for kind, lead, truth in (("reversal", 2.0, "early half leads by 2 sd, then reverses"),
+                              ("reversal", 1.0, "early half leads by 1 sd, then reverses"),
+                              ("lead only", 2.0, "early half leads by 2 sd, the gap closes by the end, no reversal"),
+                              ("none", 0.0, "no wave")):
+        for n in LAYERS:
+            add("compression wave and its reversal (early half leads, g's later minimum below 0, interval simultaneous "
+                "over snapshots)", truth,
+                f"{n} layers, {SNAPSHOTS} snapshots",
+                operating(_wave, wave_draws(kind, lead, n, n_snapshots=SNAPSHOTS, n_draws=n_draws, seed=seed)))
+    for rise, truth in ((2.0, "α rises by 2 block sd over the depth"), (1.0, "α rises by 1 block sd"),
+                        (0.0, "flat profile")):
+        for n in BLOCKS:
+            add("the α profile rises (an inverted U or a rank trend above 0)", truth, f"{n} blocks",
+                operating(_shape, shape_draws(rise, n, n_draws=n_draws, seed=seed)))
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -99,18 +228,33 @@ per row, seeded; a share's standard error is at most 0.035): the share of them i
 *does not hold* and *inconclusive*. Where the truth is the paper's effect, *holds* is the rule's
 power; where there is no effect, *holds* is its false alarm. The ρ rules rank simulated blocks;
 the paired-difference rule, eval windows; the Δα exponent, training runs whose log Δα scatters
-about a power law by the stated run-to-run sd. The task-accuracy rule's power is exact, not
-simulated (Zero-shot tasks, above). Regenerate the table with `python -m zones.report.operating`.
+about a power law by the stated run-to-run sd; the Last-N ratio and the worst/best gap, eval
+windows on which each arm's ΔPPL is lognormal (log-sd {log_sd}, the two arms' logs correlated
+{corr} on a window; the cpu build's SmolLM2 windows vary by about half their mean), read as the
+ratio of the arms' means with its paired interval (the gap's two arms are taken as named, not
+picked as the worst and the best of several); the crossover, a paired difference at each k = 1–8
+whose true mean, in sd of a window's difference, follows the stated curve, each k's winner read
+from its interval; the Q/K–V/O asymmetry, layers whose Q/K and V/O values spread in the stated std
+ratio; the first blocks, every block's per-window ΔLoss on the ablation's {windows} windows, block 0
+costlier by the stated multiple of a window's sd; the wave, a compression grid of {snapshots}
+snapshots whose early-minus-late gradient follows the stated curve (in sd of a layer about its
+half, half of that variance the layer's own offset at every snapshot), read with the later
+minimum's simultaneous interval; the shape, an α profile
+rising in a line by the stated multiple of the block-to-block sd, named by the shape rule's rank
+trend and curvature intervals. The task-accuracy rule's power is exact, not simulated (Zero-shot
+tasks, above). Regenerate the table with `python -m zones.report.operating`.
 
 """
 
 
 def operating_section(table: pd.DataFrame, n_draws: int = N_DRAWS) -> str:
     """The Methods section: a heading, what the table shows, and the table."""
-    return SECTION.format(n=n_draws) + operating_markdown(table)
+    return SECTION.format(n=n_draws, log_sd=WINDOW_LOG_SD, corr=ARM_CORR, windows=ABLATION_WINDOWS,
+                          snapshots=SNAPSHOTS) + operating_markdown(table)
 
 
-__all__ = ["BLOCKS", "COLUMNS", "WINDOWS", "operating_markdown", "operating_section", "operating_table"]
+__all__ = ["ABLATION_BLOCKS", "BLOCKS", "COLUMNS", "KS", "LAYERS", "WINDOWS", "crossover_effects", "operating_markdown",
+           "operating_section", "operating_table"]
 
 if __name__ == "__main__":
     print(operating_section(operating_table()), end="")

@@ -26,7 +26,7 @@ import pandas as pd
 from zones.analysis.importance import delta_loss_bounds
 from zones.analysis.lifecycle import PAPER_DELTA_ALPHA_EXPONENT
 from zones.analysis.paired import EXACT_ALPHA, mcnemar_p, mcnemar_power
-from zones.analysis.power import rho_rule_power
+from zones.analysis.power import asymmetry_rule_power, exponent_rule_power, rho_rule_power
 from zones.analysis.unit_intervals import interval_side
 from zones.pruning import COLLAPSE_RATIO
 from zones.pruning.compare import CROSSES, NO_CROSSOVER, read_crossover
@@ -156,7 +156,7 @@ def rule(text: str) -> Callable[[Callable], Callable]:
 
 
 def side_verdict(side: str, good: str, reason: str = BUDGET, detail: str = "") -> Verdict:
-    """Map ``zones.analysis.bootstrap.interval_side`` to a verdict: the ``good`` side holds, the
+    """Map ``zones.analysis.unit_intervals.interval_side`` to a verdict: the ``good`` side holds, the
     opposite fails, a straddling interval is inconclusive for ``reason`` (with ``detail``), an
     undefined one for :data:`UNDEFINED`."""
     if side == "undefined":
@@ -476,13 +476,37 @@ def score_shape(shape: str, *, n_blocks: int | None = None) -> Verdict:
     return inconclusive("blocks", n_units=n_blocks)
 
 
-@rule("std over blocks of the Q/K α profile / that of V/O; holds if its 95% interval lies above 1; does not "
-      "hold if below 1; inconclusive (blocks) otherwise")
+ASYMMETRY_EFFECT = 2.0   # the std ratio whose power an inconclusive asymmetry quotes: Q/K spread twice as wide as V/O
+
+
+def asymmetry_rule(estimate: float, low: float, high: float, n: int) -> str:  # noqa: ARG001
+    """:func:`score_asymmetry` as the power simulation calls it (no power in its detail: no recursion)."""
+    return str(side_verdict(interval_side(low, high, 1.0), "above", BLOCKS))
+
+
+def asymmetry_power(n_layers: int | None, ratio: float = ASYMMETRY_EFFECT) -> float:
+    """The chance that :func:`score_asymmetry` says "holds" at ``n_layers`` layers if the true
+    std(Q/K) / std(V/O) is ``ratio``, simulated by ``zones.analysis.power.asymmetry_rule_power``;
+    NaN without a layer count (or with fewer than three)."""
+    if n_layers is None or not finite(n_layers) or int(n_layers) < 3:
+        return math.nan
+    return asymmetry_rule_power(asymmetry_rule, float(ratio), int(n_layers))["holds"]
+
+
+@rule(f"std over blocks of the Q/K α profile / that of V/O; holds if its 95% interval lies above 1; does not "
+      f"hold if below 1; inconclusive (blocks) otherwise, with the rule's power at that many layers (the chance "
+      f"of 'holds' if the true ratio were {ASYMMETRY_EFFECT:g})")
 def score_asymmetry(low: float, high: float, *, n_layers: int | None = None) -> Verdict:
     """Claim "Q/K carry the depth dependence, V/O stay flat", from the ratio's interval
-    (``zones.analysis.profile.qk_vo_asymmetry``: layers resampled)."""
-    return side_verdict(interval_side(low, high, 1.0), "above", *binding_limit("layers", low=low, high=high,
-                                                                                n_units=n_layers))
+    (``zones.analysis.profile.qk_vo_asymmetry``: layers resampled); an inconclusive verdict
+    quotes :func:`asymmetry_power` at ``n_layers``."""
+    verdict = side_verdict(interval_side(low, high, 1.0), "above", *binding_limit("layers", low=low, high=high,
+                                                                                   n_units=n_layers))
+    power = asymmetry_power(n_layers)
+    if verdict == OPEN and verdict.reason == BLOCKS and finite(power):
+        verdict.detail += (f"; power {power:.2f} at {int(n_layers)} layers (if the true ratio were "
+                           f"{ASYMMETRY_EFFECT:g})")
+    return verdict
 
 
 def first_blocks(n_blocks: int) -> list[int]:
@@ -533,9 +557,13 @@ def first_blocks_matter_most(table: pd.DataFrame) -> dict:
 
 
 @rule("g = mean compression of the first half of the layers − the second half's, at every snapshot after "
-      "step 0; the leading half is the one whose extreme (max g for early, min g for late) has an interval "
-      "excluding 0, the earlier one if both; holds if the early half led and the interval of g's later "
-      "minimum lies below 0; does not hold if the late half led, or the early half led and that interval lies "
+      "step 0, with intervals from resampling each half's layers; the leading half is the one whose extreme "
+      "(max g for early, min g for late) has a percentile interval excluding 0, the earlier one if both; g's "
+      "later minimum is its minimum over the snapshots from max g's on, with a simultaneous interval (each "
+      "snapshot's g ± c · its resampled sd, c the 95th percentile of the largest |resampled g − g| / sd over "
+      "those snapshots; the interval runs from the least lower bound to the least upper one), so that picking "
+      "the lowest of several noisy snapshots does not by itself pass; holds if the early half led and that "
+      "interval lies below 0; does not hold if the late half led, or the early half led and that interval lies "
       "above 0 (no reversal); inconclusive (blocks: layers per half) otherwise")
 def score_wave(leader: str, after_low: float, after_high: float, *, n_layers: int | None = None) -> Verdict:
     """Claim "a compression wave runs from early to late layers, then reverses", from
@@ -563,18 +591,45 @@ def score_exponent_interval(low: float, high: float) -> str:
     return HOLDS if low > 0 else OPEN
 
 
+EXPONENT_RUN_SD = 0.05   # run-to-run sd of log Δα its power assumes: the cpu build's two D8 runs differ by 0.08
+
+
+def exponent_rule(estimate: float, low: float, high: float, n: int) -> str:  # noqa: ARG001
+    """:func:`score_exponent_interval` as the power simulation calls it."""
+    return score_exponent_interval(low, high)
+
+
+def exponent_power(runs: Mapping[int, int] | None, sd: float = EXPONENT_RUN_SD,
+                   exponent: float = PAPER_EXPONENT) -> float:
+    """The chance that :func:`score_exponent` says "holds" with ``runs`` (depth → training runs) if
+    the true exponent is ``exponent`` and each run's log Δα scatters by ``sd`` about the power law,
+    simulated by ``zones.analysis.power.exponent_rule_power``; NaN without at least three runs over
+    two depths (no t interval)."""
+    if not runs or sum(runs.values()) < 3 or len(runs) < 2:
+        return math.nan
+    cells = tuple(sorted((int(d), int(n)) for d, n in runs.items()))
+    return exponent_rule_power(exponent_rule, float(exponent), float(sd), cells)["holds"]
+
+
 @rule(f"b = least-squares slope of log Δα on log depth with one point per training run (Δα averaged over the "
       f"run's last-quarter snapshots), and its t interval over the runs (n_runs − 2 degrees of freedom, exact for "
       f"few runs where a bootstrap is not): holds if the interval contains {PAPER_EXPONENT} and lies above 0, "
-      f"does not hold if it excludes {PAPER_EXPONENT}, inconclusive otherwise (more runs narrow it)")
+      f"does not hold if it excludes {PAPER_EXPONENT}, inconclusive otherwise (more runs narrow it), with the "
+      f"rule's power at those runs (the chance of 'holds' if the true b were {PAPER_EXPONENT} and the runs' log Δα "
+      f"scattered by sd {EXPONENT_RUN_SD})")
 def score_exponent(low: float, high: float, *, runs: Mapping[int, int] | None = None) -> Verdict:
     """Claim "Δα ∝ L^0.26" from b's interval over training runs; ``runs``: depth → the runs
-    the interval read (named when inconclusive)."""
+    the interval read (named when inconclusive, with the rule's power there: :func:`exponent_power`)."""
     word = score_exponent_interval(low, high)
     if word != OPEN:
         return Verdict(word)
     n = sum((runs or {}).values()) or None
-    return inconclusive("runs", low=low, high=high, n_units=n, seeds_trained=runs)
+    verdict = inconclusive("runs", low=low, high=high, n_units=n, seeds_trained=runs)
+    power = exponent_power(runs)
+    if verdict.reason == SEEDS and finite(power):
+        verdict.detail += (f"; power {power:.2f} at {n} runs (if the true b were {PAPER_EXPONENT} and the runs' "
+                           f"log Δα scattered by sd {EXPONENT_RUN_SD})")
+    return verdict
 
 
 # --- several models side by side ---------------------------------------------------------------------
@@ -632,4 +687,5 @@ __all__ = ["BLOCKS", "BUDGET", "FAILS", "FIRST_FRACTION", "HEALING_CLAIM", "HEAL
            "from_word", "inconclusive", "models_agreement", "min_permutation_p", "ratio_interval_text", "rho_verdict", "rule", "score_after_healing",
            "score_asymmetry", "score_crossover", "score_task_accuracy", "TASK_CLAIM", "EXAMPLES", "score_exponent", "score_exponent_interval", "score_gap",
            "score_ratio_direction", "score_ratio_magnitude", "score_rho", "score_shape", "score_wave",
-           "side_verdict", "verdict_phrase"]
+           "side_verdict", "verdict_phrase", "EXPONENT_RUN_SD", "exponent_power", "exponent_rule",
+           "ASYMMETRY_EFFECT", "asymmetry_power", "asymmetry_rule"]
