@@ -28,6 +28,7 @@ from zones.analysis.power import (
     shape_draws,
     wave_draws,
 )
+from zones.analysis.unit_intervals import interval_side
 from zones.report.verdicts import (
     ASYMMETRY_EFFECT,
     EXPONENT_RUN_SD,
