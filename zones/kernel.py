@@ -67,6 +67,26 @@ def _cell(code: str) -> nbformat.NotebookNode:
     return notebook
 
 
+class _Manager(AsyncKernelManager):
+    """A kernel manager that hands out its clients on its own zmq context and keeps them, so
+    they can be closed after each chapter: nbclient leaves the client of a kernel it does not own
+    open (its sockets and heartbeat thread, about 12 descriptors), and a build runs ~40 of them."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.clients: list = []
+
+    def client(self, **kwargs):
+        kwargs.setdefault("context", self.context)
+        client = super().client(**kwargs)
+        self.clients.append(client)
+        return client
+
+    def close_clients(self) -> None:
+        while self.clients:
+            self.clients.pop().stop_channels()
+
+
 class ChapterKernel:
     """A Python kernel that executes chapter after chapter (``with ChapterKernel() as kernel``;
     ``kernel.manager`` goes to papermill as ``km``). :meth:`prepare` before each chapter,
@@ -86,12 +106,14 @@ class ChapterKernel:
     def restart(self) -> None:
         """A new kernel (the old one, if any, shut down), its fresh state remembered."""
         self.close()
-        self.manager = AsyncKernelManager(kernel_name=self.kernel_name)
+        self.manager = _Manager(kernel_name=self.kernel_name)
         self._run("from zones.kernel import remember_fresh\nremember_fresh()")
 
     def close(self) -> None:
-        if self.manager is not None and self.manager.has_kernel:
-            run_sync(self.manager.shutdown_kernel)(now=True)
+        if self.manager is not None:
+            self.manager.close_clients()
+            if self.manager.has_kernel:
+                run_sync(self.manager.shutdown_kernel)(now=True)
         self.manager = None
 
     def prepare(self, environment: dict[str, str], folder: str | os.PathLike) -> None:
@@ -106,7 +128,11 @@ class ChapterKernel:
         self._run("from zones.core.progress import flush as _flush\n_flush()\ndel _flush")
 
     def _run(self, code: str) -> None:
-        NotebookClient(_cell(code), km=self.manager, kernel_name=self.kernel_name).execute()
+        """Run ``code`` in the kernel; then close every client opened since (the chapter's too)."""
+        try:
+            NotebookClient(_cell(code), km=self.manager, kernel_name=self.kernel_name).execute()
+        finally:
+            self.manager.close_clients()
 
 
 __all__ = ["ChapterKernel", "fresh_state", "remember_fresh"]
