@@ -194,6 +194,8 @@ def open_page(context, path: Path):
     page.on("console", lambda m: seen["console"].append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: seen["console"].append(str(e)))
     page.goto(path.as_uri(), wait_until="load")
+    if page.locator('meta[http-equiv="Refresh" i]').count():  # the index redirects: audit where it lands
+        page.wait_for_url(lambda url: url != path.as_uri(), wait_until="load")
     page.wait_for_function("() => [...document.querySelectorAll('.zones-chart')].every("
                            "c => c.querySelector('svg') || c.innerText.includes('chart error'))", timeout=30_000)
     if page.locator(".math").count():
