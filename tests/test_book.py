@@ -282,6 +282,28 @@ def test_chapters_in_a_shared_kernel_leave_no_descriptors_open(tmp_path):
             opened.append(len(os.listdir("/proc/self/fd")))
     assert opened[-1] - opened[1] < 12, opened   # from the second chapter on (the first opens what stays)
 
+
+def test_a_build_times_the_reference_forward_again_at_the_end_and_states_the_overhead_on_both(
+        tmp_path, monkeypatch, capsys):
+    """The unit moves with the machine (13% between two builds of 6 Dec): the build times it before
+    and after the chapters, records both and gives the overhead on each. Before: only before."""
+    import zones.book as book
+
+    timings = iter([2.0, 3.0])
+    monkeypatch.setattr(book, "reference_forward_seconds", lambda repeats=2: next(timings))
+    root = _trivial_project(tmp_path)
+    book.execute_chapters(root, ["first", "second"], {"n_resamples": 5}, models="tiny", progress=False)
+    record = book.last_record({"models": ["tiny"], "n_resamples": 5})
+    assert record["reference_seconds"] == 2.0 and record["reference_seconds_end"] == 3.0
+    seconds = sum(record["chapters"][n]["seconds"] for n in ("first", "second"))
+    line = book.overhead_line(seconds, 6.0, 2.0, 3.0)
+    assert line in capsys.readouterr().out
+    assert f"{seconds / (6.0 * 2.5):.2f}× on the mean reference forward" in line
+    assert f"{seconds / 12.0:.2f}× on the one before the chapters (2.00 s)" in line
+    assert f"{seconds / 18.0:.2f}× on the one after them (3.00 s)" in line
+    assert book.overhead_line(10.0, 0.0, 2.0, 3.0).endswith("counted 0.0 RF of work")
+    assert book.overhead_line(12.0, 2.0, 2.0, None).endswith("overhead 3.00× (a reference forward: 2.00 s)")
+
 def test_a_damaged_timings_record_only_costs_the_estimate(capsys):
     from zones.book import _store_timing, _timings_entry, chapter_costs, last_record, last_timings
 

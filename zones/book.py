@@ -500,7 +500,7 @@ def _timings_entry(parameters: dict[str, Any]) -> tuple[Path, dict]:
 
 def last_record(parameters: dict[str, Any]) -> dict[str, Any]:
     """The record of the last build with these parameters: ``reference_seconds`` (a reference
-    forward's seconds then), ``machine``, and ``chapters``: per chapter ``seconds``,
+    forward's seconds then, before the chapters; ``reference_seconds_end``: after them), ``machine``, and ``chapters``: per chapter ``seconds``,
     ``reference_forwards`` (seconds / reference_seconds) and ``work`` (the reference forwards of
     work it counted, ``zones.core.progress``). ``{}`` if none; a damaged record is reported and
     ignored (only the estimate rests on it)."""
@@ -542,6 +542,30 @@ def _store_timing(parameters: dict[str, Any], name: str, seconds: float, *, refe
         entry["work"] = round(work, 2)
     record.setdefault("chapters", {})[name] = entry
     write_entry(path, parts, json.dumps(record, indent=2, sort_keys=True).encode())
+
+
+def _store_reference_end(parameters: dict[str, Any], seconds: float) -> None:
+    """Add the reference forward timed after the chapters to the record (``reference_seconds_end``)."""
+    path, parts = _timings_entry(parameters)
+    record = last_record(parameters)
+    record["reference_seconds_end"] = round(seconds, 3)
+    write_entry(path, parts, json.dumps(record, indent=2, sort_keys=True).encode())
+
+
+def overhead_line(seconds: float, work: float, before: float, after: float | None) -> str:
+    """The build's closing line: the chapters' seconds, the work they counted (reference
+    forwards, RF) and the overhead, seconds / (work × a reference forward's seconds), on the mean
+    of the reference forward timed before the chapters and the one timed after them, with the
+    overhead on each (a machine's speed drifts within a build, and the unit with it)."""
+    head = f"zones book: the chapters took {seconds:,.0f} s and counted {work:.1f} RF of work"
+    if work <= 0:
+        return head
+    if not after:
+        return f"{head}; overhead {seconds / (work * before):.2f}× (a reference forward: {before:.2f} s)"
+    unit = (before + after) / 2
+    return (f"{head}; overhead {seconds / (work * unit):.2f}× on the mean reference forward, "
+            f"{seconds / (work * before):.2f}× on the one before the chapters ({before:.2f} s) and "
+            f"{seconds / (work * after):.2f}× on the one after them ({after:.2f} s)")
 
 
 def machine_line() -> str:
@@ -773,6 +797,14 @@ def _execute_chapters(root: Path, names: list[str], parameters: dict[str, Any] |
                 refresh()
                 cost = f", {seconds / reference:.0f} reference forwards" if reference else ""
                 say(f"zones book: {name} done in {seconds:.0f} s{cost} ({work:.0f} counted)")
+        if reference and done:  # the unit moves with the machine: time it again at the end
+            after = reference_forward_seconds()
+            record = last_record(key)
+            chapters = record.get("chapters", {})
+            if after:
+                _store_reference_end(key, after)
+            say(overhead_line(sum(chapters[n]["seconds"] for n in names if n in chapters),
+                              sum(chapters[n].get("work", 0.0) for n in names if n in chapters), reference, after))
     finally:
         stop.set()
         bar.close()
