@@ -200,7 +200,7 @@ def test_book_shows_chapter_progress_and_an_estimate_in_the_terminal_not_the_pag
     from zones.book import execute_chapters, last_record, last_timings
 
     root = _trivial_project(tmp_path)
-    execute_chapters(root, ["first", "second"], {"n_resamples": 3}, models="tiny", reference=False)
+    execute_chapters(root, ["first", "second"], {"n_resamples": 3}, models="tiny", time_reference=False)
     err = capsys.readouterr().err
     # 2 x DEFAULT_REFERENCE_FORWARDS, at REFERENCE_SECONDS_GUESS each
     assert "2 chapters at the cpu budget, about 2 min (20 reference forwards; the expected costs)" in err
@@ -213,7 +213,7 @@ def test_book_shows_chapter_progress_and_an_estimate_in_the_terminal_not_the_pag
     page = nbformat.read(root / "book/chapters/first.ipynb", as_version=4)
     printed = "".join(o.get("text", "") for c in page.cells for o in c.get("outputs", []))
     assert printed.strip() == "3 tiny" and "elapsed" not in printed and "chapter 1/2" not in printed
-    execute_chapters(root, ["first"], {"n_resamples": 3}, models="tiny", reference=False)
+    execute_chapters(root, ["first"], {"n_resamples": 3}, models="tiny", time_reference=False)
     assert "the last build)" in capsys.readouterr().err
 
 
@@ -235,7 +235,7 @@ def test_chapters_share_one_kernel_yet_each_starts_as_a_new_one_would(tmp_path, 
             "print('draw', float(torch.rand(1)))\n"
             "leftover = 1\nos.environ['ZONES_LEFTOVER'] = '1'"))
         jupytext.write(nb, root / "notebooks" / f"{name}.md", fmt="md:myst")
-    execute_chapters(root, ["first", "second"], {"n_resamples": 3}, models="tiny", reference=False)
+    execute_chapters(root, ["first", "second"], {"n_resamples": 3}, models="tiny", time_reference=False)
     pages = {}
     for name in ("first", "second"):
         page = nbformat.read(root / "book/chapters" / f"{name}.ipynb", as_version=4)

@@ -288,8 +288,6 @@ _PROGRESS = ("zones.analysis.importance.measure_models", "zones.analysis.quantiz
 KNOWN = {
     "progress": ("a library function's own True/False (bars in a terminal, none inside a job); the chapters and "
                  "commands pass the glossary's", _PROGRESS),
-    "reference": ("the book's reference forward (zones/book.py, the lead's: to rename there), not the "
-                  "reference strategy", ("zones.book.execute_chapters",)),
     "n_resamples": ("a power simulation's own count (400 per simulated interval)",
                     ("zones.analysis.power.asymmetry_draws", "zones.analysis.power.crossover_draws",
                      "zones.analysis.power.first_block_draws", "zones.analysis.power.mean_draws",

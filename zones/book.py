@@ -722,23 +722,23 @@ def chapter_values(name: str, declared: dict[str, Any], budget: str, implicit: d
 
 def execute_chapters(root: Path, names: list[str], parameters: dict[str, Any] | None = None, *,
                      models: list[str] | None = None, budget: str = DEFAULT_BUDGET, from_text: bool = False,
-                     progress: bool = True, reference: bool = True) -> list[Path]:
+                     progress: bool = True, time_reference: bool = True) -> list[Path]:
     """Execute chapters ``names`` in order, under one progress bar with an estimate of the time
     left (terminal only; :class:`Estimate`). ``models`` (a list; one string is one model) is
     given to the chapters that declare ``models``; ``budget`` gives each chapter that budget's
     values (the glossary's presets); every key of ``parameters`` must be declared by one of the
     chapters, and every value fit its type (``from_text``: YAML texts): both are checked before
     any chapter runs. A reference forward is timed first (:func:`reference_forward_seconds`;
-    ``reference=False`` skips it: the estimate then assumes ``REFERENCE_SECONDS_GUESS``), and each
+    ``time_reference=False`` skips it: the estimate then assumes ``REFERENCE_SECONDS_GUESS``), and each
     chapter's seconds, reference forwards and counted work are recorded (:func:`last_record`)."""
     with project_lock(root, log=lambda message: print(message, file=sys.stderr, flush=True)):
         return _execute_chapters(root, names, parameters, models=models, budget=budget, from_text=from_text,
-                                 progress=progress, reference=reference)
+                                 progress=progress, time_reference=time_reference)
 
 
 def _execute_chapters(root: Path, names: list[str], parameters: dict[str, Any] | None, *,
                       models: list[str] | None, budget: str, from_text: bool, progress: bool,
-                      reference: bool) -> list[Path]:
+                      time_reference: bool) -> list[Path]:
     budget = check_value("budget", budget)
     declared = {n: declared_parameters(chapter_source(root, n)) for n in names}
     parameters = check_parameters(dict(parameters or {}), declared, from_text=from_text)  # before any chapter runs
@@ -749,7 +749,7 @@ def _execute_chapters(root: Path, names: list[str], parameters: dict[str, Any] |
     def say(message: str) -> None:  # above the bar, in the terminal
         tqdm.write(message, file=sys.stderr) if progress else print(message, flush=True)
 
-    reference = reference_forward_seconds() if names and reference else None
+    reference = reference_forward_seconds() if names and time_reference else None
     estimate = Estimate(costs, reference)
     if reference:
         say(f"zones book: a reference forward (SmolLM2-135M, float32, 2,048 tokens) takes {reference:.2f} s here")
