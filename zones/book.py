@@ -530,7 +530,6 @@ def _store_timing(parameters: dict[str, Any], name: str, seconds: float, *, refe
     """Add chapter ``name``'s cost to the record (seconds; with a reference forward's seconds
     ``reference``, measured on this machine in this build, also those and the reference forwards;
     ``work``: the reference forwards it counted)."""
-    path, parts = _timings_entry(parameters)
     record = last_record(parameters)
     entry = dict(seconds=round(seconds, 1))
     if reference:
@@ -541,14 +540,16 @@ def _store_timing(parameters: dict[str, Any], name: str, seconds: float, *, refe
     if work is not None:
         entry["work"] = round(work, 2)
     record.setdefault("chapters", {})[name] = entry
-    write_entry(path, parts, json.dumps(record, indent=2, sort_keys=True).encode())
+    _write_record(parameters, record)
 
 
 def _store_reference_end(parameters: dict[str, Any], seconds: float) -> None:
     """Add the reference forward timed after the chapters to the record (``reference_seconds_end``)."""
+    _write_record(parameters, {**last_record(parameters), "reference_seconds_end": round(seconds, 3)})
+
+
+def _write_record(parameters: dict[str, Any], record: dict[str, Any]) -> None:
     path, parts = _timings_entry(parameters)
-    record = last_record(parameters)
-    record["reference_seconds_end"] = round(seconds, 3)
     write_entry(path, parts, json.dumps(record, indent=2, sort_keys=True).encode())
 
 
@@ -780,6 +781,7 @@ def _execute_chapters(root: Path, names: list[str], parameters: dict[str, Any] |
     refresh()
     ticker.start()
     done = []
+    spent = counted = 0.0   # the chapters' seconds and work, for the closing line
     try:
         with tempfile.TemporaryDirectory(prefix="zones-progress-") as folder, ChapterKernel() as kernel:
             for k, name in enumerate(names, 1):
@@ -792,6 +794,7 @@ def _execute_chapters(root: Path, names: list[str], parameters: dict[str, Any] |
                 seconds = time.time() - start
                 work = read_progress(running["file"])
                 _store_timing(key, name, seconds, reference=reference, work=work)
+                spent, counted = spent + round(seconds, 1), counted + round(work, 2)   # as recorded
                 estimate.finish(name, seconds)
                 running.update(name=None, file=None)
                 refresh()
@@ -799,12 +802,9 @@ def _execute_chapters(root: Path, names: list[str], parameters: dict[str, Any] |
                 say(f"zones book: {name} done in {seconds:.0f} s{cost} ({work:.0f} counted)")
         if reference and done:  # the unit moves with the machine: time it again at the end
             after = reference_forward_seconds()
-            record = last_record(key)
-            chapters = record.get("chapters", {})
             if after:
                 _store_reference_end(key, after)
-            say(overhead_line(sum(chapters[n]["seconds"] for n in names if n in chapters),
-                              sum(chapters[n].get("work", 0.0) for n in names if n in chapters), reference, after))
+            say(overhead_line(spent, counted, reference, after))
     finally:
         stop.set()
         bar.close()
