@@ -11,6 +11,7 @@ from test_export import reload_elsewhere
 from zones.core.data import make_windows
 from zones.measure.scoring import evaluate_loss
 from zones.core.adapters import get_adapter
+from zones.measure.subject import as_subject
 from zones.pruning.export import pruned_copy, read_provenance
 from zones.pruning.heal import BRIDGES, HealError, _capture, _fold, export_healed, fit_bridge, heal
 
@@ -260,6 +261,37 @@ def test_healings_passes_are_counted_from_the_shapes(monkeypatch, one_thread):
     _capture(model, win, {"last": blocks[-1]}, batch_size=2)
     expected = sum(matmul_flops(module_weights(b), win.input_ids.numel()) for b in blocks) / REFERENCE_FLOPS
     assert work_done() - before == pytest.approx(expected)
+
+
+def test_bridging_several_removal_sets_runs_the_full_model_once_and_fits_the_same_bridges(one_thread):
+    """Issue 37: every removal set of a sweep is bridged towards the same target, the full model's
+    last-block output on the same windows; it was computed again for each set (7 of the healing
+    chapter's 8 full forwards, 2.8 RF, were repeats). Now once, and the bridges are the same bits."""
+    from zones.pruning import heal as healing
+
+    win = calibration()
+    model = trained_tiny("llama", win, n_layers=6)
+    sets = ([3, 4], [1, 3], [2])
+
+    def bridges() -> list[torch.Tensor]:
+        return [heal(model, r, win, method="bridge", tokens=4 * 23, progress=False, cache=False).model
+                .model.layers[-1].mlp.down_proj.weight.detach().clone() for r in sets]
+
+    calls, last = [], get_adapter(model).blocks()[-1]
+    hook = last.register_forward_hook(lambda module, *_: calls.append(module is last))  # pruned copies carry it too
+    try:
+        getattr(healing, "_LAST_OUTPUT", {}).clear()
+        shared = bridges()
+    finally:
+        hook.remove()
+    assert sum(calls) == 1   # one batch of 4 windows, once for all three sets (before: three times)
+    for removed, weight in zip(sets, shared):   # each set alone, in a process that held no target
+        getattr(healing, "_LAST_OUTPUT", {}).clear()
+        alone = heal(model, removed, win, method="bridge", tokens=4 * 23, progress=False, cache=False)
+        assert torch.equal(alone.model.model.layers[-1].mlp.down_proj.weight, weight)
+    # Another model's target is never served: the key is the model's bytes.
+    other = trained_tiny("llama", win, n_layers=6, steps=41)
+    assert not torch.equal(healing._last_output(as_subject(other), win, 4), healing._last_output(as_subject(model), win, 4))
 
 
 def test_the_most_repaired_arm_is_the_one_whose_loss_healing_lowered_most():

@@ -66,6 +66,7 @@ from zones.core.data import Windows
 from zones.core.glossary import default
 from zones.core.progress import count_module, count_training
 from zones.measure.scoring import evaluate_loss
+from zones.measure.store import chunk_digest
 from zones.measure.subject import Subject, as_subject
 from zones.pruning.export import _spans, check_removed, provenance, pruned_copy, save_directory
 
@@ -349,10 +350,26 @@ def _fit_and_fold(pruned: Subject, block: nn.Module, target: torch.Tensor, windo
     return bridge
 
 
+_LAST_OUTPUT: dict[tuple, torch.Tensor] = {}   # the one full model's last-block output this process holds
+
+
+def _last_output(full: Subject, windows: Windows, batch_size: int) -> torch.Tensor:
+    """The output of the full model's last block on ``windows`` (:func:`_capture`), computed once
+    per (model bytes, token ids, batch size, precision, device) in this process: every pruned
+    model of a sweep is bridged towards the same target, so the full model's forward is paid once
+    per sweep, not once per removal set (the same computation: the same bits)."""
+    weight = next(full.model.parameters())
+    key = (full.fingerprint, chunk_digest(windows.input_ids), int(batch_size), str(weight.dtype), str(full.device))
+    if key not in _LAST_OUTPUT:
+        _LAST_OUTPUT.clear()   # one target at a time: a GPU budget's is hundreds of MB
+        _LAST_OUTPUT[key] = _capture(full, windows, dict(y=full.adapter.blocks()[-1]), batch_size)["y"]
+    return _LAST_OUTPUT[key]
+
+
 def _bridge_last(pruned: Subject, full: Subject, windows: Windows, *, batch_size: int, ridge: float):
     """The matched bridge: one, in the MLP of the pruned model's last block, pulling its output
     towards the output of the full model's last block; returns ({:data:`LAST`: T}, notes)."""
-    target = _capture(full, windows, dict(y=full.adapter.blocks()[-1]), batch_size)["y"]
+    target = _last_output(full, windows, batch_size)
     block = pruned.adapter.blocks()[-1]
     return {LAST: _fit_and_fold(pruned, block, target, windows, batch_size=batch_size, ridge=ridge)}, []
 
