@@ -59,6 +59,38 @@ def test_local_text_files_are_windows(tmp_path, tiny_tokenizer):
     assert windows.n_scored_tokens == 124
 
 
+def test_a_corpus_is_tokenized_once_per_tokenizer_and_text(tmp_path, tiny_tokenizer):
+    """Issue 37: every corpus_windows call tokenized the whole corpus again (about a second for the
+    default corpus, dozens of times in a book). Now once per (corpus text, tokenizer); an edited
+    text is tokenized again, and the windows are the same as a fresh tokenization's."""
+    text = tmp_path / "a.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 200)
+    calls = []
+
+    class Counting:   # the tokenizer, counting its calls over a whole text
+        def __init__(self, inner):
+            self.inner = inner
+            self.backend_tokenizer = inner.backend_tokenizer
+
+        def __call__(self, *args, **kwargs):
+            calls.append(1)
+            return self.inner(*args, **kwargs)
+
+    counting = Counting(tiny_tokenizer)
+    first = corpus_windows(str(text), counting, seq_len=32, max_tokens=31 * 4)
+    calibration = corpus_windows(str(text), counting, seq_len=16, split="calibration")
+    again = corpus_windows(str(text), counting, seq_len=32, max_tokens=31 * 4)
+    assert len(calls) == 1
+    assert torch.equal(first.input_ids, again.input_ids) and first.fingerprint == again.fingerprint
+    assert calibration.n_windows > 0
+    text.write_text("Pack my box with five dozen liquor jugs. " * 200)   # another text: tokenized again
+    edited = corpus_windows(str(text), counting, seq_len=32, max_tokens=31 * 4)
+    assert len(calls) == 2 and not torch.equal(edited.input_ids, first.input_ids)
+    fresh = make_windows(np.asarray(tiny_tokenizer(text.read_text(), add_special_tokens=False)["input_ids"]), 32,
+                         "eval", 31 * 4)
+    assert torch.equal(edited.input_ids, fresh.input_ids)
+
+
 @pytest.mark.parametrize("content, match", [
     (b"plain text \x00\x01\x02 then binary", r"binary file \(NUL byte at offset 11\)"),
     ("caf\u00e9 au lait, na\u00efve r\u00e9sum\u00e9\n".encode("latin-1") * 20,

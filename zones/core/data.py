@@ -35,6 +35,7 @@ import hashlib
 import json
 import sys
 import sysconfig
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -308,10 +309,31 @@ def make_windows(token_ids: np.ndarray, seq_len: int, split: str = "eval",
     return Windows(ids, corpus.name if corpus else "", split, fp)
 
 
+_TOKENS: "OrderedDict[tuple[str, str], np.ndarray]" = OrderedDict()   # (corpus, tokenizer) -> ids
+TOKENS_KEPT = 4   # corpora × tokenizers held at once (the book: one corpus, one or two tokenizers)
+
+
+def corpus_tokens(corpus: Corpus, tokenizer, tokenizer_id: str | None = None) -> np.ndarray:
+    """:func:`tokenize`, once per (corpus fingerprint, tokenizer fingerprint) in this process:
+    a book's chapters window one corpus dozens of times (eval, calibration, every budget), and
+    each tokenization of the default corpus takes about a second. The array is read-only."""
+    key = (corpus.fingerprint, tokenizer_id or tokenizer_fingerprint(tokenizer))
+    if key in _TOKENS:
+        _TOKENS.move_to_end(key)
+        return _TOKENS[key]
+    ids = tokenize(corpus, tokenizer)
+    ids.flags.writeable = False
+    _TOKENS[key] = ids
+    while len(_TOKENS) > TOKENS_KEPT:
+        _TOKENS.popitem(last=False)
+    return ids
+
+
 def corpus_windows(corpus: Corpus | str, tokenizer, seq_len: int = 256, split: str = "eval",
                    max_tokens: int | None = None) -> Windows:
-    """Load (if named), tokenize and window a corpus in one call."""
+    """Load (if named), tokenize (:func:`corpus_tokens`) and window a corpus in one call."""
     if isinstance(corpus, str):
         corpus = load_corpus(corpus)
-    return make_windows(tokenize(corpus, tokenizer), seq_len, split, max_tokens,
-                        corpus=corpus, tokenizer_id=tokenizer_fingerprint(tokenizer))
+    tokenizer_id = tokenizer_fingerprint(tokenizer)
+    return make_windows(corpus_tokens(corpus, tokenizer, tokenizer_id), seq_len, split, max_tokens,
+                        corpus=corpus, tokenizer_id=tokenizer_id)
