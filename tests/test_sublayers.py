@@ -210,9 +210,21 @@ def test_plan_table_scores_and_compares_at_equal_parameters():
     before = work_done()
     speed = tokens_per_second(model, ev, list(plans["removed"][:2]), batch_size=2, repeats=1)
     assert list(speed["removed"])[0] == "" and (speed["tokens_per_s"] > 0).all()
-    # the timed forwards are counted as work (before, they were not): one per variant and repeat
-    one = matmul_flops(module_weights(model), ev.input_ids[:2].numel()) / REFERENCE_FLOPS
-    assert work_done() - before == pytest.approx(len(speed) * one)
+    # the timed forwards are counted as work: one per variant and repeat, each the matrices that
+    # run (issue 37: a removed sublayer's were counted too)
+    adapter = get_adapter(model)
+
+    def matrices(module) -> int:
+        return sum(p.numel() for p in module.parameters() if p.dim() >= 2)
+
+    def running(removed: str) -> int:
+        gone = [(adapter.attention if part == "attn" else adapter.mlp)(adapter.blocks()[layer])
+                for layer, part in normalize_removal(removed, 6)]
+        return module_weights(model) - sum(matrices(m) for m in gone)
+
+    expected = sum(matmul_flops(running(v), ev.input_ids[:2].numel()) for v in speed["removed"]) / REFERENCE_FLOPS
+    assert work_done() - before == pytest.approx(expected)
+    assert all(running(v) < module_weights(model) for v in speed["removed"][1:])
 
 
 def test_chapter_rules():

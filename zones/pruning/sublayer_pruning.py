@@ -40,7 +40,7 @@ from zones.core.cache import cached_table
 from zones.core.checks import check_int
 from zones.core.data import Windows
 from zones.core.glossary import default
-from zones.core.progress import count_module
+from zones.core.progress import add_flops, count_module, matmul_flops, module_weights
 from zones.measure.agreement import agreement_window_losses, summarize_agreement
 from zones.measure.blocks import BlockTrace
 from zones.measure.bootstrap import LEVEL, N_RESAMPLES, SEED, paired_bootstrap
@@ -354,6 +354,17 @@ def compare_at_budget(scored: pd.DataFrame, long: pd.DataFrame, reference: str, 
     return pd.DataFrame(rows, columns=["k", "strategy", "reference", "difference", "low", "high"])
 
 
+def running_weights(subject: Subject, removal) -> int:
+    """The matrix weights a forward runs with ``removal`` (normalized ``(layer, part)`` pairs)
+    removed: the model's (``zones.core.progress.module_weights``) less the removed sublayers'
+    (a removed sublayer computes nothing)."""
+    blocks, adapter = subject.adapter.blocks(), subject.adapter
+    removed = sum(p.numel() for layer, part in removal
+                  for p in (adapter.attention if part == "attn" else adapter.mlp)(blocks[layer]).parameters()
+                  if p.dim() >= 2)
+    return module_weights(subject.model) - int(removed)
+
+
 def tokens_per_second(model: nn.Module | Subject, windows: Windows, removals: Sequence[str], *,
                       batch_size: int = 8, repeats: int = 3) -> pd.DataFrame:
     """Measured forward speed of each removal against the full model, side by side.
@@ -374,6 +385,7 @@ def tokens_per_second(model: nn.Module | Subject, windows: Windows, removals: Se
     variants = [""] + [r for r in dict.fromkeys(removals) if r]
     n = subject.n_blocks
     times = {v: [] for v in variants}
+    running = {v: running_weights(subject, normalize_removal(v, n)) for v in variants}
     with torch.inference_mode():
         for _ in range(repeats):
             for v in variants:
@@ -381,7 +393,7 @@ def tokens_per_second(model: nn.Module | Subject, windows: Windows, removals: Se
                     start = time.perf_counter()
                     model(input_ids=ids, use_cache=False)  # end to end: blocks, final norm and LM head
                     times[v].append(time.perf_counter() - start)
-                    count_module(model, ids.numel())   # a timed forward is work too (removed sublayers included)
+                    add_flops(matmul_flops(running[v], ids.numel()))   # a timed forward is work too
     full = float(np.median(times[""]))
     rows = []
     for v, t in times.items():
