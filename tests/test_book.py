@@ -296,13 +296,43 @@ def test_a_build_times_the_reference_forward_again_at_the_end_and_states_the_ove
     record = book.last_record({"models": ["tiny"], "n_resamples": 5})
     assert record["reference_seconds"] == 2.0 and record["reference_seconds_end"] == 3.0
     seconds = sum(record["chapters"][n]["seconds"] for n in ("first", "second"))
-    line = book.overhead_line(seconds, 6.0, 2.0, 3.0)
+    line = book.overhead_line(seconds, 6.0, 2.0, 3.0, 6.0 * 2.0)   # short chapters: the unit timed before them
     assert line in capsys.readouterr().out
     assert f"{seconds / (6.0 * 2.5):.2f}× on the mean reference forward" in line
     assert f"{seconds / 12.0:.2f}× on the one before the chapters (2.00 s)" in line
     assert f"{seconds / 18.0:.2f}× on the one after them (3.00 s)" in line
     assert book.overhead_line(10.0, 0.0, 2.0, 3.0).endswith("counted 0.0 RF of work")
     assert book.overhead_line(12.0, 2.0, 2.0, None).endswith("overhead 3.00× (a reference forward: 2.00 s)")
+
+def test_a_long_chapter_is_weighed_on_the_reference_forwards_timed_around_it(tmp_path, monkeypatch, capsys):
+    """Issue 37: the reference forward took 4.16 s before one build's chapters and 3.12 s after
+    them, so one unit for every chapter reads an overhead the chapters did not have. A chapter
+    expected to be long is followed by one more timing, and its unit is the mean of the timings
+    around it. Before: every chapter had the unit timed at the start."""
+    import zones.book as book
+
+    timings = iter([2.0, 4.0, 3.0, 5.0])   # before the chapters, after each of the two, at the end
+    calls = []
+
+    def timed(repeats=2):
+        calls.append(repeats)
+        return next(timings)
+
+    monkeypatch.setattr(book, "reference_forward_seconds", timed)
+    monkeypatch.setattr(book, "REFERENCE_AROUND_SECONDS", 0.0, raising=False)   # every chapter counts as long
+    root = _trivial_project(tmp_path)
+    book.execute_chapters(root, ["first", "second"], {"n_resamples": 6}, models="tiny", progress=False)
+    assert calls == [2, 1, 1, 2]
+    record = book.last_record({"models": ["tiny"], "n_resamples": 6})
+    chapters = record["chapters"]
+    assert [chapters[n]["reference_seconds"] for n in ("first", "second")] == [3.0, 3.5]
+    assert record["reference_seconds"] == 2.0 and record["reference_seconds_end"] == 5.0
+    seconds = sum(chapters[n]["seconds"] for n in ("first", "second"))
+    around = sum(chapters[n]["work"] * chapters[n]["reference_seconds"] for n in ("first", "second"))
+    line = book.overhead_line(seconds, 6.0, 2.0, 5.0, around)
+    assert line in capsys.readouterr().out
+    assert f"overhead {seconds / around:.2f}× on the reference forwards timed around each chapter" in line
+
 
 def test_a_damaged_timings_record_only_costs_the_estimate(capsys):
     from zones.book import _store_timing, _timings_entry, chapter_costs, last_record, last_timings

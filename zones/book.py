@@ -18,7 +18,9 @@ wherever ``_toc.yml`` places them.
 The terminal shows one progress bar over the chapters, with the time elapsed and an
 estimate of the time left, in one unit on every machine: the **reference forward** (one
 float32 SmolLM2-135M forward of 2,048 tokens, ``zones.core.progress``). The build first times
-one here (:func:`reference_forward_seconds`); each chapter weighs its cost in the last build
+one here (:func:`reference_forward_seconds`), again after each chapter expected to take longer than
+``REFERENCE_AROUND_SECONDS`` and after the last, so each chapter's overhead (seconds / (work it
+counted × a reference forward's seconds)) is taken on the unit measured around it; each chapter weighs its cost in the last build
 with the same parameters and budget (the record kept in the cache, ``cache_dir()/book``: seconds,
 reference forwards and the work the chapter counted), else its ``EXPECTED_REFERENCE_FORWARDS`` at
 the budget being built (a budget not measured: the cpu cost scaled by the chapter's token budgets,
@@ -98,6 +100,8 @@ EXPECTED_REFERENCE_FORWARDS = {   # measured: cold builds of 9b9cb01 (Intel Xeon
 DEFAULT_REFERENCE_FORWARDS = 10
 REFERENCE_SEQ_LEN = 256         # the reference forward: 8 windows of 256 tokens
 REFERENCE_SECONDS_GUESS = 5.0   # a reference forward's seconds when it could not be timed (2 cores, AVX-512)
+REFERENCE_AROUND_SECONDS = 30.0  # a chapter expected to take longer is followed by a reference forward (one more
+#                                  timing, ~3 s): its unit is the mean of the timings just before and after it
 PROGRESS_EVERY = 5              # seconds between updates of the estimate
 # The note at the top of every page of a build at a budget other than the default (a Markdown cell).
 BUDGET_NOTES = {
@@ -526,16 +530,17 @@ def last_timings(parameters: dict[str, Any]) -> dict[str, float]:
 
 
 def _store_timing(parameters: dict[str, Any], name: str, seconds: float, *, reference: float | None = None,
-                  work: float | None = None) -> None:
+                  work: float | None = None, start: float | None = None) -> None:
     """Add chapter ``name``'s cost to the record (seconds; with a reference forward's seconds
-    ``reference``, measured on this machine in this build, also those and the reference forwards;
-    ``work``: the reference forwards it counted)."""
+    ``reference``, measured on this machine in this build around the chapter, also those and the
+    reference forwards; ``work``: the reference forwards it counted; ``start``: the reference
+    forward timed before the build's first chapter, the record's ``reference_seconds``)."""
     record = last_record(parameters)
     entry = dict(seconds=round(seconds, 1))
     if reference:
         entry["reference_forwards"] = round(seconds / reference, 1)
         entry["reference_seconds"] = round(reference, 3)  # the chapter's own: records merge builds
-        record["reference_seconds"] = round(reference, 3)
+        record["reference_seconds"] = round(start or reference, 3)
         record["machine"] = machine_line()
     if work is not None:
         entry["work"] = round(work, 2)
@@ -553,18 +558,22 @@ def _write_record(parameters: dict[str, Any], record: dict[str, Any]) -> None:
     write_entry(path, parts, json.dumps(record, indent=2, sort_keys=True).encode())
 
 
-def overhead_line(seconds: float, work: float, before: float, after: float | None) -> str:
+def overhead_line(seconds: float, work: float, before: float, after: float | None,
+                  around: float | None = None) -> str:
     """The build's closing line: the chapters' seconds, the work they counted (reference
-    forwards, RF) and the overhead, seconds / (work × a reference forward's seconds), on the mean
-    of the reference forward timed before the chapters and the one timed after them, with the
-    overhead on each (a machine's speed drifts within a build, and the unit with it)."""
+    forwards, RF) and the overhead, seconds / (work × a reference forward's seconds): on the
+    reference forwards timed around each chapter (``around``: Σ work × the chapter's own timing,
+    RF·s; :data:`REFERENCE_AROUND_SECONDS`), then on the mean of the one timed before the chapters
+    and the one timed after them, and on each (a machine's speed drifts within a build, and the
+    unit with it)."""
     head = f"zones book: the chapters took {seconds:,.0f} s and counted {work:.1f} RF of work"
     if work <= 0:
         return head
     if not after:
         return f"{head}; overhead {seconds / (work * before):.2f}× (a reference forward: {before:.2f} s)"
     unit = (before + after) / 2
-    return (f"{head}; overhead {seconds / (work * unit):.2f}× on the mean reference forward, "
+    near = f"{seconds / around:.2f}× on the reference forwards timed around each chapter, " if around else ""
+    return (f"{head}; overhead {near}{seconds / (work * unit):.2f}× on the mean reference forward, "
             f"{seconds / (work * before):.2f}× on the one before the chapters ({before:.2f} s) and "
             f"{seconds / (work * after):.2f}× on the one after them ({after:.2f} s)")
 
@@ -781,30 +790,38 @@ def _execute_chapters(root: Path, names: list[str], parameters: dict[str, Any] |
     refresh()
     ticker.start()
     done = []
-    spent = counted = 0.0   # the chapters' seconds and work, for the closing line
+    spent = counted = around = 0.0   # the chapters' seconds, work and work × unit, for the closing line
+    latest = reference               # the last reference forward timed
     try:
         with tempfile.TemporaryDirectory(prefix="zones-progress-") as folder, ChapterKernel() as kernel:
             for k, name in enumerate(names, 1):
                 bar.set_description_str(f"zones book: chapter {k}/{len(names)} {name}")
                 running.update(name=name, file=Path(folder) / f"{name}.work")
+                long = bool(reference) and (costs[name]["reference_forwards"] * estimate.seconds_per_forward()
+                                            >= REFERENCE_AROUND_SECONDS)
+                before = latest
                 start = time.time()
                 given = chapter_values(name, declared[name], budget, implicit, parameters)
                 done.append(execute_chapter(root, name, given, declared[name], log=say, note=BUDGET_NOTES.get(budget),
                                              progress_file=running["file"], kernel=kernel))
                 seconds = time.time() - start
                 work = read_progress(running["file"])
-                _store_timing(key, name, seconds, reference=reference, work=work)
+                if long:   # the unit drifts with the machine: a long chapter is weighed on the timings around it
+                    latest = reference_forward_seconds(repeats=1) or latest
+                unit = (before + latest) / 2 if reference else None
+                _store_timing(key, name, seconds, reference=unit, work=work, start=reference)
                 spent, counted = spent + round(seconds, 1), counted + round(work, 2)   # as recorded
+                around += round(work, 2) * round(unit, 3) if unit else 0.0
                 estimate.finish(name, seconds)
                 running.update(name=None, file=None)
                 refresh()
-                cost = f", {seconds / reference:.0f} reference forwards" if reference else ""
+                cost = f", {seconds / unit:.0f} reference forwards" if unit else ""
                 say(f"zones book: {name} done in {seconds:.0f} s{cost} ({work:.0f} counted)")
         if reference and done:  # the unit moves with the machine: time it again at the end
             after = reference_forward_seconds()
             if after:
                 _store_reference_end(key, after)
-            say(overhead_line(spent, counted, reference, after))
+            say(overhead_line(spent, counted, reference, after, around))
     finally:
         stop.set()
         bar.close()
