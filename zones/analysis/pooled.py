@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import rankdata
 
-from zones.analysis.importance import Correlation, spearman, spearman_rho
+from zones.analysis.importance import Correlation, _corr_rows, spearman, spearman_rho
 from zones.measure.bootstrap import N_PERMUTATIONS, N_RESAMPLES
 
 RHO_RUN_COLUMNS = ["depth", "seed", "model", "n_blocks", "rho", "ci_low", "ci_high", "half_width", "p_value"]
@@ -63,9 +63,9 @@ def clustered_spearman(part: pd.DataFrame, *, n_resamples: int = N_RESAMPLES, n_
     rng = np.random.default_rng(seed)
     codes = pd.factorize(part["depth"].astype(str) + ":" + part["layer"].astype(str))[0]
     members = [np.flatnonzero(codes == c) for c in range(codes.max() + 1)]
-    boots = np.array([spearman_rho(a[idx], d[idx]) for idx in
-                      (np.concatenate([members[i] for i in rng.integers(0, len(members), len(members))])
-                       for _ in range(n_resamples))])
+    draws = [np.concatenate([members[i] for i in rng.integers(0, len(members), len(members))])
+             for _ in range(n_resamples)]
+    boots = _resampled_rho(a, d, draws)
     low, high = (np.nanpercentile(boots, [2.5, 97.5]) if np.isfinite(boots).sum() >= n_resamples // 2
                  else (nan, nan))
     perm = np.tile(np.arange(n), (n_permutations, 1))
@@ -82,6 +82,21 @@ def clustered_spearman(part: pd.DataFrame, *, n_resamples: int = N_RESAMPLES, n_
     null = (shuffled @ dc) / np.sqrt((shuffled ** 2).sum(1) * (dc ** 2).sum())
     p_value = (1 + int((np.abs(null) >= abs(rho) - 1e-12).sum())) / (1 + n_permutations)
     return Correlation(rho, float(low), float(high), float(p_value), n)
+
+
+def _resampled_rho(a: np.ndarray, d: np.ndarray, draws: list[np.ndarray]) -> np.ndarray:
+    """Spearman ρ of ``(a[idx], d[idx])`` for each index array in ``draws``: the resamples of one
+    length ranked and correlated as the rows of one array (clusters of unequal size give
+    resamples of a few lengths), the same numbers as one ``spearman_rho`` call per resample."""
+    rho = np.full(len(draws), np.nan)
+    lengths = np.array([idx.size for idx in draws])
+    for length in np.unique(lengths):
+        rows = np.flatnonzero(lengths == length)
+        if length < 3:
+            continue
+        idx = np.stack([draws[r] for r in rows])                  # (resamples, length)
+        rho[rows] = _corr_rows(rankdata(a[idx], axis=-1), rankdata(d[idx], axis=-1))
+    return rho
 
 
 def rho_pooled(importance: pd.DataFrame, *, n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS,
