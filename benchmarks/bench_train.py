@@ -5,7 +5,14 @@ the achieved GFLOP/s from ``zones.series.flops_per_token`` (6·N + 12·depth·wi
 next to the fp32 GFLOP/s of a 2048² matmul timed before and after (the peak on this machine,
 under its current load). Also compares fused and foreach AdamW. Prints the CPU capability.
 
+``--overhead`` also times a reference forward (``zones.book.reference_forward_seconds``) and gives
+each step's overhead as the book reads it: step seconds / (the work the training loop counts for
+it, ``zones.core.progress.count_training``, × the reference forward's seconds). ``--ops N`` adds
+the N operators that take most of a step (``torch.profiler``, self CPU time per step): where the
+time the count does not see goes (attention at head size 16, copies, GELU, log-softmax).
+
     .venv/bin/python benchmarks/bench_train.py [--steps 8] [--threads 2] [--depths 8,12,16]
+    .venv/bin/python benchmarks/bench_train.py --overhead --ops 8
     ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 .venv/bin/python benchmarks/bench_train.py
 """
 from __future__ import annotations
@@ -52,6 +59,40 @@ def step_seconds(config, steps: int, fused: bool, clock: str = "wall") -> float:
     return min(times)  # the least disturbed step: other processes share these cores
 
 
+def counted_seconds(config, reference: float) -> float:
+    """Seconds the book expects of one step: the work the loop counts for it (forward, backward,
+    AdamW; ``zones.core.progress``) × a reference forward's seconds."""
+    from zones.core import progress
+
+    model = build_model(config)
+    before = progress.work_done()
+    progress.count_training(model, config.tokens_per_step)
+    return (progress.work_done() - before) * reference
+
+
+def top_operators(config, count: int, steps: int = 5) -> list[tuple[str, float]]:
+    """The ``count`` operators with the most self CPU time per step (ms), over ``steps`` steps."""
+    from torch.profiler import profile
+
+    model = build_model(config).train()
+    optimizer = make_optimizer(model, config)
+    batch = torch.randint(0, config.vocab_size, (config.batch_size, config.seq_len))
+
+    def step():
+        model(input_ids=batch, labels=batch).loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    for _ in range(2):
+        step()
+    with profile() as prof:
+        for _ in range(steps):
+            step()
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:count]
+    return [(e.key, e.self_cpu_time_total / 1e3 / steps) for e in events]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=8)
@@ -62,6 +103,9 @@ def main() -> None:
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                         help="wall seconds, or process CPU seconds (with --threads 1: robust to a loaded machine)")
     parser.add_argument("--foreach", action="store_true", help="also time foreach (unfused) AdamW")
+    parser.add_argument("--overhead", action="store_true",
+                        help="time a reference forward and give each step's overhead as the book reads it")
+    parser.add_argument("--ops", type=int, default=0, metavar="N", help="the N costliest operators of a step")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -77,14 +121,29 @@ def main() -> None:
             seconds = step_seconds(config, args.steps, fused, args.clock)
             tokens = config.tokens_per_step / seconds
             rows.append((depth, config.hidden_size, parameter_count(config), fused, tokens,
-                         tokens * flops_per_token(config) / 1e9))
+                         tokens * flops_per_token(config) / 1e9, seconds))
     after = matmul_gflops(clock=args.clock)
     peak = (before + after) / 2
     print(f"fp32 matmul 2048² after: {after:.1f} GFLOP/s; peak used below: {peak:.1f}")
-    print(f"{'depth':>5} {'width':>5} {'params':>8} {'AdamW':>8} {'tokens/s':>9} {'GFLOP/s':>8} {'of peak':>7}")
-    for depth, width, params, fused, tokens, gflops in rows:
-        print(f"{depth:>5} {width:>5} {params / 1e6:>7.2f}M {'fused' if fused else 'foreach':>8} {tokens:>9.0f} "
-              f"{gflops:>8.1f} {100 * gflops / peak:>6.1f}%")
+    reference = None
+    if args.overhead:
+        from zones.book import reference_forward_seconds
+
+        reference = reference_forward_seconds()
+        print(f"a reference forward (SmolLM2-135M, float32, 2,048 tokens): {reference:.2f} s")
+    extra = f" {'ms/step':>8} {'counted':>8} {'overhead':>8}" if reference else ""
+    print(f"{'depth':>5} {'width':>5} {'params':>8} {'AdamW':>8} {'tokens/s':>9} {'GFLOP/s':>8} {'of peak':>7}{extra}")
+    for depth, width, params, fused, tokens, gflops, seconds in rows:
+        line = (f"{depth:>5} {width:>5} {params / 1e6:>7.2f}M {'fused' if fused else 'foreach':>8} {tokens:>9.0f} "
+                f"{gflops:>8.1f} {100 * gflops / peak:>6.1f}%")
+        if reference:
+            counted = counted_seconds(profile_config(args.profile, depth, **overrides), reference)
+            line += f" {1e3 * seconds:>8.1f} {1e3 * counted:>8.1f} {seconds / counted:>7.2f}×"
+        print(line)
+    for depth in [int(d) for d in args.depths.split(",")] if args.ops else []:
+        config = profile_config(args.profile, depth, **overrides)
+        ops = ", ".join(f"{name} {ms:.1f}" for name, ms in top_operators(config, args.ops))
+        print(f"depth {depth}, ms per step by operator (self CPU): {ops}")
 
 
 if __name__ == "__main__":
