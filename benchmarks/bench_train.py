@@ -40,6 +40,14 @@ def matmul_gflops(n: int = 2048, repeats: int = 5, clock: str = "wall") -> float
     return 2 * n ** 3 / best / 1e9
 
 
+def train_step(model, optimizer, batch) -> None:
+    """One optimizer step as the training loop takes it: forward, backward, clip, AdamW."""
+    model(input_ids=batch, labels=batch).loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
 def step_seconds(config, steps: int, fused: bool, clock: str = "wall") -> float:
     model = build_model(config)
     model.train()
@@ -49,11 +57,7 @@ def step_seconds(config, steps: int, fused: bool, clock: str = "wall") -> float:
     times = []
     for i in range(steps + 2):
         start = CLOCKS[clock]()
-        loss = model(input_ids=batch, labels=batch).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        train_step(model, optimizer, batch)
         if i >= 2:  # the first two steps allocate
             times.append(CLOCKS[clock]() - start)
     return min(times)  # the least disturbed step: other processes share these cores
@@ -77,18 +81,11 @@ def top_operators(config, count: int, steps: int = 5) -> list[tuple[str, float]]
     model = build_model(config).train()
     optimizer = make_optimizer(model, config)
     batch = torch.randint(0, config.vocab_size, (config.batch_size, config.seq_len))
-
-    def step():
-        model(input_ids=batch, labels=batch).loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
     for _ in range(2):
-        step()
+        train_step(model, optimizer, batch)
     with profile() as prof:
         for _ in range(steps):
-            step()
+            train_step(model, optimizer, batch)
     events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:count]
     return [(e.key, e.self_cpu_time_total / 1e3 / steps) for e in events]
 

@@ -90,10 +90,8 @@ def _resampled_rho(a: np.ndarray, d: np.ndarray, draws: list[np.ndarray]) -> np.
     resamples of a few lengths), the same numbers as one ``spearman_rho`` call per resample."""
     rho = np.full(len(draws), np.nan)
     lengths = np.array([idx.size for idx in draws])
-    for length in np.unique(lengths):
+    for length in np.unique(lengths[lengths >= 3]):   # shorter resamples stay NaN, as spearman_rho gives
         rows = np.flatnonzero(lengths == length)
-        if length < 3:
-            continue
         idx = np.stack([draws[r] for r in rows])                  # (resamples, length)
         rho[rows] = _corr_rows(rankdata(a[idx], axis=-1), rankdata(d[idx], axis=-1))
     return rho
