@@ -15,14 +15,17 @@ it misses nothing; :func:`chapter_table`) and its expected cost at the budget
 (``zones.book.book_costs``, as ``zones book`` estimates it), plus the process CPU seconds of the chapter's kernel and its
 children. ``--budget class`` runs the chapters with that budget's values (as ``zones book --budget``).
 
-``--head`` instead measures the LM head's token chunk (``zones.measure.scoring.HEAD_CHUNK``): per-window
-NLL of one batch through ``head_nll_windows`` with each chunk size, interleaved, with the largest
-difference from the first size (the chunks change only which tokens share a call, not the numbers).
+``--head`` instead measures the LM head's token chunk (``zones.measure.scoring.HEAD_CHUNK``) and, after a
+colon, the rows its vocabulary-wide passes read at a time (``ROW_BLOCK``; default: the library's): per-window
+NLL (``head_nll_windows``) and NLL, KL and top-1 (``head_metrics``, of block 3 removed against the
+full model) of one batch with each setting, interleaved, with the largest difference from the first
+setting (chunks and row blocks change only which tokens share a call, not the numbers).
 
     .venv/bin/python benchmarks/bench_book.py --only pruning,layer_ablation
     .venv/bin/python benchmarks/bench_book.py --only alpha_profile --budget class
     ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 .venv/bin/python benchmarks/bench_book.py --only pruning
     .venv/bin/python benchmarks/bench_book.py --head 2048,512
+    .venv/bin/python benchmarks/bench_book.py --head 512:512,512:16
     .venv/bin/python benchmarks/bench_book.py --cache DIR   # a warm cache instead: what a rebuild costs
 
 ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2`` makes an AVX-512 machine run the AVX2
@@ -59,7 +62,7 @@ from zones.core.models import DEFAULT_MODEL, load_model
 from zones.core.progress import PROGRESS_ENV, read_progress
 from zones.figures import BOOK_MODE_ENV
 from zones.measure import scoring
-from zones.measure.blocks import BlockTrace
+from zones.measure.blocks import BlockTrace, skip_blocks
 
 REFERENCE_TOKENS = 2048
 SEQ_LEN = 256
@@ -111,40 +114,51 @@ def chapter_table(timed: dict[str, dict[str, float]], reference: float,
     return rows
 
 
-def bench_head(chunks: list[int], repeats: int) -> None:
+def bench_head(settings: list[str], repeats: int) -> None:
     loaded = load_model(DEFAULT_MODEL)
     windows = reference_windows(loaded)
     ids = windows.input_ids[:REFERENCE_TOKENS // SEQ_LEN]
     adapter = get_adapter(loaded.model)
-    saved = scoring.HEAD_CHUNK
-    times = {c: [] for c in chunks}
+    saved = scoring.HEAD_CHUNK, scoring.ROW_BLOCK
+    parsed = {s: (int(s.split(":")[0]), int(s.split(":")[1]) if ":" in s else saved[1]) for s in settings}
+    times = {s: dict(nll=[], metrics=[]) for s in settings}
     results = {}
     with torch.inference_mode():
-        hidden = BlockTrace(loaded.model, ids).final_hidden
+        trace = BlockTrace(loaded.model, ids)
+        with skip_blocks(loaded.model, [3]):
+            reduced = BlockTrace(loaded.model, ids).final_hidden
+        base = scoring.base_log_probs(adapter, trace.final_hidden)
         try:
             for _ in range(repeats + 1):  # the first round warms up
-                for chunk in chunks:
-                    scoring.HEAD_CHUNK = chunk
+                for setting, (chunk, rows) in parsed.items():
+                    scoring.HEAD_CHUNK, scoring.ROW_BLOCK = chunk, rows
                     start = time.perf_counter()
-                    results[chunk] = scoring.head_nll_windows(adapter, hidden, ids)
-                    times[chunk].append(time.perf_counter() - start)
+                    nll = scoring.head_nll_windows(adapter, trace.final_hidden, ids)
+                    times[setting]["nll"].append(time.perf_counter() - start)
+                    start = time.perf_counter()
+                    metrics = scoring.head_metrics(adapter, reduced, trace.final_hidden, ids,
+                                                   base if chunk == saved[0] else None)
+                    times[setting]["metrics"].append(time.perf_counter() - start)
+                    results[setting] = [nll, *metrics.values()]
         finally:
-            scoring.HEAD_CHUNK = saved
+            scoring.HEAD_CHUNK, scoring.ROW_BLOCK = saved
     print(machine_line())
-    print(f"LM head + log-sum-exp of {ids.numel() - ids.shape[0]} tokens ({DEFAULT_MODEL}), median of {repeats}:")
-    first = chunks[0]
-    for chunk in chunks:
-        t = statistics.median(times[chunk][1:])
-        diff = float(abs(results[chunk] - results[first]).max())
-        print(f"  HEAD_CHUNK {chunk:5d}: {t:6.3f} s  ({t / statistics.median(times[first][1:]):.2f} x chunk {first}); "
-              f"largest per-window NLL difference {diff:.3g}")
+    print(f"LM head of {ids.numel() - ids.shape[0]} tokens ({DEFAULT_MODEL}), median of {repeats} "
+          f"(chunk:rows; head_metrics reuses the full model's log-probabilities at chunk {saved[0]}):")
+    first = settings[0]
+    for setting in settings:
+        t = {k: statistics.median(v[1:]) for k, v in times[setting].items()}
+        t0 = {k: statistics.median(v[1:]) for k, v in times[first].items()}
+        diff = max(float(abs(a - b).max()) for a, b in zip(results[setting], results[first]))
+        print(f"  {setting:>10s}: NLL {t['nll']:6.3f} s ({t['nll'] / t0['nll']:.2f} x {first}), NLL+KL+top-1 "
+              f"{t['metrics']:6.3f} s ({t['metrics'] / t0['metrics']:.2f} x); largest per-window difference {diff:.3g}")
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default=None, help="comma-separated chapters (default: every chapter)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: PyTorch's choice)")
-    parser.add_argument("--head", default=None, help="compare LM-head chunk sizes instead, e.g. 2048,512")
+    parser.add_argument("--head", default=None, help="compare LM-head chunk sizes (and row blocks after a colon) instead, e.g. 2048,512 or 512:512,512:16")
     parser.add_argument("--cache", default=None, help="use this ZONES_CACHE (default: a new, empty one: cold)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--budget", default="cpu", choices=("class", "cpu", "gpu"),
@@ -153,7 +167,7 @@ def main(argv=None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.head:
-        bench_head([int(c) for c in args.head.split(",")], args.repeats)
+        bench_head(args.head.split(","), args.repeats)
         return
     root = project_root()
     names = execution_order(chapters(root))

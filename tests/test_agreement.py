@@ -91,3 +91,32 @@ def test_kept_and_recomputed_base_agree(monkeypatch):
     recomputed = agreement_window_losses(model, w, ["1", "2:mlp"], cache=False, progress=False)
     for column in ("nll", "kl", "top1"):
         np.testing.assert_allclose(kept[column], recomputed[column], rtol=1e-6, atol=1e-9)
+
+
+def test_the_row_blocks_change_no_number(monkeypatch):
+    """The vocabulary-wide passes visit the logits ROW_BLOCK rows at a time on a CPU: NLL, KL and
+    top-1 are the same to the bit as over whole chunks, with blocks that do not divide a chunk."""
+    from zones.measure import scoring
+    from zones.measure.blocks import BlockTrace
+
+    model = tiny_model("llama")
+    ids = windows().input_ids
+    trace = BlockTrace(model, ids)
+    adapter = get_adapter(model)
+    with skip_blocks(model, [1]):
+        reduced = BlockTrace(model, ids).final_hidden
+
+    def scores():
+        nll = scoring.head_nll_windows(adapter, reduced, ids)
+        base = scoring.base_log_probs(adapter, trace.final_hidden)
+        return [nll, *head_metrics(adapter, reduced, trace.final_hidden, ids, base).values(),
+                *head_metrics(adapter, reduced, trace.final_hidden, ids).values()]
+
+    monkeypatch.setattr(scoring, "HEAD_CHUNK", 23)
+    monkeypatch.setattr(scoring, "ROW_BLOCK", 10 ** 9)
+    whole = scores()
+    monkeypatch.setattr(scoring, "ROW_BLOCK", 4)  # 23-row chunks: five blocks of 4 and one of 3
+    for a, b in zip(whole, scores()):
+        np.testing.assert_array_equal(a, b)
+    assert scoring.row_blocks(10, torch.device("cpu")) == [slice(0, 4), slice(4, 8), slice(8, 10)]
+    assert scoring.row_blocks(10, torch.device("meta")) == [slice(0, 10)]  # a GPU: one block

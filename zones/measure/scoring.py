@@ -33,9 +33,12 @@ The LM head is the costliest step per scored set (for SmolLM2-135M, 49,152 logit
 about eight blocks' worth of multiply-adds plus the log-sum-exp). It runs on ``HEAD_CHUNK``
 tokens at a time: 512 tokens' logits (100 MB in float32) are read back by the log-sum-exp
 while still largely in cache, where 2,048 tokens' (400 MB) are not; the per-token NLL is the
-same to the bit (``benchmarks/bench_book.py --head`` measures both). KL from the full model and
-top-1 agreement (``metrics``) come from the same logits, and their NLL is the same to the bit
-as the loss alone.
+same to the bit (``benchmarks/bench_book.py --head`` measures both). On a CPU the passes over
+the vocabulary (the log-sum-exp's max, exp and sum; KL; argmax) then visit a chunk ``ROW_BLOCK``
+rows at a time: 16 rows' logits (3 MB) stay in the core's cache between those passes, where a
+chunk's go back to memory after each, and the rows are independent, so every number is the same to
+the bit (``--head`` measures both). KL from the full model and top-1 agreement (``metrics``) come
+from the same logits, and their NLL is the same to the bit as the loss alone.
 """
 from __future__ import annotations
 
@@ -69,6 +72,7 @@ from zones.measure.sublayer_removal import Removal, format_removal, normalize_re
 HEAD_CHUNK = 512  # tokens per LM-head call: bounds the logits held at once (see the module note)
 SETS_PER_PASS = 32  # removals scored on a batch before they are checked and stored together
 BASE_LOGP_BYTES = 512 * 2 ** 20  # the full model's log-probabilities of a batch are kept when they fit
+ROW_BLOCK = 16    # logits rows per vocabulary-wide pass on a CPU: 16 × 49,152 float32 = 3 MB, in a core's cache
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,15 @@ def _full_precision(device: torch.device):
 
 
 # --- the LM head: every head-side scorer (loss, KL, top-1) starts here ---------------------------
+
+def row_blocks(n: int, device: torch.device) -> list[slice]:
+    """The row blocks in which the vocabulary-wide passes read ``n`` rows of logits: ``ROW_BLOCK``
+    rows at a time on a CPU (each block's max, exp and sum then read it from cache, not memory),
+    all of them at once elsewhere (a GPU wants few, large kernels). Each row's numbers do not
+    depend on the block it is in."""
+    step = ROW_BLOCK if device.type == "cpu" else max(n, 1)
+    return [slice(s, min(s + step, n)) for s in range(0, n, step)]
+
 
 def head_inputs(adapter, hidden: torch.Tensor, *, normed: bool = False) -> torch.Tensor:
     """What the LM head reads, shape (batch·(length−1), width): the last hidden state of every
@@ -138,8 +151,10 @@ def head_nll_windows(adapter, hidden: torch.Tensor, input_ids: torch.Tensor, *,
             for start in range(0, target.shape[0], HEAD_CHUNK):
                 logits = _logits(adapter, inputs, start)
                 t = target[start:start + HEAD_CHUNK]
-                nll = torch.logsumexp(logits, dim=-1) - logits.gather(1, t[:, None])[:, 0]
-                per_token[start:start + HEAD_CHUNK] = nll.double()
+                for rows in row_blocks(logits.shape[0], logits.device):
+                    block = logits[rows]
+                    nll = torch.logsumexp(block, dim=-1) - block.gather(1, t[rows, None])[:, 0]
+                    per_token[start + rows.start:start + rows.stop] = nll.double()
     return per_token.reshape(batch, length).sum(-1).cpu().numpy()
 
 
@@ -158,7 +173,10 @@ def base_log_probs(adapter, base_hidden: torch.Tensor) -> list[torch.Tensor] | N
 
 
 def _log_probs(logits: torch.Tensor) -> torch.Tensor:
-    return logits - torch.logsumexp(logits, dim=-1, keepdim=True)
+    out = torch.empty_like(logits)
+    for rows in row_blocks(logits.shape[0], logits.device):
+        out[rows] = logits[rows] - torch.logsumexp(logits[rows], dim=-1, keepdim=True)
+    return out
 
 
 def head_metrics(adapter, hidden: torch.Tensor, base_hidden: torch.Tensor, input_ids: torch.Tensor,
@@ -176,14 +194,16 @@ def head_metrics(adapter, hidden: torch.Tensor, base_hidden: torch.Tensor, input
         with _full_precision(hidden.device):
             target = input_ids[:, 1:].reshape(-1).to(hidden.device)
             for i, s in enumerate(range(0, target.shape[0], HEAD_CHUNK)):
-                part = slice(s, s + HEAD_CHUNK)
-                logits = _logits(adapter, h, s)
-                lse = torch.logsumexp(logits, dim=-1)
-                out["nll"][part] = (lse - logits.gather(1, target[part, None])[:, 0]).double()
-                logq = logits - lse[:, None]
-                logp = _log_probs(_logits(adapter, b, s)) if base is None else base[i]
-                out["kl"][part] = (logp.exp() * (logp - logq)).double().sum(-1).clamp_min(0.0)
-                out["top1"][part] = (logits.argmax(-1) == logp.argmax(-1)).double()
+                chunk = _logits(adapter, h, s)
+                base_chunk = _log_probs(_logits(adapter, b, s)) if base is None else base[i]
+                for rows in row_blocks(chunk.shape[0], chunk.device):
+                    part = slice(s + rows.start, s + rows.stop)
+                    logits, logp = chunk[rows], base_chunk[rows]
+                    lse = torch.logsumexp(logits, dim=-1)
+                    out["nll"][part] = (lse - logits.gather(1, target[part, None])[:, 0]).double()
+                    logq = logits - lse[:, None]
+                    out["kl"][part] = (logp.exp() * (logp - logq)).double().sum(-1).clamp_min(0.0)
+                    out["top1"][part] = (logits.argmax(-1) == logp.argmax(-1)).double()
     return {m: v.reshape(batch, length).sum(-1).cpu().numpy() for m, v in out.items()}
 
 
