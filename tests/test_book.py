@@ -336,14 +336,23 @@ def test_a_long_chapter_is_weighed_on_the_reference_forwards_timed_around_it(tmp
 
 
 def test_a_damaged_timings_record_only_costs_the_estimate(capsys):
-    from zones.book import _store_timing, _timings_entry, chapter_costs, last_record, last_timings
+    from zones.book import (
+        DEFAULT_REFERENCE_FORWARDS,
+        EXPECTED_REFERENCE_FORWARDS,
+        _store_timing,
+        _timings_entry,
+        chapter_costs,
+        last_record,
+        last_timings,
+    )
 
     params = {"case": "damaged timings"}
     _store_timing(params, "pruning", 12.0)
     assert last_timings(params) == {"pruning": 12.0}
     costs = chapter_costs(["pruning", "claims", "new"], params)
     # seconds without a reference forward are read at REFERENCE_SECONDS_GUESS; the others are guesses
-    assert {k: v["reference_forwards"] for k, v in costs.items()} == {"pruning": 2.4, "claims": 2, "new": 10}
+    assert {k: v["reference_forwards"] for k, v in costs.items()} == {"pruning": 2.4, "claims": EXPECTED_REFERENCE_FORWARDS["cpu"]["claims"],
+                                                                  "new": DEFAULT_REFERENCE_FORWARDS}
     _store_timing(params, "healing", 10.0, reference=2.0, work=4.0)
     assert last_record(params)["chapters"]["healing"] == dict(seconds=10.0, reference_forwards=5.0, work=4.0,
                                                           reference_seconds=2.0)
@@ -558,3 +567,16 @@ def test_only_on_a_fresh_project_builds_with_pages_for_the_chapters_not_run(tmp_
     page = re.sub(r"<[^>]+>", "", (root / "book/_build/html/book/chapters/layer_ablation.html").read_text())
     assert "has not been executed in this build" in page and "zones book --only layer_ablation" in page
     assert not (root / "book/chapters/results/layer_ablation").exists()  # nothing was computed for it
+
+
+def test_the_opening_estimate_says_scaled_only_where_the_budget_was_not_measured(tmp_path, monkeypatch):
+    """Before: a class build said its estimate was "scaled from the cpu budget by tokens" while it
+    used the class budget's own measured costs."""
+    from zones.book import estimate_source
+
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path))  # no last build
+    key = {"budget": "class"}
+    assert estimate_source(["pruning", "sublayers"], "class", key) == "the expected costs"
+    assert estimate_source(["pruning"], "cpu", {}) == "the expected costs"
+    assert estimate_source(["pruning"], "gpu", {"budget": "gpu"}) == \
+        "the expected costs, scaled from the cpu budget by tokens"

@@ -85,16 +85,16 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 # What each chapter costs cold with its default parameters, per budget, in reference forwards (one
 # float32 SmolLM2-135M forward of 2,048 tokens, ``zones.core.progress``): the same on every machine. A
 # chapter not listed weighs DEFAULT_REFERENCE_FORWARDS; a chapter's last build replaces the guess.
-# cpu: measured on a cold build (README: the budget); sublayers, which trains the depth series, minus the
-# 16 of the second D12 seed the series no longer has. class and gpu are not measured yet: their costs are
-# the cpu ones scaled by the chapter's token budgets (:func:`budget_scale`), never the cpu figure itself.
-EXPECTED_REFERENCE_FORWARDS = {   # measured: cold builds of 9b9cb01 (Intel Xeon, 2 cores, AVX-512, float32)
-    "cpu": {"primer": 15, "alpha_profile": 4, "layer_ablation": 33, "importance_vs_alpha": 4, "pruning": 96,
-            "healing": 26, "task_accuracy": 97, "sublayers": 104, "predictors": 4, "depth_series": 11,
-            "spectral_lifecycle": 4, "teaching": 2, "across_models": 7, "claims": 2},
-    "class": {"primer": 10, "alpha_profile": 5, "layer_ablation": 11, "importance_vs_alpha": 5, "pruning": 16,
-              "healing": 15, "task_accuracy": 15, "sublayers": 29, "predictors": 5, "depth_series": 6,
-              "spectral_lifecycle": 4, "teaching": 2, "across_models": 9, "claims": 3},
+# cpu and class: measured on cold builds (README: the budget), each chapter's seconds over the reference
+# forward timed around it. gpu is not measured yet: its costs are the cpu ones scaled by the chapter's
+# token budgets (:func:`budget_scale`), never the cpu figure itself.
+EXPECTED_REFERENCE_FORWARDS = {   # measured: cold builds of 7a867e1 (Intel Xeon, 2 cores, AVX-512, float32)
+    "cpu": {"primer": 15, "alpha_profile": 2, "layer_ablation": 31, "importance_vs_alpha": 1, "pruning": 91,
+            "healing": 20, "task_accuracy": 99, "sublayers": 110, "predictors": 1, "depth_series": 9,
+            "spectral_lifecycle": 1, "teaching": 1, "across_models": 3, "claims": 1},
+    "class": {"primer": 8, "alpha_profile": 2, "layer_ablation": 7, "importance_vs_alpha": 2, "pruning": 10,
+              "healing": 8, "task_accuracy": 13, "sublayers": 23, "predictors": 1, "depth_series": 2,
+              "spectral_lifecycle": 1, "teaching": 1, "across_models": 3, "claims": 1},
     "gpu": {},
 }
 DEFAULT_REFERENCE_FORWARDS = 10
@@ -675,6 +675,16 @@ def book_costs(root: Path, names: list[str], parameters: dict[str, Any] | None =
     return chapter_costs(names, key, budget, scales)
 
 
+def estimate_source(names: list[str], budget: str, key: dict[str, Any]) -> str:
+    """What the opening estimate rests on: the last build with these parameters (``key``), else the
+    expected costs, "scaled from the cpu budget by tokens" where ``budget`` was not measured for a
+    chapter (:func:`measured_budget`)."""
+    if last_timings(key):
+        return "the last build"
+    scaled = any(measured_budget(n, budget) != budget for n in names)
+    return f"the expected costs{', scaled from the cpu budget by tokens' if scaled else ''}"
+
+
 def opening_line(names: list[str], costs: dict[str, dict[str, Any]], budget: str, seconds_per_forward: float,
                  source: str) -> str:
     """The build's first estimate: the chapters, the budget, the minutes and reference forwards
@@ -763,9 +773,7 @@ def _execute_chapters(root: Path, names: list[str], parameters: dict[str, Any] |
     estimate = Estimate(costs, reference)
     if reference:
         say(f"zones book: a reference forward (SmolLM2-135M, float32, 2,048 tokens) takes {reference:.2f} s here")
-    source = "the last build" if last_timings(key) else (
-        f"the expected costs{'' if budget == DEFAULT_BUDGET else ', scaled from the cpu budget by tokens'}")
-    say(opening_line(names, costs, budget, estimate.seconds_per_forward(), source))
+    say(opening_line(names, costs, budget, estimate.seconds_per_forward(), estimate_source(names, budget, key)))
     quiet = quiet_nested_bars(progress)  # other tools' bars (in this process) stay out of the book's line
     terminal = quiet.__enter__()
     bar = tqdm(total=max(estimate.total, 1e-9), unit="ref", file=terminal, disable=not progress,
