@@ -32,12 +32,11 @@ uses; ``zones.measure.ablation`` and ``zones.measure.agreement`` read the same s
 The LM head is the costliest step per scored set (for SmolLM2-135M, 49,152 logits per token:
 about eight blocks' worth of multiply-adds plus the log-sum-exp). It runs on ``HEAD_CHUNK``
 tokens at a time: 512 tokens' logits (100 MB in float32) are read back by the log-sum-exp
-while still largely in cache, where 2,048 tokens' (400 MB) are not; the per-token NLL is the
-same to the bit (``benchmarks/bench_book.py --head`` measures both). On a CPU the passes over
-the vocabulary (the log-sum-exp's max, exp and sum; KL; argmax) then visit a chunk ``ROW_BLOCK``
-rows at a time: 16 rows' logits (3 MB) stay in the core's cache between those passes, where a
-chunk's go back to memory after each, and the rows are independent, so every number is the same to
-the bit (``--head`` measures both). KL from the full model and top-1 agreement (``metrics``) come
+while still largely in cache, where 2,048 tokens' (400 MB) are not. On a CPU the passes over the
+vocabulary (the log-sum-exp's max, exp and sum; KL; argmax) then visit a chunk ``ROW_BLOCK`` rows
+at a time: 16 rows' logits (3 MB) stay in the core's cache between those passes, where a chunk's go
+back to memory after each. The rows are independent, so neither the chunk nor the row block changes
+a number, to the bit (``benchmarks/bench_book.py --head 512:1000000,512:16`` measures them). KL from the full model and top-1 agreement (``metrics``) come
 from the same logits, and their NLL is the same to the bit as the loss alone.
 """
 from __future__ import annotations
