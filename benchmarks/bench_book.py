@@ -16,7 +16,8 @@ it misses nothing; :func:`chapter_table`) and its expected cost at the budget
 children. ``--budget class`` runs the chapters with that budget's values (as ``zones book --budget``).
 
 ``--head`` instead measures the LM head's token chunk (``zones.measure.scoring.HEAD_CHUNK``) and, after a
-colon, the rows its vocabulary-wide passes read at a time (``ROW_BLOCK``; default: the library's): per-window
+colon, the rows its vocabulary-wide passes read at a time (``ROW_BLOCK_BYTES`` in rows of the model's logits;
+default: the library's): per-window
 NLL (``head_nll_windows``) and NLL, KL and top-1 (``head_metrics``, of block 3 removed against the
 full model) of one batch with each setting, interleaved, with the largest difference from the first
 setting (chunks and row blocks change only which tokens share a call, not the numbers).
@@ -119,8 +120,9 @@ def bench_head(settings: list[str], repeats: int) -> None:
     windows = reference_windows(loaded)
     ids = windows.input_ids[:REFERENCE_TOKENS // SEQ_LEN]
     adapter = get_adapter(loaded.model)
-    saved = scoring.HEAD_CHUNK, scoring.ROW_BLOCK
-    parsed = {s: (int(s.split(":")[0]), int(s.split(":")[1]) if ":" in s else saved[1]) for s in settings}
+    saved = scoring.HEAD_CHUNK, scoring.ROW_BLOCK_BYTES
+    row = loaded.model.config.vocab_size * 4  # one row of float32 logits
+    parsed = {s: (int(s.split(":")[0]), int(s.split(":")[1]) * row if ":" in s else saved[1]) for s in settings}
     times = {s: dict(nll=[], metrics=[]) for s in settings}
     results = {}
     with torch.inference_mode():
@@ -131,7 +133,7 @@ def bench_head(settings: list[str], repeats: int) -> None:
         try:
             for _ in range(repeats + 1):  # the first round warms up
                 for setting, (chunk, rows) in parsed.items():
-                    scoring.HEAD_CHUNK, scoring.ROW_BLOCK = chunk, rows
+                    scoring.HEAD_CHUNK, scoring.ROW_BLOCK_BYTES = chunk, rows
                     start = time.perf_counter()
                     nll = scoring.head_nll_windows(adapter, trace.final_hidden, ids)
                     times[setting]["nll"].append(time.perf_counter() - start)
@@ -141,7 +143,7 @@ def bench_head(settings: list[str], repeats: int) -> None:
                     times[setting]["metrics"].append(time.perf_counter() - start)
                     results[setting] = [nll, *metrics.values()]
         finally:
-            scoring.HEAD_CHUNK, scoring.ROW_BLOCK = saved
+            scoring.HEAD_CHUNK, scoring.ROW_BLOCK_BYTES = saved
     print(machine_line())
     print(f"LM head of {ids.numel() - ids.shape[0]} tokens ({DEFAULT_MODEL}), median of {repeats} "
           f"(chunk:rows; head_metrics reuses the full model's log-probabilities at chunk {saved[0]}):")

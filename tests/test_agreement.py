@@ -94,7 +94,7 @@ def test_kept_and_recomputed_base_agree(monkeypatch):
 
 
 def test_the_row_blocks_change_no_number(monkeypatch):
-    """The vocabulary-wide passes visit the logits ROW_BLOCK rows at a time on a CPU: NLL, KL and
+    """The vocabulary-wide passes visit the logits ROW_BLOCK_BYTES at a time on a CPU: NLL, KL and
     top-1 are the same to the bit as over whole chunks, with blocks that do not divide a chunk."""
     from zones.measure import scoring
     from zones.measure.blocks import BlockTrace
@@ -105,6 +105,7 @@ def test_the_row_blocks_change_no_number(monkeypatch):
     adapter = get_adapter(model)
     with skip_blocks(model, [1]):
         reduced = BlockTrace(model, ids).final_hidden
+    row = model.config.vocab_size * 4  # one row of float32 logits
 
     def scores():
         nll = scoring.head_nll_windows(adapter, reduced, ids)
@@ -113,10 +114,21 @@ def test_the_row_blocks_change_no_number(monkeypatch):
                 *head_metrics(adapter, reduced, trace.final_hidden, ids).values()]
 
     monkeypatch.setattr(scoring, "HEAD_CHUNK", 23)
-    monkeypatch.setattr(scoring, "ROW_BLOCK", 10 ** 9)
+    monkeypatch.setattr(scoring, "ROW_BLOCK_BYTES", 10 ** 12)
     whole = scores()
-    monkeypatch.setattr(scoring, "ROW_BLOCK", 4)  # 23-row chunks: five blocks of 4 and one of 3
+    monkeypatch.setattr(scoring, "ROW_BLOCK_BYTES", 4 * row + 3)  # 23-row chunks: five blocks of 4 and one of 3
     for a, b in zip(whole, scores()):
         np.testing.assert_array_equal(a, b)
-    assert scoring.row_blocks(10, torch.device("cpu")) == [slice(0, 4), slice(4, 8), slice(8, 10)]
-    assert scoring.row_blocks(10, torch.device("meta")) == [slice(0, 10)]  # a GPU: one block
+    logits = torch.zeros(10, model.config.vocab_size)
+    assert scoring.row_blocks(logits) == [slice(0, 4), slice(4, 8), slice(8, 10)]
+    assert scoring.row_blocks(logits.to("meta")) == [slice(0, 10)]  # a GPU: one block
+
+
+def test_a_small_vocabulary_reads_a_chunk_in_one_block():
+    """The row blocks are sized in bytes: SmolLM2's 49,152-wide rows go 16 at a time, and a chunk
+    of a depth-series model's 1,024-wide logits (2 MB) is one block, not 32 calls of 16 rows each
+    (a tiny model's scoring paid ~49,000 log-sum-exp calls in the depth-series chapter)."""
+    from zones.measure import scoring
+
+    assert scoring.row_blocks(torch.zeros(512, 49_152))[:2] == [slice(0, 16), slice(16, 32)]
+    assert scoring.row_blocks(torch.zeros(512, 1_024)) == [slice(0, 512)]

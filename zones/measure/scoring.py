@@ -33,9 +33,9 @@ The LM head is the costliest step per scored set (for SmolLM2-135M, 49,152 logit
 about eight blocks' worth of multiply-adds plus the log-sum-exp). It runs on ``HEAD_CHUNK``
 tokens at a time: 512 tokens' logits (100 MB in float32) are read back by the log-sum-exp
 while still largely in cache, where 2,048 tokens' (400 MB) are not. On a CPU the passes over the
-vocabulary (the log-sum-exp's max, exp and sum; KL; argmax) then visit a chunk ``ROW_BLOCK`` rows
-at a time: 16 rows' logits (3 MB) stay in the core's cache between those passes, where a chunk's go
-back to memory after each. The rows are independent, so neither the chunk nor the row block changes
+vocabulary (the log-sum-exp's max, exp and sum; KL; argmax) then visit a chunk ``ROW_BLOCK_BYTES`` of
+logits at a time: 3 MB (16 rows of SmolLM2's) stay in the core's cache between those passes, where a
+chunk's go back to memory after each; a small vocabulary's chunk fits whole, and is one block. The rows are independent, so neither the chunk nor the row block changes
 a number, to the bit (``benchmarks/bench_book.py --head 512:1000000,512:16`` measures them). KL from the full model and top-1 agreement (``metrics``) come
 from the same logits, and their NLL is the same to the bit as the loss alone.
 """
@@ -71,7 +71,7 @@ from zones.measure.sublayer_removal import Removal, format_removal, normalize_re
 HEAD_CHUNK = 512  # tokens per LM-head call: bounds the logits held at once (see the module note)
 SETS_PER_PASS = 32  # removals scored on a batch before they are checked and stored together
 BASE_LOGP_BYTES = 512 * 2 ** 20  # the full model's log-probabilities of a batch are kept when they fit
-ROW_BLOCK = 16    # logits rows per vocabulary-wide pass on a CPU: 16 × 49,152 float32 = 3 MB, in a core's cache
+ROW_BLOCK_BYTES = 3 * 2 ** 20  # logits per vocabulary-wide pass on a CPU: in a core's cache (16 rows of 49,152 float32)
 
 
 @dataclass(frozen=True)
@@ -104,12 +104,15 @@ def _full_precision(device: torch.device):
 
 # --- the LM head: every head-side scorer (loss, KL, top-1) starts here ---------------------------
 
-def row_blocks(n: int, device: torch.device) -> list[slice]:
-    """The row blocks in which the vocabulary-wide passes read ``n`` rows of logits: ``ROW_BLOCK``
-    rows at a time on a CPU (each block's max, exp and sum then read it from cache, not memory),
-    all of them at once elsewhere (a GPU wants few, large kernels). Each row's numbers do not
-    depend on the block it is in."""
-    step = ROW_BLOCK if device.type == "cpu" else max(n, 1)
+def row_blocks(logits: torch.Tensor) -> list[slice]:
+    """The row blocks in which the vocabulary-wide passes read a chunk of ``logits`` (rows ×
+    vocabulary): ``ROW_BLOCK_BYTES`` at a time on a CPU (each block's max, exp and sum then read
+    it from cache, not memory; a small vocabulary's chunk is one block, not many small calls), all
+    of it at once elsewhere (a GPU wants few, large kernels). Each row's numbers do not depend on
+    the block it is in."""
+    n = logits.shape[0]
+    row_bytes = max(1, logits.shape[-1] * logits.element_size())
+    step = max(1, ROW_BLOCK_BYTES // row_bytes) if logits.device.type == "cpu" else max(n, 1)
     return [slice(s, min(s + step, n)) for s in range(0, n, step)]
 
 
@@ -150,7 +153,7 @@ def head_nll_windows(adapter, hidden: torch.Tensor, input_ids: torch.Tensor, *,
             for start in range(0, target.shape[0], HEAD_CHUNK):
                 logits = _logits(adapter, inputs, start)
                 t = target[start:start + HEAD_CHUNK]
-                for rows in row_blocks(logits.shape[0], logits.device):
+                for rows in row_blocks(logits):
                     block = logits[rows]
                     nll = torch.logsumexp(block, dim=-1) - block.gather(1, t[rows, None])[:, 0]
                     per_token[start + rows.start:start + rows.stop] = nll.double()
@@ -173,7 +176,7 @@ def base_log_probs(adapter, base_hidden: torch.Tensor) -> list[torch.Tensor] | N
 
 def _log_probs(logits: torch.Tensor) -> torch.Tensor:
     out = torch.empty_like(logits)
-    for rows in row_blocks(logits.shape[0], logits.device):
+    for rows in row_blocks(logits):
         out[rows] = logits[rows] - torch.logsumexp(logits[rows], dim=-1, keepdim=True)
     return out
 
@@ -195,7 +198,7 @@ def head_metrics(adapter, hidden: torch.Tensor, base_hidden: torch.Tensor, input
             for i, s in enumerate(range(0, target.shape[0], HEAD_CHUNK)):
                 chunk = _logits(adapter, h, s)
                 base_chunk = _log_probs(_logits(adapter, b, s)) if base is None else base[i]
-                for rows in row_blocks(chunk.shape[0], chunk.device):
+                for rows in row_blocks(chunk):
                     part = slice(s + rows.start, s + rows.stop)
                     logits, logp = chunk[rows], base_chunk[rows]
                     lse = torch.logsumexp(logits, dim=-1)
