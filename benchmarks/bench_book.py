@@ -16,11 +16,10 @@ it misses nothing; :func:`chapter_table`) and its expected cost at the budget
 children. ``--budget class`` runs the chapters with that budget's values (as ``zones book --budget``).
 
 ``--head`` instead measures the LM head's token chunk (``zones.measure.scoring.HEAD_CHUNK``) and, after a
-colon, the rows its vocabulary-wide passes read at a time (``ROW_BLOCK_BYTES`` in rows of the model's logits;
-default: the library's): per-window
-NLL (``head_nll_windows``) and NLL, KL and top-1 (``head_metrics``, of block 3 removed against the
-full model) of one batch with each setting, interleaved, with the largest difference from the first
-setting (chunks and row blocks change only which tokens share a call, not the numbers).
+colon, the rows its vocabulary-wide passes read at a time (``ROW_BLOCK_BYTES``, given in rows of the
+model's logits; default: the library's): per-window NLL (``head_nll_windows``) and NLL, KL and
+top-1 (``head_metrics``, of block 3 removed against the full model) of one batch with each setting,
+interleaved, with the largest difference from the first setting (chunks and row blocks change only which tokens share a call, not the numbers).
 
     .venv/bin/python benchmarks/bench_book.py --only pruning,layer_ablation
     .venv/bin/python benchmarks/bench_book.py --only alpha_profile --budget class

@@ -33,11 +33,13 @@ The LM head is the costliest step per scored set (for SmolLM2-135M, 49,152 logit
 about eight blocks' worth of multiply-adds plus the log-sum-exp). It runs on ``HEAD_CHUNK``
 tokens at a time: 512 tokens' logits (100 MB in float32) are read back by the log-sum-exp
 while still largely in cache, where 2,048 tokens' (400 MB) are not. On a CPU the passes over the
-vocabulary (the log-sum-exp's max, exp and sum; KL; argmax) then visit a chunk ``ROW_BLOCK_BYTES`` of
-logits at a time: 3 MB (16 rows of SmolLM2's) stay in the core's cache between those passes, where a
-chunk's go back to memory after each; a small vocabulary's chunk fits whole, and is one block. The rows are independent, so neither the chunk nor the row block changes
-a number, to the bit (``benchmarks/bench_book.py --head 512:1000000,512:16`` measures them). KL from the full model and top-1 agreement (``metrics``) come
-from the same logits, and their NLL is the same to the bit as the loss alone.
+vocabulary (the log-sum-exp's max, exp and sum; KL; argmax) then visit a chunk ``ROW_BLOCK_BYTES``
+of logits at a time: 3 MB (16 rows of SmolLM2's) stay in the core's cache between those passes,
+where a chunk's go back to memory after each; a small vocabulary's chunk fits whole and is one
+block. The rows are independent, so neither the chunk nor the row block changes a number, to the
+bit (``benchmarks/bench_book.py --head 512:1000000,512:16`` measures them). KL from the full model
+and top-1 agreement (``metrics``) come from the same logits, and their NLL is the same to the bit
+as the loss alone.
 """
 from __future__ import annotations
 
