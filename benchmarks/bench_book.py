@@ -49,6 +49,7 @@ from zones.book import (
     chapter_source,
     chapter_values,
     chapters,
+    copy_project,
     declared_parameters,
     execution_order,
     machine_line,
@@ -85,14 +86,18 @@ def time_chapters(names: list[str], root: Path, budget: str = "cpu") -> dict[str
     quiet = {BOOK_MODE_ENV: "1", "TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
     os.environ.update(quiet)  # as zones.book.execute_chapter runs them (inherited by the kernel)
     with tempfile.TemporaryDirectory(prefix="zones-bench-book-") as tmp:
+        # Run where zones book runs them, in a copy's book/chapters: a chapter that reads the
+        # project (the teaching chapter's list of chapters) finds it; this checkout is not touched.
+        folder = copy_project(Path(tmp) / "project", root=root) / "book" / "chapters"
+        folder.mkdir(parents=True, exist_ok=True)
         for name in names:
-            target = Path(tmp) / f"{name}.ipynb"
+            target = folder / f"{name}.ipynb"
             os.environ[PROGRESS_ENV] = str(Path(tmp) / f"{name}.work")
             print(f"executing {name} ...", file=sys.stderr, flush=True)
             start, cpu = time.perf_counter(), _children_cpu()
             source = chapter_source(root, name)
             values = chapter_values(name, declared_parameters(source), budget, {}, {})
-            run_notebook(source, target, values, cwd=Path(tmp))
+            run_notebook(source, target, values, cwd=folder)
             out[name] = dict(seconds=time.perf_counter() - start, cpu=_children_cpu() - cpu,
                              work=read_progress(os.environ[PROGRESS_ENV]))
             print(f"  {name}: {out[name]['seconds']:.0f} s", file=sys.stderr, flush=True)

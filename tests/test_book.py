@@ -434,6 +434,21 @@ def test_bench_book_shows_each_chapters_overhead_over_its_counted_work():
     assert rows[1]["overhead"] is None and rows[1]["expected"] is None  # nothing counted, no estimate
 
 
+def test_bench_book_runs_a_chapter_that_reads_the_project(tmp_path, monkeypatch):
+    """bench_book ran each chapter in a bare temporary folder, where the teaching chapter's
+    ``project_root()`` found no ``_toc.yml`` and a whole-book benchmark stopped there."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_book.py"
+    spec = importlib.util.spec_from_file_location("bench_book", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "cache"))
+    root = Path(__file__).resolve().parents[1]
+    timed = bench.time_chapters(["teaching"], root, budget="class")
+    assert timed["teaching"]["seconds"] > 0
+
+
 def test_every_assignment_in_a_parameters_cell_is_a_parameter_papermill_sees():
     """papermill skips a line it cannot parse (a ';' in its comment, say) with only a log line:
     the parameter would then be unknown to `zones book --param` and to papermill's injection."""
