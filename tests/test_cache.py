@@ -279,3 +279,28 @@ def test_inside_a_refresh_what_was_cached_before_is_computed_once_again(monkeypa
     assert cached_table("unit", parts, compute)["a"].tolist() == [2] and len(calls) == 2  # the replacement stays
     with refreshing(on=False):
         assert cached_table("unit", parts, compute)["a"].tolist() == [2]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads through Linux's /proc")
+def test_reading_a_cached_table_starts_no_thread_that_could_abort_the_process_at_exit(tmp_path):
+    """Arrow's thread pools, once started, can abort a process as it exits (SIGABRT, "terminate
+    called without an active exception"): a finished kernel or CLI run would fail. Writes and
+    reads start none; counted in a fresh process, where no earlier test started them."""
+    import subprocess
+    import sys
+
+    script = (
+        "import os; from pathlib import Path; import pandas as pd; "
+        "from zones.core.cache import cached_table, read_table, write_table; "
+        "threads = lambda: len(os.listdir('/proc/self/task')); "
+        "parts = {'kind': 'unit', 'case': 'threads'}; before = threads(); "
+        "cached_table('unit', parts, lambda: pd.DataFrame({'a': [1, 2]})); "
+        "write_table(pd.DataFrame({'a': [3]}), Path(os.environ['ZONES_CACHE']) / 'plain.parquet'); "
+        "cached_table('unit', parts, lambda: None); "
+        "read_table(Path(os.environ['ZONES_CACHE']) / 'plain.parquet'); "
+        "print(before, threads())"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                          env={**os.environ, "ZONES_CACHE": str(tmp_path)})
+    before, after = map(int, done.stdout.split())
+    assert after == before, f"writing and reading tables started {after - before} threads"

@@ -345,7 +345,22 @@ def _table_bytes(df: pd.DataFrame, suffix: str) -> bytes:
 
 def read_table(path: Path) -> pd.DataFrame:
     path = Path(path)
-    return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+    return read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+
+
+def read_parquet(source: Path | bytes) -> pd.DataFrame:
+    """A Parquet table (a file or its bytes), read without starting a thread. A process in which
+    Arrow has started its thread pools may abort as it exits ("terminate called without an
+    active exception", SIGABRT; 9 of 300 short processes under load here, with pandas'
+    ``read_parquet``), failing a kernel, a worker or a CLI run after its work was done. Even
+    ``use_threads=False`` starts one; ``ParquetFile.read`` on an in-memory buffer starts none.
+    The book's tables are small: one thread reads them as fast."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = Path(source).read_bytes() if isinstance(source, (str, Path)) else source
+    table = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
+    return table.to_pandas(use_threads=False)
 
 
 # --- refreshing: recompute instead of reading ------------------------------------------------------
@@ -505,7 +520,7 @@ def read_cached_table(path: Path, key_parts: dict[str, Any]) -> pd.DataFrame | N
         return None
     data, record = found
     try:
-        df = pd.read_parquet(io.BytesIO(data))
+        df = read_parquet(data)
     except Exception as err:  # noqa: BLE001 - any parse failure is a damaged entry
         raise _damaged(Path(path), f"unreadable parquet: {err}") from None
     if [str(c) for c in df.columns] != record.get("columns") or len(df) != record.get("rows"):
