@@ -12,8 +12,10 @@ and per chapter the seconds, the reference forwards (seconds / reference), the w
 counted (``zones.core.progress``, in reference forwards: the same on every machine and under any
 load), the overhead (seconds / (counted × the reference's seconds): what the count misses, 1 when
 it misses nothing; :func:`chapter_table`) and its expected cost at the budget
-(``zones.book.book_costs``, as ``zones book`` estimates it), plus the process CPU seconds of the chapter's kernel and its
-children. ``--budget class`` runs the chapters with that budget's values (as ``zones book --budget``).
+(``zones.book.book_costs``, as ``zones book`` estimates it; a chapter that took longer is flagged
+"slower than expected": an estimate of time, not the budget, which is on counted work), plus the
+process CPU seconds of the chapter's kernel and its children; the total row gives the chapters'
+overhead as a whole. ``--budget class`` runs the chapters with that budget's values (as ``zones book --budget``).
 
 ``--head`` instead measures the LM head's token chunk (``zones.measure.scoring.HEAD_CHUNK``) and, after a
 colon, the rows its vocabulary-wide passes read at a time (``ROW_BLOCK_BYTES``, given in rows of the
@@ -201,12 +203,17 @@ def main(argv=None) -> None:
     expected = {n: c["reference_forwards"] if c["estimated"] else None for n, c in costs.items()}
     for row in chapter_table(timed, reference, expected):
         expected = row["expected"]
-        flag = "" if expected is None or row["forwards"] <= expected else "  over budget"
+        # the estimate zones book starts from (time, in reference forwards); the budget is on counted work
+        flag = "" if expected is None or row["forwards"] <= expected else "  slower than expected"
         overhead = f"{row['overhead']:8.2f}" if row["overhead"] is not None else f"{'-':>8s}"
         print(f"{row['chapter']:22s} {row['seconds']:8.0f} {row['forwards']:9.1f} {row['work']:8.1f} {overhead} "
               f"{row['cpu']:7.0f} {f'{expected:.0f}' if expected is not None else '-':>9s}{flag}")
     total = setup + sum(t["seconds"] for t in timed.values())
-    print(f"{'total':22s} {total:8.0f} {total / reference:9.1f} {sum(t['work'] for t in timed.values()):8.1f}")
+    chapters_seconds = sum(t["seconds"] for t in timed.values())
+    work = sum(t["work"] for t in timed.values())
+    overhead = f"{chapters_seconds / (work * reference):8.2f}" if work > 0 else f"{'-':>8s}"
+    print(f"{'total':22s} {total:8.0f} {total / reference:9.1f} {work:8.1f} {overhead}  (overhead of the chapters, "
+          f"setup excluded)")
 
 
 if __name__ == "__main__":
