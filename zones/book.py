@@ -18,9 +18,12 @@ wherever ``_toc.yml`` places them.
 The terminal shows one progress bar over the chapters, with the time elapsed and an
 estimate of the time left, in one unit on every machine: the **reference forward** (one
 float32 SmolLM2-135M forward of 2,048 tokens, ``zones.core.progress``). The build first times
-one here (:func:`reference_forward_seconds`), again after each chapter expected to take longer than
+one (:func:`reference_forward_seconds`), again after each chapter expected to take longer than
 ``REFERENCE_AROUND_SECONDS`` and after the last, so each chapter's overhead (seconds / (work it
-counted × a reference forward's seconds)) is taken on the unit measured around it; each chapter weighs its cost in the last build
+counted × a reference forward's seconds)) is taken on the unit measured around it. Each is timed
+in the chapters' kernel (:func:`time_unit`), the process whose speed the chapters had (the same
+forward runs a few per cent faster or slower from one process to another); the first also
+imports torch and transformers there, which the first chapter paid before. Each chapter weighs its cost in the last build
 with the same parameters and budget (the record kept in the cache, ``cache_dir()/book``: seconds,
 reference forwards and the work the chapter counted), else its ``EXPECTED_REFERENCE_FORWARDS`` at
 the budget being built (a budget not measured: the cpu cost scaled by the chapter's token budgets,
@@ -756,6 +759,12 @@ def execute_chapters(root: Path, names: list[str], parameters: dict[str, Any] | 
                                  progress=progress, time_reference=time_reference)
 
 
+def time_unit(kernel: ChapterKernel, repeats: int = 2) -> float | None:
+    """A reference forward's seconds, timed in the chapters' ``kernel``
+    (:meth:`zones.kernel.ChapterKernel.reference_forward_seconds`)."""
+    return kernel.reference_forward_seconds(repeats=repeats)
+
+
 def _execute_chapters(root: Path, names: list[str], parameters: dict[str, Any] | None, *,
                       models: list[str] | None, budget: str, from_text: bool, progress: bool,
                       time_reference: bool) -> list[Path]:
@@ -769,74 +778,75 @@ def _execute_chapters(root: Path, names: list[str], parameters: dict[str, Any] |
     def say(message: str) -> None:  # above the bar, in the terminal
         tqdm.write(message, file=sys.stderr) if progress else print(message, flush=True)
 
-    reference = reference_forward_seconds() if names and time_reference else None
-    estimate = Estimate(costs, reference)
-    if reference:
-        say(f"zones book: a reference forward (SmolLM2-135M, float32, 2,048 tokens) takes {reference:.2f} s here")
-    say(opening_line(names, costs, budget, estimate.seconds_per_forward(), estimate_source(names, budget, key)))
-    quiet = quiet_nested_bars(progress)  # other tools' bars (in this process) stay out of the book's line
-    terminal = quiet.__enter__()
-    bar = tqdm(total=max(estimate.total, 1e-9), unit="ref", file=terminal, disable=not progress,
-               desc=f"zones book: chapter 1/{len(names)} {names[0]}" if names else "zones book",
-               bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed} elapsed{postfix}")
-    running: dict[str, Any] = dict(name=None, file=None)
-    stop = threading.Event()
+    with ChapterKernel() as kernel:   # the chapters' process: the unit is timed there too
+        reference = time_unit(kernel) if names and time_reference else None
+        estimate = Estimate(costs, reference)
+        if reference:
+            say(f"zones book: a reference forward (SmolLM2-135M, float32, 2,048 tokens) takes {reference:.2f} s here")
+        say(opening_line(names, costs, budget, estimate.seconds_per_forward(), estimate_source(names, budget, key)))
+        quiet = quiet_nested_bars(progress)  # other tools' bars (in this process) stay out of the book's line
+        terminal = quiet.__enter__()
+        bar = tqdm(total=max(estimate.total, 1e-9), unit="ref", file=terminal, disable=not progress,
+                   desc=f"zones book: chapter 1/{len(names)} {names[0]}" if names else "zones book",
+                   bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed} elapsed{postfix}")
+        running: dict[str, Any] = dict(name=None, file=None)
+        stop = threading.Event()
 
-    def refresh():  # the estimate moves with the work the running chapter reports
-        work = read_progress(running["file"]) if running["file"] else 0.0
-        position = estimate.position(running["name"], work)
-        bar.n = min(position, bar.total)
-        unknown = f" + {len(estimate.unknown)} chapter(s) with no estimate" if estimate.unknown else ""
-        bar.set_postfix_str(f"about {clock(estimate.seconds_left(position))} left{unknown}", refresh=False)
-        bar.refresh()
+        def refresh():  # the estimate moves with the work the running chapter reports
+            work = read_progress(running["file"]) if running["file"] else 0.0
+            position = estimate.position(running["name"], work)
+            bar.n = min(position, bar.total)
+            unknown = f" + {len(estimate.unknown)} chapter(s) with no estimate" if estimate.unknown else ""
+            bar.set_postfix_str(f"about {clock(estimate.seconds_left(position))} left{unknown}", refresh=False)
+            bar.refresh()
 
-    def tick():
-        while not stop.wait(PROGRESS_EVERY):
-            refresh()
-
-    ticker = threading.Thread(target=tick, daemon=True)
-    refresh()
-    ticker.start()
-    done = []
-    spent = counted = around = 0.0   # the chapters' seconds, work and work × unit, for the closing line
-    latest = reference               # the last reference forward timed
-    try:
-        with tempfile.TemporaryDirectory(prefix="zones-progress-") as folder, ChapterKernel() as kernel:
-            for k, name in enumerate(names, 1):
-                bar.set_description_str(f"zones book: chapter {k}/{len(names)} {name}")
-                running.update(name=name, file=Path(folder) / f"{name}.work")
-                long = bool(reference) and (costs[name]["reference_forwards"] * estimate.seconds_per_forward()
-                                            >= REFERENCE_AROUND_SECONDS)
-                before = latest
-                start = time.time()
-                given = chapter_values(name, declared[name], budget, implicit, parameters)
-                done.append(execute_chapter(root, name, given, declared[name], log=say, note=BUDGET_NOTES.get(budget),
-                                             progress_file=running["file"], kernel=kernel))
-                seconds = time.time() - start
-                work = read_progress(running["file"])
-                if long:   # the unit drifts with the machine: a long chapter is weighed on the timings around it
-                    # the fastest of two: the first forward after a chapter can run at half speed
-                    # (one build timed 5.62 s after the primer, against 2.58 s before it)
-                    latest = reference_forward_seconds(repeats=2) or latest
-                unit = (before + latest) / 2 if reference else None
-                _store_timing(key, name, seconds, reference=unit, work=work, start=reference)
-                spent, counted = spent + round(seconds, 1), counted + round(work, 2)   # as recorded
-                around += round(work, 2) * round(unit, 3) if unit else 0.0
-                estimate.finish(name, seconds)
-                running.update(name=None, file=None)
+        def tick():
+            while not stop.wait(PROGRESS_EVERY):
                 refresh()
-                cost = f", {seconds / unit:.0f} reference forwards" if unit else ""
-                say(f"zones book: {name} done in {seconds:.0f} s{cost} ({work:.0f} counted)")
-        if reference and done:  # the unit moves with the machine: time it again at the end
-            after = reference_forward_seconds()
-            if after:
-                _store_reference_end(key, after)
-            say(overhead_line(spent, counted, reference, after, around))
-    finally:
-        stop.set()
-        bar.close()
-        quiet.__exit__(None, None, None)
-    return done
+
+        ticker = threading.Thread(target=tick, daemon=True)
+        refresh()
+        ticker.start()
+        done = []
+        spent = counted = around = 0.0   # the chapters' seconds, work and work × unit, for the closing line
+        latest = reference               # the last reference forward timed
+        try:
+            with tempfile.TemporaryDirectory(prefix="zones-progress-") as folder:
+                for k, name in enumerate(names, 1):
+                    bar.set_description_str(f"zones book: chapter {k}/{len(names)} {name}")
+                    running.update(name=name, file=Path(folder) / f"{name}.work")
+                    long = bool(reference) and (costs[name]["reference_forwards"] * estimate.seconds_per_forward()
+                                                >= REFERENCE_AROUND_SECONDS)
+                    before = latest
+                    start = time.time()
+                    given = chapter_values(name, declared[name], budget, implicit, parameters)
+                    done.append(execute_chapter(root, name, given, declared[name], log=say, note=BUDGET_NOTES.get(budget),
+                                                 progress_file=running["file"], kernel=kernel))
+                    seconds = time.time() - start
+                    work = read_progress(running["file"])
+                    if long:   # the unit drifts with the machine: a long chapter is weighed on the timings around it
+                        # the fastest of two: the first forward after a chapter can run at half speed
+                        # (one build timed 5.62 s after the primer, against 2.58 s before it)
+                        latest = time_unit(kernel, repeats=2) or latest
+                    unit = (before + latest) / 2 if reference else None
+                    _store_timing(key, name, seconds, reference=unit, work=work, start=reference)
+                    spent, counted = spent + round(seconds, 1), counted + round(work, 2)   # as recorded
+                    around += round(work, 2) * round(unit, 3) if unit else 0.0
+                    estimate.finish(name, seconds)
+                    running.update(name=None, file=None)
+                    refresh()
+                    cost = f", {seconds / unit:.0f} reference forwards" if unit else ""
+                    say(f"zones book: {name} done in {seconds:.0f} s{cost} ({work:.0f} counted)")
+            if reference and done:  # the unit moves with the machine: time it again at the end
+                after = time_unit(kernel)
+                if after:
+                    _store_reference_end(key, after)
+                say(overhead_line(spent, counted, reference, after, around))
+        finally:
+            stop.set()
+            bar.close()
+            quiet.__exit__(None, None, None)
+        return done
 
 
 SUMMARY_PAGE = Path("book") / "chapters" / "claims_summary.md"   # the scorecard writes it; the intro includes it

@@ -21,6 +21,8 @@ cannot be trusted, so the next chapter gets a new one (:meth:`ChapterKernel.rest
 from __future__ import annotations
 
 import os
+import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -122,6 +124,22 @@ class ChapterKernel:
                   "from zones.kernel import fresh_state\n"
                   f"fresh_state({dict(environment)!r}, {str(Path(folder).resolve())!r})\n"
                   "del fresh_state")
+
+    def reference_forward_seconds(self, repeats: int = 2) -> float | None:
+        """``zones.book.reference_forward_seconds`` timed in this kernel, the process the chapters
+        run in: the same forward runs a few per cent faster or slower from one process to another
+        (five fresh processes: 2.28-2.51 s), so the unit of a chapter's overhead is timed where its
+        work ran. None when it could not be timed."""
+        with tempfile.TemporaryDirectory(prefix="zones-unit-") as folder:
+            out = Path(folder) / "seconds"
+            try:
+                self._run("from zones.book import reference_forward_seconds as _unit\n"
+                          f"with open({str(out)!r}, 'w') as _out:\n    _out.write(repr(_unit(repeats={int(repeats)})))\n"
+                          "del _unit, _out")
+            except Exception as err:  # noqa: BLE001 - the unit is a courtesy: never stop a build over it
+                print(f"zones book: no reference forward in the kernel ({err})", file=sys.stderr)
+            text = out.read_text().strip() if out.exists() else "None"
+        return None if text == "None" else float(text)
 
     def finish(self) -> None:
         """After a chapter: its counted work written to its progress file, as an exit would."""
