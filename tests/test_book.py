@@ -267,11 +267,21 @@ def test_a_kernel_restarted_after_a_failure_is_a_new_process():
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts descriptors in /proc")
 def test_chapters_in_a_shared_kernel_leave_no_descriptors_open(tmp_path):
     """Each chapter's kernel clients are closed after it. Before: nbclient left the client of a kernel
-    it did not own open, about 36 descriptors a chapter, and the CI run of 5 Dec ran past select()'s 1,024."""
+    it did not own open, about 36 descriptors a chapter, and the CI run of 5 Dec ran past select()'s 1,024.
+    A closed client's sockets are released by zmq's own thread a moment later (one CI run of 7 Dec
+    counted 12 more once, [40, 41, 43, 41, 53]), so each count is the fewest seen over a second."""
     import os
+    import time
 
     from zones.book import run_notebook
     from zones.kernel import ChapterKernel
+
+    def descriptors() -> int:
+        counts = []
+        for _ in range(20):
+            counts.append(len(os.listdir("/proc/self/fd")))
+            time.sleep(0.05)
+        return min(counts)
 
     source = _trivial_project(tmp_path) / "notebooks" / "first.md"
     opened = []
@@ -280,7 +290,7 @@ def test_chapters_in_a_shared_kernel_leave_no_descriptors_open(tmp_path):
             kernel.prepare({}, tmp_path)
             run_notebook(source, tmp_path / f"run{i}.ipynb", {"models": ["tiny"]}, kernel=kernel)
             kernel.finish()
-            opened.append(len(os.listdir("/proc/self/fd")))
+            opened.append(descriptors())
     assert opened[-1] - opened[1] < 12, opened   # from the second chapter on (the first opens what stays)
 
 
