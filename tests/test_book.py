@@ -264,6 +264,42 @@ def test_a_kernel_restarted_after_a_failure_is_a_new_process():
 
 
 
+def test_code_the_kernel_runs_between_chapters_raises_and_the_kernel_goes_on():
+    """Between chapters the kernel runs its own lines on one kept shell client (a NotebookClient
+    each time cost ~0.2 s, twice a chapter): an exception there is an error naming it, and the
+    kernel, the same process, goes on."""
+    from zones.kernel import ChapterKernel, KernelCodeError
+
+    with ChapterKernel() as kernel:
+        kernel._run("kept = 41")
+        with pytest.raises(KernelCodeError, match="ZeroDivisionError"):
+            kernel._run("1/0")
+        kernel._run("assert kept == 41")
+        with pytest.raises(KernelCodeError, match="AssertionError"):
+            kernel._run("assert kept == 0")
+
+
+def test_a_chapter_is_written_once_at_its_end_not_after_every_cell(tmp_path, monkeypatch):
+    """papermill rewrote the whole notebook (outputs and all) at every cell's start and end, ~0.5 s
+    a chapter; now the running copy is made at the start and the executed notebook written once."""
+    import nbformat
+    import papermill.engines
+    import papermill.execute
+
+    from zones.book import run_notebook
+
+    writes = []
+    for module in (papermill.engines, papermill.execute):
+        monkeypatch.setattr(module, "write_ipynb",
+                            lambda nb, path, _write=module.write_ipynb, **kw: (writes.append(path), _write(nb, path, **kw)))
+    source = _trivial_project(tmp_path) / "notebooks" / "first.md"
+    target = tmp_path / "first.ipynb"
+    run_notebook(source, target, {"models": ["tiny"]})
+    assert writes == [str(target)]
+    printed = "".join(o.get("text", "") for c in nbformat.read(target, as_version=4).cells for o in c.get("outputs", []))
+    assert "1 tiny" in printed
+
+
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts descriptors in /proc")
 def test_chapters_in_a_shared_kernel_leave_no_descriptors_open(tmp_path):
     """Each chapter's kernel clients are closed after it. Before: nbclient left the client of a kernel

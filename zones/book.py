@@ -336,9 +336,15 @@ def run_notebook(source: Path, target: Path, parameters: dict[str, Any] | None =
     its caller: :class:`zones.kernel.ChapterKernel`)."""
     shared = {} if kernel is None else {"km": kernel.manager}
     with tempfile.TemporaryDirectory() as tmp:
-        papermill.execute_notebook(str(as_ipynb(source, Path(tmp), note)), str(target), parameters=parameters or {},
+        notebook = as_ipynb(source, Path(tmp), note)
+        # ``target`` exists from the start (a killed build's is found and removed under the lock), but
+        # is written once, at the end (or with the failing cell's traceback): papermill's save after
+        # every cell's start and end rewrites the whole notebook, outputs and all, ~0.5 s a chapter.
+        shutil.copyfile(notebook, target)
+        papermill.execute_notebook(str(notebook), str(target), parameters=parameters or {},
                                    cwd=str(cwd or Path(target).parent), kernel_name="python3",
-                                   progress_bar=False, log_output=False, **shared)
+                                   progress_bar=False, log_output=False, request_save_on_cell_execute=False,
+                                   **shared)
     if kernel is not None:  # a shared kernel counts on from the chapter before: number the cells as a new one would
         renumber_cells(Path(target))
     return Path(target)

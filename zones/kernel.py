@@ -21,14 +21,14 @@ cannot be trusted, so the next chapter gets a new one (:meth:`ChapterKernel.rest
 from __future__ import annotations
 
 import os
+import queue
 import sys
 import tempfile
 from pathlib import Path
 
-import nbformat
+from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.utils import run_sync
-from nbclient import NotebookClient
 
 KERNEL_NAME = "python3"
 
@@ -63,12 +63,6 @@ def remember_fresh() -> None:
 _FRESH: dict = {}
 
 
-def _cell(code: str) -> nbformat.NotebookNode:
-    notebook = nbformat.v4.new_notebook()
-    notebook.cells = [nbformat.v4.new_code_cell(code)]
-    return notebook
-
-
 class _Manager(AsyncKernelManager):
     """A kernel manager that hands out its clients on its own zmq context and keeps them, so
     they can be closed after each chapter: nbclient leaves the client of a kernel it does not own
@@ -87,6 +81,19 @@ class _Manager(AsyncKernelManager):
     def close_clients(self) -> None:
         while self.clients:
             self.clients.pop().stop_channels()
+
+    def shell_client(self):
+        """One client on the shell channel only, kept for the kernel's life (:meth:`ChapterKernel._run`)."""
+        if getattr(self, "_shell", None) is None:   # a blocking client: no event loop to share with papermill's
+            self._shell = BlockingKernelClient()
+            self._shell.load_connection_info(self.get_connection_info())
+            self._shell.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
+        return self._shell
+
+    def close_shell_client(self) -> None:
+        if getattr(self, "_shell", None) is not None:
+            self._shell.stop_channels()
+            self._shell = None
 
 
 class ChapterKernel:
@@ -109,11 +116,14 @@ class ChapterKernel:
         """A new kernel (the old one, if any, shut down), its fresh state remembered."""
         self.close()
         self.manager = _Manager(kernel_name=self.kernel_name)
+        # started as nbclient starts a kernel it is handed (IPython's history kept in memory only)
+        run_sync(self.manager.start_kernel)(extra_arguments=["--HistoryManager.hist_file=:memory:"])
         self._run("from zones.kernel import remember_fresh\nremember_fresh()")
 
     def close(self) -> None:
         if self.manager is not None:
             self.manager.close_clients()
+            self.manager.close_shell_client()
             if self.manager.has_kernel:
                 run_sync(self.manager.shutdown_kernel)(now=True)
         self.manager = None
@@ -146,11 +156,33 @@ class ChapterKernel:
         self._run("from zones.core.progress import flush as _flush\n_flush()\ndel _flush")
 
     def _run(self, code: str) -> None:
-        """Run ``code`` in the kernel; then close every client opened since (the chapter's too)."""
+        """Run ``code`` in the kernel (a ``KernelCodeError`` if it raises); then close every client
+        opened since (the chapter's too). Sent on one kept shell-only client: a NotebookClient per
+        call starts its channels and waits for the kernel, ~0.2 s, and a chapter makes two calls."""
         try:
-            NotebookClient(_cell(code), km=self.manager, kernel_name=self.kernel_name).execute()
+            self._execute(code)
         finally:
             self.manager.close_clients()
 
+    def _execute(self, code: str) -> None:
+        client = self.manager.shell_client()
+        msg_id = client.execute(code, store_history=False, allow_stdin=False)
+        while True:
+            try:
+                reply = client.get_shell_msg(timeout=1)
+            except queue.Empty:
+                if not run_sync(self.manager.is_alive)():
+                    raise KernelCodeError("the chapters' kernel died") from None
+                continue
+            if reply.get("parent_header", {}).get("msg_id") == msg_id:
+                break
+        content = reply["content"]
+        if content.get("status") != "ok":
+            raise KernelCodeError(f"{content.get('ename')}: {content.get('evalue')}")
 
-__all__ = ["ChapterKernel", "fresh_state", "remember_fresh"]
+
+class KernelCodeError(RuntimeError):
+    """Code run by :meth:`ChapterKernel._run` raised, or the kernel died."""
+
+
+__all__ = ["ChapterKernel", "KernelCodeError", "fresh_state", "remember_fresh"]
