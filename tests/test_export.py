@@ -83,6 +83,27 @@ def test_pruned_copy_renumbers_blocks_and_leaves_the_source(family):
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 
+def test_pruned_copy_copies_only_the_kept_blocks(family):
+    """The removed blocks are left out of the copy, not copied and dropped (~1 s a copy of the
+    default model); the copy equals the kept blocks of the source, parameter for parameter."""
+    from zones.core.adapters import get_adapter
+
+    model = tiny_model(family, n_layers=5)
+    blocks = get_adapter(model).blocks()
+    for i in (1, 3):
+        object.__setattr__(blocks[i], "__deepcopy__", lambda memo, i=i: pytest.fail(f"removed block {i} copied"))
+    pruned = pruned_copy(model, [1, 3])
+    kept = [blocks[i] for i in (0, 2, 4)]
+    copies = get_adapter(pruned).blocks()
+    assert len(copies) == 3 and all(c is not b for c, b in zip(copies, kept))
+    for copy_, block in zip(copies, kept):
+        pairs = list(zip(copy_.parameters(), block.parameters()))
+        assert pairs and all(torch.equal(a, b) and a.data_ptr() != b.data_ptr() for a, b in pairs)
+    outside = [(n, p) for n, p in model.named_parameters() if ".h." not in n and ".layers." not in n]
+    found = dict(pruned.named_parameters())
+    assert all(torch.equal(found[n], p) for n, p in outside)
+
+
 def test_per_block_config_lists_are_pruned():
     model = tiny_model("llama", n_layers=4)
     model.config.layer_types = ["full_attention"] * 3 + ["sliding_attention"]
