@@ -124,6 +124,30 @@ def test_a_truncated_cached_corpus_is_an_error_naming_it():
         cached.unlink()  # the next load recomputes it
 
 
+def test_the_stdlib_corpus_is_loaded_once_but_a_changed_entry_is_read_and_checked_again():
+    """A book's chapters load the stdlib corpus ~40 times: it is read, checked and fingerprinted
+    once per process, keyed by its cache entry's stamp (inode, size, times), so an entry damaged
+    in place, even to the same size and modification time, is still caught."""
+    import os
+
+    from zones.core.cache import CacheError, cache_dir
+
+    load_corpus("stdlib")   # writes the entry when this cache has none
+    first = load_corpus("stdlib")
+    assert load_corpus("stdlib") is first
+    cached = next((cache_dir() / "corpora").glob("stdlib-docstrings-*.txt"))
+    data, stat = cached.read_bytes(), cached.stat()
+    try:
+        cached.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))   # one bit flipped, the same size
+        os.utime(cached, ns=(stat.st_atime_ns, stat.st_mtime_ns))   # and the same modification time
+        with pytest.raises(CacheError, match="damaged"):
+            load_corpus("stdlib")
+    finally:
+        cached.unlink()  # the next load recomputes it
+    again = load_corpus("stdlib")
+    assert again is not first and again == first
+
+
 def test_an_empty_corpus_names_its_files(tmp_path):
     empty = tmp_path / "blank.txt"
     empty.write_text("  \n")

@@ -535,6 +535,17 @@ MANIFEST = "zones-manifest.json"  # a directory's record of its files: sha256 an
 FILES = "_files"
 
 
+def file_stamp(path: Path) -> tuple | None:
+    """(device, inode, size, mtime_ns, ctime_ns) of a file, None when absent: what an in-process
+    memo of a file's content is keyed by. Rewriting, replacing or touching the file changes it
+    (ctime too, which no caller can set back)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def file_sha256(path: Path) -> str:
     """SHA-256 of a file's bytes, read in 16 MB pieces."""
     digest = hashlib.sha256()

@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from zones.core.cache import cache_dir, read_entry, write_entry
+from zones.core.cache import cache_dir, file_stamp, read_entry, sidecar_path, write_entry
 from zones.core.checks import check_choice, check_int
 from zones.core.hub import HubUnreachableError, hub_lookup
 
@@ -137,9 +137,13 @@ def stdlib_docstrings(python_files: list[Path] | None = None) -> str:
     return "\n\n".join(chunks)
 
 
+def _stdlib_docstrings_path(tag: str) -> Path:
+    return cache_dir() / "corpora" / f"stdlib-docstrings-{tag}.txt"
+
+
 def _cached_stdlib_docstrings(tag: str) -> str:
     """The stdlib corpus, cached as a checksummed entry (a damaged copy is an error naming it)."""
-    path = cache_dir() / "corpora" / f"stdlib-docstrings-{tag}.txt"
+    path = _stdlib_docstrings_path(tag)
     parts = dict(kind="stdlib-docstrings", tag=tag)
     found = read_entry(path, parts)
     if found is not None:
@@ -182,9 +186,32 @@ def _load_wikitext2(split: str) -> str:
     return "".join(rows["text"])
 
 
+_CORPORA: dict[tuple, Corpus] = {}   # the stdlib corpora loaded in this process (immutable)
+
+
 def load_corpus(name: str = "stdlib") -> Corpus:
-    """Load a corpus by name (``stdlib``, ``wikitext2[:split]``) or path/glob of text files."""
+    """Load a corpus by name (``stdlib``, ``wikitext2[:split]``) or path/glob of text files.
+
+    The stdlib corpora are loaded once per process (a book's chapters ask ~40 times, each a read,
+    a checksum and a fingerprint of the text): ``stdlib`` keyed by its cache entry's and sidecar's
+    :func:`~zones.core.cache.file_stamp` (a rewritten entry is read and verified again),
+    ``stdlib-code`` by the standard library's folder (its text is read once per process anyway)."""
     stdlib_root = sysconfig.get_paths()["stdlib"]
+    if name in ("stdlib", "stdlib-code"):
+        tag = "python-" + ".".join(map(str, sys.version_info[:3]))
+        entry = _stdlib_docstrings_path(tag) if name == "stdlib" else None
+        stamp = (file_stamp(entry), file_stamp(sidecar_path(entry))) if entry else None   # before reading
+        key = (name, tag, stdlib_root, cache_dir() if entry else None, stamp)
+        if key not in _CORPORA:
+            corpus = _load_corpus(name, stdlib_root)
+            if stamp is None or None not in stamp:   # a first build's entry is stamped on the next call
+                _CORPORA[key] = corpus
+            return corpus
+        return _CORPORA[key]
+    return _load_corpus(name, stdlib_root)
+
+
+def _load_corpus(name: str, stdlib_root: str) -> Corpus:
     if name == "stdlib":
         tag = "python-" + ".".join(map(str, sys.version_info[:3]))
         text = _cached_stdlib_docstrings(tag)
