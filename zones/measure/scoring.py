@@ -167,10 +167,13 @@ def head_pass(adapter, inputs: torch.Tensor, start: int, target: torch.Tensor, k
         logits = whole if keep else None
         blocks, compute = [slice(0, whole.shape[1])], (lambda cols: whole[:, cols])
     else:
-        bias = head.bias
-        logits = torch.empty(part.shape[0], head.weight.shape[0], device=part.device) if keep else None
-        compute = (lambda cols: nn.functional.linear(part, head.weight[cols], None if bias is None else bias[cols])
-                   .float())
+        weight, bias = head.weight, head.bias
+        logits = torch.empty(part.shape[0], weight.shape[0], device=part.device) if keep else None
+        if logits is not None and bias is None and weight.dtype == torch.float32:  # written in place: no copy
+            compute = (lambda cols: torch.mm(part, weight[cols].t(), out=logits[:, cols]))
+        else:
+            compute = (lambda cols: nn.functional.linear(part, weight[cols], None if bias is None else bias[cols])
+                       .float())
     top = total = None
     picked = torch.empty(part.shape[0], device=part.device)
     for cols in blocks:
