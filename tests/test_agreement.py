@@ -132,3 +132,37 @@ def test_a_small_vocabulary_reads_a_chunk_in_one_block():
 
     assert scoring.row_blocks(torch.zeros(512, 49_152))[:2] == [slice(0, 16), slice(16, 32)]
     assert scoring.row_blocks(torch.zeros(512, 1_024)) == [slice(0, 512)]
+
+
+def test_the_head_in_vocabulary_blocks_gives_the_loss_kl_and_top1_of_the_whole_head(monkeypatch):
+    """On a CPU the LM head's product runs VOCAB_BLOCK columns at a time, its log-sum-exp combined
+    over the blocks: the NLL is the plain cross-entropy of the whole logits (to float32 rounding),
+    the same to the bit in the loss alone and beside KL and top-1, and KL and top-1 are those of
+    the whole head; the loss alone never holds a chunk's logits."""
+    from zones.measure import scoring
+    from zones.measure.blocks import BlockTrace
+
+    model = tiny_model("llama")
+    ids = windows().input_ids
+    trace = BlockTrace(model, ids)
+    adapter = get_adapter(model)
+    with skip_blocks(model, [1]):
+        reduced = BlockTrace(model, ids).final_hidden
+    with torch.inference_mode():
+        logits = adapter.lm_head()(adapter.final_norm()(reduced[:, :-1])).double()
+        reference = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1),
+                                                      reduction="none").reshape(len(ids), -1).sum(-1).numpy()
+    monkeypatch.setattr(scoring, "HEAD_CHUNK", 23)
+    whole = head_metrics(adapter, reduced, trace.final_hidden, ids)
+    monkeypatch.setattr(scoring, "VOCAB_BLOCK", 37)  # 256 logits: six blocks of 37 and one of 34
+    assert len(scoring.vocab_blocks(adapter.lm_head(), torch.device("cpu"))) == 7
+    assert scoring.vocab_blocks(adapter.lm_head(), torch.device("meta")) == [slice(None)]  # a GPU: one product
+    nll = scoring.head_nll_windows(adapter, reduced, ids)
+    blocked = head_metrics(adapter, reduced, trace.final_hidden, ids)
+    np.testing.assert_allclose(nll, reference, rtol=1e-6)
+    np.testing.assert_array_equal(nll, blocked["nll"])
+    np.testing.assert_allclose(blocked["kl"], whole["kl"], rtol=1e-5, atol=1e-7)
+    np.testing.assert_array_equal(blocked["top1"], whole["top1"])
+    hidden = scoring.head_inputs(adapter, reduced)
+    lse, picked, kept = scoring.head_pass(adapter, hidden, 0, ids[:, 1:].reshape(-1)[:23])
+    assert kept is None and lse.shape == picked.shape == (23,)

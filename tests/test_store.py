@@ -175,10 +175,12 @@ def test_the_depth_series_chapters_ask_for_the_same_trained_runs(monkeypatch):
     asked: dict[str, set] = {}
     for name, call in (("depth_series", depth_series.run), ("lifecycle", spectral_lifecycle.run),
                        ("sublayers", lambda: series_runs.series_sublayer_rho("cpu", eval_tokens=2032))):
-        def train_model(config, _name=name, **_):
-            asked.setdefault(_name, set()).add(str(sorted(run_key(config, "corpus").items())))
+        def train_runs(configs, _name=name, **_):
+            for config in configs:
+                asked.setdefault(_name, set()).add(str(sorted(run_key(config, "corpus").items())))
+            raise RuntimeError("not trained here")
 
-        monkeypatch.setattr(series_runs, "train_model", train_model)
+        monkeypatch.setattr(series_runs, "train_runs", train_runs)
         with pytest.raises(Exception):  # the chapter stops at its first use of an untrained run
             call()
     assert asked["lifecycle"] <= asked["depth_series"] == asked["sublayers"]

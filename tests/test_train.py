@@ -526,3 +526,64 @@ def test_one_training_step_counts_three_forwards_and_the_optimizers_update(micro
     monkeypatch.setattr(loop, "count_training", lambda m, n: calls.append((type(m).__name__, n)))
     train_model(config, progress=False, refresh=True)
     assert calls == [("GPTNeoXForCausalLM", tokens)] * 3
+
+
+# --- runs side by side (zones.series.pool) ---------------------------------------------------------
+
+def _weights(run) -> bytes:
+    return (Path(run.path) / "model.safetensors").read_bytes()
+
+
+def test_runs_trained_side_by_side_equal_runs_trained_one_by_one_to_the_bit(micro_corpus, tmp_path, monkeypatch):
+    """Two runs in two worker processes give the runs train_model gives one after the other, and
+    the work the workers counted is added to this process's count."""
+    from zones.core import progress
+    from zones.series import train_runs
+
+    configs = [micro_config(micro_corpus, depth, steps=6, seed=11, eval_every=3, snapshot_every=3,
+                            checkpoint_every=6) for depth in (2, 3)]
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "side-by-side"))
+    before = progress.work_done()
+    pooled = train_runs(configs, progress=False, workers=2)
+    pooled_work = progress.work_done() - before
+    assert [r.config for r in pooled] == configs
+
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "one-by-one"))
+    before = progress.work_done()
+    alone = [train_model(c, progress=False) for c in configs]
+    alone_work = progress.work_done() - before
+    for a, b in zip(pooled, alone):
+        assert _weights(a) == _weights(b)
+        pd.testing.assert_frame_equal(a.history.drop(columns="seconds"), b.history.drop(columns="seconds"))
+        pd.testing.assert_frame_equal(a.snapshots, b.snapshots)
+    assert pooled_work == pytest.approx(alone_work, rel=1e-9) and alone_work > 0
+
+
+def test_a_run_trains_on_its_configs_threads_whatever_the_process_was_set_to(micro_corpus, tmp_path, monkeypatch):
+    """Before: a run trained on torch's thread count of the moment (the machine's cores), which
+    changes its bits, while its cache key did not name it. Now ``threads`` is part of the run."""
+    import torch
+
+    config = micro_config(micro_corpus, 2, steps=4, seed=12, eval_every=2, snapshot_every=4, checkpoint_every=4)
+    assert config.threads == 1
+    runs = []
+    for n in (1, 2):
+        monkeypatch.setenv("ZONES_CACHE", str(tmp_path / f"threads-{n}"))
+        torch.set_num_threads(n)
+        runs.append(train_model(config, progress=False))
+        assert torch.get_num_threads() == n  # given back as it was
+    torch.set_num_threads(1)
+    assert _weights(runs[0]) == _weights(runs[1])
+    two = micro_config(micro_corpus, 2, steps=4, seed=12, eval_every=2, snapshot_every=4, checkpoint_every=4, threads=2)
+    assert train.run_path(two) != train.run_path(config)
+
+
+def test_a_run_that_fails_in_its_worker_is_named_with_its_cause(micro_corpus, tmp_path, monkeypatch):
+    from zones.series import train_runs
+
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "cache"))
+    bad = [micro_config(micro_corpus, 2, steps=6, seed=seed, lr=1e9, warmup_steps=0, eval_every=3, snapshot_every=3,
+                        checkpoint_every=6) for seed in (13, 14)]
+    with pytest.raises(RuntimeError, match=r"training depth 2, seed 1[34] failed in its worker process .*"
+                                           r"FloatingPointError: training loss became"):
+        train_runs(bad, progress=False, workers=2)

@@ -53,7 +53,7 @@ from zones.measure.ablation import ablation_table
 from zones.pruning import available_strategies, check_strategy_names, pruning_table
 from zones.pruning.export import check_request, choose_removed, export_model
 from zones.pruning.heal import check_options, export_healed, heal
-from zones.series import run_label, series_configs, series_history, series_snapshots, series_summary, train_model
+from zones.series import run_label, series_configs, series_history, series_snapshots, series_summary, train_runs
 from zones.series.checkpoints import lifecycle_snapshots
 from zones.spectra import alpha_table, check_estimators, check_window
 from zones.spectra.alpha_sweep import alpha_sweep
@@ -326,8 +326,7 @@ def train_run(args) -> None:
     if args.seed is not None:
         overrides["seed"] = args.seed  # one training seed at every depth
     configs = series_configs(args.profile, args.depths, args.seeds, **overrides)  # bad sizes fail before any work
-    runs = [train_model(c, device=args.device, refresh=args.refresh, keep_checkpoints=args.keep_checkpoints)
-            for c in configs]
+    runs = train_runs(configs, device=args.device, refresh=args.refresh, keep_checkpoints=args.keep_checkpoints)
     _write(series_summary(runs), args.out_dir, "series.csv")
     _write(series_history(runs), args.out_dir, "history.csv")
     _write(series_snapshots(runs), args.out_dir, "snapshots.csv")

@@ -34,6 +34,7 @@ from zones.core.data import Windows
 from zones.core.quantize import DEFAULT_QUANT_TYPE, quantization_plan, quantize_model, quantizer_version
 from zones.measure.ablation import ablation_window_losses, summarize
 from zones.measure.bootstrap import N_PERMUTATIONS, N_RESAMPLES, delta_loss_interval, interval_columns, paired_bootstrap
+from zones.measure.store import VERSION as LOSSES_VERSION  # the scored losses' arithmetic: part of every key
 from zones.measure.subject import as_subject
 from zones.spectra import alpha_table, layer_alpha
 
@@ -201,7 +202,7 @@ def quantization_effect(model: nn.Module, windows: Windows, *, quant_type: str =
     fingerprints, the quantiser (``quant_type`` and the ``gguf`` version), every parameter and
     ``VERSION``; ``refresh=True`` recomputes them."""
     subject = as_subject(model, "float32")
-    parts = dict(kind="quantization_effect", version=VERSION, model=subject.fingerprint, windows=windows.fingerprint,
+    parts = dict(kind="quantization_effect", version=VERSION, losses=LOSSES_VERSION, model=subject.fingerprint, windows=windows.fingerprint,
                  quant_type=quant_type, quantizer=quantizer_version(), estimator=alpha_estimator, role=alpha_role,
                  batch_size=batch_size, dtype=subject.dtype, n_resamples=n_resamples, n_permutations=n_permutations,
                  seed=seed)

@@ -15,6 +15,8 @@ tables, and its page states the precision that ran, so no result depends silentl
 """
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 
 import torch
@@ -73,3 +75,22 @@ def check_precision(precision: str, device: str | torch.device = "cpu", *, what:
              else f"device {device} (no native bf16)")
     raise ValueError(f"{what} {precision!r}: bfloat16 on {where} runs ~100x slower than float32; "
                      f"use float32 (fp32) here, or bf16 on a GPU or a CPU with avx512_bf16/amx_bf16")
+
+
+@contextlib.contextmanager
+def torch_threads(n: int):
+    """Run torch's CPU ops on ``n`` threads inside the block (the setting is process-wide)."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask, where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity masks here (macOS, Windows)
+        return os.cpu_count() or 1

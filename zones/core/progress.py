@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 from zones.core.cache import atomic_write_text
 
 PROGRESS_ENV = "ZONES_PROGRESS"
+BOOK_MODE_ENV = "ZONES_BOOK_BUILD"  # set by `zones book` in its chapters' kernel
 BLOCK_WEIGHTS = 3_538_944          # SmolLM2-135M: q, k, v, o (GQA) and the MLP's three matrices
 HEAD_WEIGHTS = 49_152 * 576        # its LM head (tied to the embedding)
 REFERENCE_TOKENS = 2048            # 8 windows of 256
@@ -108,6 +109,11 @@ def restart() -> None:
     """Count from 0 again: a chapter run in a kernel that ran another before it (``zones.kernel``)."""
     global _total, _written_at
     _total, _written_at = 0.0, 0.0
+
+
+def bars_shown(progress: bool | None) -> bool:
+    """The glossary's ``progress``: True/False as given; None, bars everywhere but in the book's pages."""
+    return os.environ.get(BOOK_MODE_ENV) != "1" if progress is None else bool(progress)
 
 
 def work_done() -> float:

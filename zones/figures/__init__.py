@@ -26,9 +26,9 @@ import vl_convert
 from IPython.display import HTML, display
 
 from zones.core.cache import atomic_write_text
+from zones.core.progress import BOOK_MODE_ENV  # noqa: F401  (set by `zones book`: the page loads the bundle itself)
 
 COLUMN_WIDTH = 660  # px: the book's article column at a desktop width, less the y axis and legend
-BOOK_MODE_ENV = "ZONES_BOOK_BUILD"  # set by `zones book`: the page loads the bundle itself
 BUNDLE_NAME = "vega-bundle.js"
 # Large numbers on a quantitative axis in SI form ("1k", "10M", "10G"), never "10,000,000,000";
 # below 1000 as plain numbers ("0.1", "20"), never "100m". Pass as ``axis=SI_AXIS`` (a log axis of

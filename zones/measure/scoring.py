@@ -37,9 +37,12 @@ vocabulary (the log-sum-exp's max, exp and sum; KL; argmax) then visit a chunk `
 of logits at a time: 3 MB (16 rows of SmolLM2's) stay in the core's cache between those passes,
 where a chunk's go back to memory after each; a small vocabulary's chunk fits whole and is one
 block. The rows are independent, so neither the chunk nor the row block changes a number, to the
-bit (``benchmarks/bench_book.py --head 512:1000000,512:16`` measures them). KL from the full model
-and top-1 agreement (``metrics``) come from the same logits, and their NLL is the same to the bit
-as the loss alone.
+bit (``benchmarks/bench_book.py --head 512:1000000,512:16`` measures them). On a CPU the head's
+product itself is computed ``VOCAB_BLOCK`` columns at a time (:func:`head_pass`): each block of
+a chunk's logits (4 MB) is read by the log-sum-exp (a running max and a rescaled sum) and the
+target's logit while still in cache, and the loss alone never writes a chunk's logits to memory.
+KL from the full model and top-1 agreement (``metrics``) come from the same logits, and their NLL
+is the same to the bit as the loss alone (the same blocks, in the same order).
 """
 from __future__ import annotations
 
@@ -71,6 +74,7 @@ from zones.measure.subject import (  # noqa: F401  (the precision names are impo
 from zones.measure.sublayer_removal import Removal, format_removal, normalize_removal, removal_hidden, whole_blocks
 
 HEAD_CHUNK = 512  # tokens per LM-head call: bounds the logits held at once (see the module note)
+VOCAB_BLOCK = 2048  # logits columns per LM-head product on a CPU: 4 MB of a chunk, read from cache (see the module note)
 SETS_PER_PASS = 32  # removals scored on a batch before they are checked and stored together
 BASE_LOGP_BYTES = 512 * 2 ** 20  # the full model's log-probabilities of a batch are kept when they fit
 ROW_BLOCK_BYTES = 3 * 2 ** 20  # logits per vocabulary-wide pass on a CPU: in a core's cache (16 rows of 49,152 float32)
@@ -138,6 +142,56 @@ def _logits(adapter, inputs: torch.Tensor, start: int) -> torch.Tensor:
     return head(part).float()
 
 
+def vocab_blocks(head: nn.Module, device: torch.device) -> list[slice]:
+    """The vocabulary blocks an LM head's product is computed in: ``VOCAB_BLOCK`` columns at a time
+    for a linear head on a CPU, the whole vocabulary otherwise (a GPU wants few, large kernels)."""
+    vocab = head.weight.shape[0] if isinstance(head, nn.Linear) else None
+    if vocab is None or device.type != "cpu":
+        return [slice(None)]
+    return [slice(v, min(v + VOCAB_BLOCK, vocab)) for v in range(0, vocab, VOCAB_BLOCK)]
+
+
+def head_pass(adapter, inputs: torch.Tensor, start: int, target: torch.Tensor, keep: bool = False):
+    """One chunk of ``HEAD_CHUNK`` head inputs from ``start`` through the LM head, a vocabulary
+    block at a time (:func:`vocab_blocks`): each block's logits are read for the log-sum-exp and the
+    target's logit while they are still in cache. Returns (log-sum-exp, target logit) per token,
+    float32, and with ``keep`` the chunk's float32 logits too (else None). The log-sum-exp is
+    combined over blocks (running max and rescaled sum), so every head scorer (loss, KL, top-1)
+    gets the same bits from it. The work is counted."""
+    head = adapter.lm_head()
+    part = inputs[start:start + HEAD_CHUNK]
+    add_flops(matmul_flops(module_weights(head), part.shape[0]))
+    blocks = vocab_blocks(head, part.device)
+    if blocks == [slice(None)]:
+        whole = head(part).float()
+        logits = whole if keep else None
+        blocks, compute = [slice(0, whole.shape[1])], (lambda cols: whole[:, cols])
+    else:
+        weight, bias = head.weight, head.bias
+        logits = torch.empty(part.shape[0], weight.shape[0], device=part.device) if keep else None
+        if logits is not None and bias is None and weight.dtype == torch.float32:  # written in place: no copy
+            compute = (lambda cols: torch.mm(part, weight[cols].t(), out=logits[:, cols]))
+        else:
+            compute = (lambda cols: nn.functional.linear(part, weight[cols], None if bias is None else bias[cols])
+                       .float())
+    top = total = None
+    picked = torch.empty(part.shape[0], device=part.device)
+    for cols in blocks:
+        block = compute(cols)
+        if logits is not None and block.data_ptr() != logits[:, cols].data_ptr():
+            logits[:, cols] = block
+        mine = ((target >= cols.start) & (target < cols.stop)).nonzero()[:, 0]
+        picked[mine] = block[mine, target[mine] - cols.start]
+        high = block.amax(dim=1)
+        if top is None:
+            top, total = high, (block - high[:, None]).exp_().sum(dim=1)
+        else:
+            new = torch.maximum(top, high)
+            total = total * (top - new).exp_() + (block - new[:, None]).exp_().sum(dim=1)
+            top = new
+    return top + total.log(), picked, logits
+
+
 def head_nll_windows(adapter, hidden: torch.Tensor, input_ids: torch.Tensor, *,
                      normed: bool = False) -> np.ndarray:
     """Summed next-token NLL of each window (float64, shape (batch,)) from the last hidden
@@ -153,12 +207,8 @@ def head_nll_windows(adapter, hidden: torch.Tensor, input_ids: torch.Tensor, *,
             target = input_ids[:, 1:].reshape(-1).to(inputs.device)
             per_token = torch.empty(target.shape[0], dtype=torch.float64, device=inputs.device)
             for start in range(0, target.shape[0], HEAD_CHUNK):
-                logits = _logits(adapter, inputs, start)
-                t = target[start:start + HEAD_CHUNK]
-                for rows in row_blocks(logits):
-                    block = logits[rows]
-                    nll = torch.logsumexp(block, dim=-1) - block.gather(1, t[rows, None])[:, 0]
-                    per_token[start + rows.start:start + rows.stop] = nll.double()
+                lse, picked, _ = head_pass(adapter, inputs, start, target[start:start + HEAD_CHUNK])
+                per_token[start:start + lse.shape[0]] = (lse - picked).double()
     return per_token.reshape(batch, length).sum(-1).cpu().numpy()
 
 
@@ -198,13 +248,12 @@ def head_metrics(adapter, hidden: torch.Tensor, base_hidden: torch.Tensor, input
         with _full_precision(hidden.device):
             target = input_ids[:, 1:].reshape(-1).to(hidden.device)
             for i, s in enumerate(range(0, target.shape[0], HEAD_CHUNK)):
-                chunk = _logits(adapter, h, s)
+                lses, picked, chunk = head_pass(adapter, h, s, target[s:s + HEAD_CHUNK], keep=True)
                 base_chunk = _log_probs(_logits(adapter, b, s)) if base is None else base[i]
                 for rows in row_blocks(chunk):
                     part = slice(s + rows.start, s + rows.stop)
-                    logits, logp = chunk[rows], base_chunk[rows]
-                    lse = torch.logsumexp(logits, dim=-1)
-                    out["nll"][part] = (lse - logits.gather(1, target[part, None])[:, 0]).double()
+                    logits, logp, lse = chunk[rows], base_chunk[rows], lses[rows]
+                    out["nll"][part] = (lse - picked[rows]).double()
                     logq = logits - lse[:, None]
                     out["kl"][part] = (logp.exp() * (logp - logq)).double().sum(-1).clamp_min(0.0)
                     out["top1"][part] = (logits.argmax(-1) == logp.argmax(-1)).double()

@@ -66,6 +66,7 @@ from zones.core.data import Windows
 from zones.core.glossary import default
 from zones.core.progress import count_module, count_training
 from zones.measure.scoring import evaluate_loss
+from zones.measure.store import VERSION as LOSSES_VERSION  # the scored losses' arithmetic: part of every key
 from zones.measure.store import chunk_digest
 from zones.measure.subject import Subject, as_subject
 from zones.pruning.export import _spans, check_removed, provenance, pruned_copy, save_directory
@@ -133,7 +134,7 @@ class HealResult:
 def heal_key(fingerprint: str, removed: Sequence[int], method: str, tokens: int, seed: int,
              calibration: Windows, **hyper) -> dict:
     """The exact cache key of one healing run."""
-    return dict(kind="heal", version=VERSION, model=fingerprint, removed=sorted(int(b) for b in removed),
+    return dict(kind="heal", version=VERSION, losses=LOSSES_VERSION, model=fingerprint, removed=sorted(int(b) for b in removed),
                 method=method, tokens=int(tokens), seed=int(seed), windows=calibration.fingerprint,
                 n_windows=calibration.n_windows, **hyper)
 

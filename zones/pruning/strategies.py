@@ -61,6 +61,7 @@ from zones.measure.ablation import PARTS, ablation_table
 from zones.measure.blocks import BlockTrace
 from zones.measure.bootstrap import NonFiniteLossError
 from zones.measure.scoring import evaluate_removals
+from zones.measure.store import VERSION as LOSSES_VERSION  # the scored losses' arithmetic: part of every key
 from zones.measure.subject import Subject, as_subject
 from zones.measure.sublayer_removal import sublayer_params
 from zones.spectra import alpha_table, layer_alpha
@@ -350,7 +351,7 @@ class PruningContext:
     def _key(self, kind: str, **extra) -> dict:
         windows = self._need_calibration(kind)
         device = self.subject.device.type
-        return dict(kind=kind, version=VERSION, model=self.fingerprint, windows=windows.fingerprint,
+        return dict(kind=kind, version=VERSION, losses=LOSSES_VERSION, model=self.fingerprint, windows=windows.fingerprint,
                     n_windows=windows.n_windows, batch_size=self.batch_size, device=device, dtype=self.dtype,
                     **extra)
 

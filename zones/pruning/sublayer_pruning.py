@@ -45,6 +45,7 @@ from zones.measure.agreement import agreement_window_losses, summarize_agreement
 from zones.measure.blocks import BlockTrace
 from zones.measure.bootstrap import LEVEL, N_RESAMPLES, SEED, paired_bootstrap
 from zones.measure.scoring import head_nll_windows
+from zones.measure.store import VERSION as LOSSES_VERSION  # the scored losses' arithmetic: part of every key
 from zones.measure.subject import Subject, as_subject
 from zones.measure.sublayer_removal import (
     PARTS,
@@ -213,7 +214,8 @@ def sublayer_greedy_order(model: nn.Module | Subject, windows: Windows, params: 
 
     if not cache:
         return compute()
-    key = dict(kind="sublayer-greedy", version=VERSION, model=subject.fingerprint, windows=windows.fingerprint,
+    key = dict(kind="sublayer-greedy", version=VERSION, losses=LOSSES_VERSION, model=subject.fingerprint,
+               windows=windows.fingerprint,
                n_windows=windows.n_windows, target=float(target_params), batch_size=batch_size, dtype=subject.dtype)
     return cached_table("sublayer-greedy", key, compute)
 

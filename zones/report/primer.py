@@ -40,7 +40,7 @@ from zones.core.checks import check_float, check_int, check_models
 from zones.core.models import load_model
 from zones.report.common import ChapterResult, save
 from zones.report.format import fmt_num
-from zones.series import build_model, series_configs, train_model
+from zones.series import build_model, series_configs, train_series
 from zones.spectra import DEFAULT_WINDOW, check_window
 from zones.spectra.described import (
     HEAVY_TAIL_LIMIT,
@@ -82,7 +82,8 @@ def model_matrix(model: torch.nn.Module, role: str, position: float) -> tuple[in
 def series_run_config(profile: str, depths=None, train_overrides: dict | None = None):
     """The depth-series run the primer reads: seed 0 (or the ``seed`` override) of the shallowest
     depth, the series' cheapest run, built exactly as the depth-series chapter builds it
-    (``series_configs``), so both chapters read one cached run and whichever asks first trains it."""
+    (``series_configs``), so both chapters read one cached run. The primer trains the whole
+    series (its runs side by side: ``zones.series.pool``), which the later chapters read."""
     configs = series_configs(profile, depths, None, **dict(train_overrides or {}))  # the profile's seeds: 0, 1, …
     shallowest = min(c.depth for c in configs)
     return min((c for c in configs if c.depth == shallowest), key=lambda c: c.seed)
@@ -278,7 +279,9 @@ def run(models="smollm2-135m", role: str = "q", position: float = 0.5, rows: int
                             role=role, matrix=matrix))
         del loaded
     config = series_run_config(profile, depths, train_overrides)
-    run_ = train_model(config, device=device, progress=False)
+    # the whole series trains here, side by side on a CPU (zones.series.pool): later chapters read it
+    runs = train_series(depths, profile, device=device, progress=False, **dict(train_overrides or {}))
+    run_ = next(r for r in runs if r.config == config)
     trained = run_.load(device="cpu").model
     initial = build_model(config)
     layer, init_matrix = model_matrix(initial, role, position)

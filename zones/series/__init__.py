@@ -30,7 +30,10 @@ One module per job:
   written atomically with a manifest that every read verifies (an edited ``history.csv`` is a
   ``CacheError``, never a silent wrong curve). ``keep_checkpoints=True`` keeps the model of
   every snapshot step as a loadable directory, for ``zones.series.checkpoints``.
-* ``series``: ``train_series`` and the series' tables, with the flattening rule (the last 20 %
+* ``pool``: ``train_runs``: several runs at once, on a CPU each in a process of its own on its
+  config's ``threads`` (one by default: a CPU run's bits depend on its thread count), the
+  longest first, as many at a time as the cores allow.
+* ``runs``: ``train_series`` (through ``train_runs``) and the series' tables, with the flattening rule (the last 20 %
   of the steps improve held-out loss by < 2 %), and ``series_importance`` (single-block ablation
   and α of every run on its own held-out windows).
 """
@@ -66,6 +69,7 @@ from zones.series.loop import (
                      spectral_snapshot,
                      train_model,
 )
+from zones.series.pool import train_runs
 from zones.series.runs import (
                      FLAT_IMPROVEMENT,
                      LATE_FRACTION,
@@ -97,6 +101,6 @@ __all__ = [
     "profile_depths", "profile_seeds", "run_key", "run_label", "run_path", "save_model_directory",
     "series_configs", "series_history", "series_importance", "series_quantization", "series_snapshots", "series_sublayer_rho",
     "series_summary",
-    "spectral_snapshot", "split_windows", "tokenizer_and_tokens", "train_model", "train_series",
+    "spectral_snapshot", "split_windows", "tokenizer_and_tokens", "train_model", "train_runs", "train_series",
     "train_tokenizer", "write_checkpoint",
 ]

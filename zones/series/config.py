@@ -17,7 +17,11 @@ class TrainConfig:
     ``width=None`` means ``width_per_layer * depth`` (the paper keeps width/depth fixed).
     ``warmup_steps=None`` means 10 % of ``steps``. ``precision`` is ``fp32`` or ``bf16``
     (bf16 autocast for the forward pass; weights and optimizer stay in fp32; refused on a
-    device without native bf16, see ``zones.core.hardware.check_precision``).
+    device without native bf16, see ``zones.core.hardware.check_precision``). ``threads``: the
+    CPU threads torch runs the run's operations on. It is part of the run because a CPU run's
+    bits depend on it (reductions split across threads round differently), so a run trains
+    alike on a 2-core laptop and a 64-core server; one thread each lets runs train side by
+    side, one per core (``zones.series.pool``).
     """
 
     depth: int
@@ -45,6 +49,7 @@ class TrainConfig:
     early_snapshot_until: int = 0    # ... up to and including this step
     checkpoint_every: int = 50
     precision: str = "fp32"
+    threads: int = 1
 
     def is_snapshot(self, step: int) -> bool:
         """Whether the loop takes a spectral snapshot after ``step``: every ``snapshot_every`` steps,
@@ -60,7 +65,7 @@ class TrainConfig:
 
     def __post_init__(self):
         for name in ("depth", "width_per_layer", "head_dim", "mlp_ratio", "batch_size", "steps",
-                     "eval_every", "eval_windows", "snapshot_every", "checkpoint_every"):
+                     "eval_every", "eval_windows", "snapshot_every", "checkpoint_every", "threads"):
             check_int(getattr(self, name), name, min=1)
         check_int(self.seq_len, "seq_len", min=2)
         check_int(self.vocab_size, "vocab_size (256 bytes + specials)", min=260)

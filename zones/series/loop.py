@@ -19,7 +19,7 @@ from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 from zones.core.cache import cache_dir, cache_key
 from zones.core.checks import check_int
 from zones.core.data import load_corpus
-from zones.core.hardware import check_precision
+from zones.core.hardware import check_precision, torch_threads
 from zones.core.progress import count_training
 from zones.measure.scoring import evaluate_loss
 from zones.series.config import TrainConfig
@@ -250,6 +250,12 @@ def _run_loop(training: _Training, progress: bool, stop_after: int | None,
             training.after_step(step, stop_after)
 
 
+def discard_run(final_dir: Path) -> None:
+    """Delete a run's finished folder and its checkpoint, if any: it will train from scratch."""
+    shutil.rmtree(final_dir, ignore_errors=True)
+    shutil.rmtree(partial_path(final_dir), ignore_errors=True)
+
+
 def train_model(config: TrainConfig, *, device: str | None = None, refresh: bool = False,
                 progress: bool = True, stop_after: int | None = None,
                 on_step: Callable[[int, float], None] | None = None,
@@ -265,6 +271,8 @@ def train_model(config: TrainConfig, *, device: str | None = None, refresh: bool
     ``zones-checkpoint.json`` with its step), for ``zones.series.checkpoints``; a cached run that
     kept none is trained again (the results are the same, bit for bit). ``precision='bf16'``
     on a device without native bf16 is refused (``zones.core.hardware.check_precision``).
+    The run trains on ``config.threads`` CPU threads; :func:`zones.series.pool.train_runs` trains
+    several side by side.
     """
     if stop_after is not None:
         check_int(stop_after, "stop_after", min=1, max=config.steps)
@@ -278,12 +286,12 @@ def train_model(config: TrainConfig, *, device: str | None = None, refresh: bool
         print(f"zones: the cached run {final_dir} kept no checkpoints; training it again to keep them")
         refresh = True
     if refresh:
-        shutil.rmtree(final_dir, ignore_errors=True)
-        shutil.rmtree(partial_dir, ignore_errors=True)
+        discard_run(final_dir)
     if is_finished(final_dir):
         return load_run(final_dir)
-    training = _Training(config, key, partial_dir, device, keep_checkpoints, refresh_caches)
-    _run_loop(training, progress, stop_after, on_step)
+    with torch_threads(config.threads):  # part of the run: a CPU run's bits depend on it
+        training = _Training(config, key, partial_dir, device, keep_checkpoints, refresh_caches)
+        _run_loop(training, progress, stop_after, on_step)
     history = pd.DataFrame(training.state["history"], columns=HISTORY_COLUMNS)
     snapshots = pd.DataFrame(training.state["snapshots"], columns=SNAPSHOT_COLUMNS)
     kept = partial_dir / "checkpoints" if training.keep else None

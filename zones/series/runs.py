@@ -17,7 +17,7 @@ from zones.measure.ablation import ablation_table, ablation_window_losses
 from zones.measure.bootstrap import N_PERMUTATIONS, N_RESAMPLES
 from zones.series.config import series_configs
 from zones.series.io import HISTORY_COLUMNS, SNAPSHOT_COLUMNS, TrainedRun
-from zones.series.loop import train_model
+from zones.series.pool import train_runs
 from zones.series.tokenizer import heldout_windows
 from zones.spectra import alpha_table
 
@@ -35,9 +35,10 @@ def train_series(depths: Iterable[int] | None = None, profile: str = "cpu", *, s
                  **overrides) -> list[TrainedRun]:
     """Train (or load) one model per depth and seed of a profile (its depths and seeds unless
     given; ``seeds`` is a count, seeds 0..n-1); every ``TrainConfig`` field may be overridden
-    (e.g. ``steps=200``, ``width=64``)."""
+    (e.g. ``steps=200``, ``width=64``). On a CPU the runs train side by side
+    (``zones.series.pool.train_runs``)."""
     configs = series_configs(profile, depths, seeds, **overrides)
-    return [train_model(c, device=device, refresh=refresh, progress=progress) for c in configs]
+    return train_runs(configs, device=device, refresh=refresh, progress=progress)
 
 
 def late_improvement(history: pd.DataFrame, fraction: float = LATE_FRACTION) -> float:

@@ -12,7 +12,6 @@ decomposed in batches. The numerical rank is judged in the matrix's own precisio
 """
 from __future__ import annotations
 
-import contextlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
@@ -22,6 +21,7 @@ from scipy.linalg import eigh
 from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
+from zones.core.hardware import torch_threads
 from zones.core.progress import count_spectrum
 
 EPS = float(np.finfo(np.float64).eps)
@@ -64,17 +64,6 @@ def _cpu_spectrum(matrix: torch.Tensor) -> torch.Tensor | None:
     if lam[0] < _GRAM_TRUST * len(lam) * EPS * abs(lam[-1]):
         lam = np.linalg.svd(a, compute_uv=False)[::-1] ** 2
     return torch.from_numpy(np.ascontiguousarray(np.maximum(lam, 0.0)))
-
-
-@contextlib.contextmanager
-def torch_threads(n: int):
-    """Run torch's CPU ops on ``n`` threads inside the block (the setting is process-wide)."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(saved)
 
 
 def _batched_spectra(matrices: Sequence[torch.Tensor], idx: list[int], budget: int = 512 * 2**20):

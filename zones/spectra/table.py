@@ -19,9 +19,10 @@ from torch import nn
 
 from zones.core.adapters import get_adapter
 from zones.core.cache import cached_table
+from zones.core.hardware import torch_threads
 from zones.core.models import model_fingerprint
 from zones.spectra.esd import EVALS_THRESHOLD, MIN_SINGULAR_VALUES, esd_fits, hill_alphas
-from zones.spectra.gram import gram_eigenvalues, numerical_rank, torch_threads, unit_roundoff
+from zones.spectra.gram import gram_eigenvalues, numerical_rank, unit_roundoff
 from zones.spectra.shape import DEFAULT_WINDOW, check_window, companion_values, shape_alphas
 
 VERSION = "spectra-3"  # bump when any estimator's arithmetic changes (invalidates cached tables)
