@@ -93,18 +93,25 @@ def test_kept_and_recomputed_base_agree(monkeypatch):
         np.testing.assert_allclose(kept[column], recomputed[column], rtol=1e-6, atol=1e-9)
 
 
-def test_the_row_blocks_change_no_number(monkeypatch):
-    """The vocabulary-wide passes visit the logits ROW_BLOCK_BYTES at a time on a CPU: NLL, KL and
-    top-1 are the same to the bit as over whole chunks, with blocks that do not divide a chunk."""
-    from zones.measure import scoring
+def block_one_removed():
+    """A tiny Llama, its windows, the full model's trace, its adapter and the last hidden state
+    with block 1 removed."""
     from zones.measure.blocks import BlockTrace
 
     model = tiny_model("llama")
     ids = windows().input_ids
     trace = BlockTrace(model, ids)
-    adapter = get_adapter(model)
     with skip_blocks(model, [1]):
         reduced = BlockTrace(model, ids).final_hidden
+    return model, ids, trace, get_adapter(model), reduced
+
+
+def test_the_row_blocks_change_no_number(monkeypatch):
+    """The vocabulary-wide passes visit the logits ROW_BLOCK_BYTES at a time on a CPU: NLL, KL and
+    top-1 are the same to the bit as over whole chunks, with blocks that do not divide a chunk."""
+    from zones.measure import scoring
+
+    model, ids, trace, adapter, reduced = block_one_removed()
     row = model.config.vocab_size * 4  # one row of float32 logits
 
     def scores():
@@ -140,14 +147,8 @@ def test_the_head_in_vocabulary_blocks_gives_the_loss_kl_and_top1_of_the_whole_h
     the same to the bit in the loss alone and beside KL and top-1, and KL and top-1 are those of
     the whole head; the loss alone never holds a chunk's logits."""
     from zones.measure import scoring
-    from zones.measure.blocks import BlockTrace
 
-    model = tiny_model("llama")
-    ids = windows().input_ids
-    trace = BlockTrace(model, ids)
-    adapter = get_adapter(model)
-    with skip_blocks(model, [1]):
-        reduced = BlockTrace(model, ids).final_hidden
+    model, ids, trace, adapter, reduced = block_one_removed()
     with torch.inference_mode():
         logits = adapter.lm_head()(adapter.final_norm()(reduced[:, :-1])).double()
         reference = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1),
