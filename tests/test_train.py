@@ -535,13 +535,13 @@ def _weights(run) -> bytes:
 
 
 def test_runs_trained_side_by_side_equal_runs_trained_one_by_one_to_the_bit(micro_corpus, tmp_path, monkeypatch):
-    """Two runs in two worker processes give the runs train_model gives one after the other, and
-    the work the workers counted is added to this process's count."""
+    """Three runs in two worker processes (one trains two) give the runs train_model gives one after
+    the other, and the work the workers counted is added to this process's count."""
     from zones.core import progress
     from zones.series import train_runs
 
-    configs = [micro_config(micro_corpus, depth, steps=6, seed=11, eval_every=3, snapshot_every=3,
-                            checkpoint_every=6) for depth in (2, 3)]
+    configs = [micro_config(micro_corpus, depth, steps=6, seed=seed, eval_every=3, snapshot_every=3,
+                            checkpoint_every=6) for depth, seed in ((2, 11), (3, 11), (2, 15))]
     monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "side-by-side"))
     before = progress.work_done()
     pooled = train_runs(configs, progress=False, workers=2)
@@ -587,3 +587,15 @@ def test_a_run_that_fails_in_its_worker_is_named_with_its_cause(micro_corpus, tm
     with pytest.raises(RuntimeError, match=r"training depth 2, seed 1[34] failed in its worker process .*"
                                            r"FloatingPointError: training loss became"):
         train_runs(bad, progress=False, workers=2)
+
+
+def test_runs_are_given_to_workers_longest_first_to_the_least_loaded():
+    """The cpu series on two workers: depth 16 alone on one, depths 12, 8 and 8 on the other (each
+    worker process starts once for all its runs)."""
+    from zones.series import series_configs
+    from zones.series.pool import assign
+
+    queues = assign(series_configs("cpu"), 2)
+    assert [[(c.depth, c.seed) for c in q] for q in queues] == [[(16, 0)], [(12, 0), (8, 0), (8, 1)]]
+    assert [[c.depth for c in q] for q in assign(series_configs("cpu"), 1)] == [[16, 12, 8, 8]]
+    assert len(assign(series_configs("cpu", depths=[8]), 8)) == 2  # never more workers than runs

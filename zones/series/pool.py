@@ -6,9 +6,10 @@ trained beside it, so ``train_runs(configs)`` gives the runs ``train_model`` giv
 Why processes: a tiny model's step is many small operations, so two threads speed one step up
 by only 1.4–1.7× (depth 8–16 of the cpu profile) while two runs side by side, one thread each,
 train at almost twice the rate of one. Each worker is a fresh ``python -m zones.series.pool``
-(no ``fork`` of a process holding OpenMP threads, no re-import of the caller's script); it
-trains through ``train_model``, so the cache, checkpoints and resumption are the same, and
-reports the work it counted (``zones.core.progress``), which this process adds to its own.
+(no ``fork`` of a process holding OpenMP threads, no re-import of the caller's script) given
+its runs up front, the longest first to the least loaded worker (:func:`assign`); it trains
+them through ``train_model``, so the cache, checkpoints and resumption are the same, and
+reports the work each counted (``zones.core.progress``), which this process adds to its own.
 
     runs = train_runs(series_configs("cpu"))   # D16 on one core, D8, D8, D12 on the other
 """
@@ -37,6 +38,7 @@ from zones.series.loop import discard_run, train_model
 from zones.series.tokenizer import tokenizer_and_tokens
 
 POLL_SECONDS = 0.2  # how often the workers are looked at
+WORK_LINE = "zones.series.pool counted "  # a worker's line after each run: the work it counted
 
 
 def expected_flops(config: TrainConfig) -> float:
@@ -65,7 +67,7 @@ def train_runs(configs: Sequence[TrainConfig], *, device: str | None = None, ref
                progress: bool | None = None, keep_checkpoints: bool = False,
                workers: int | None = None) -> list[TrainedRun]:
     """Train (or load) the run of every config, in order; on a CPU the runs not yet trained train
-    side by side, ``workers`` at a time (None: :func:`default_workers`), longest first.
+    side by side in ``workers`` processes (None: :func:`default_workers`; :func:`assign`).
     ``refresh`` and ``keep_checkpoints`` are ``train_model``'s."""
     configs, progress = list(configs), bars_shown(progress)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -87,60 +89,77 @@ def _label(config: TrainConfig) -> str:
     return f"depth {config.depth}, seed {config.seed}"
 
 
+def assign(configs: Sequence[TrainConfig], workers: int) -> list[list[TrainConfig]]:
+    """The runs of each worker: the longest first, each to the worker with the least work so far
+    (a worker process pays its start, ~3 s of imports, once for all its runs)."""
+    queues: list[list[TrainConfig]] = [[] for _ in range(min(workers, len(configs)))]
+    loads = [0.0] * len(queues)
+    for config in sorted(configs, key=expected_flops, reverse=True):
+        k = loads.index(min(loads))
+        queues[k].append(config)
+        loads[k] += expected_flops(config)
+    return queues
+
+
 def _train_side_by_side(configs: list[TrainConfig], device: str, keep_checkpoints: bool, workers: int,
                         progress: bool) -> None:
-    """Train ``configs`` in worker processes, ``workers`` at a time, the longest first; add the
-    work each counted. A failed run stops the others from starting and raises, naming it."""
-    queue = sorted(configs, key=expected_flops, reverse=True)
+    """Train ``configs`` in ``workers`` worker processes (:func:`assign`); add the work each run
+    counted. A failed run stops its worker; the others finish theirs, then it is raised, named."""
     env = {k: v for k, v in os.environ.items() if k != PROGRESS_ENV}  # a worker's count comes back here
     root = str(Path(zones.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    bar = tqdm(total=len(queue), unit="run", disable=not progress,
-               desc=f"training {len(queue)} runs, {min(workers, len(queue))} at a time")
-    running: list[tuple[TrainConfig, subprocess.Popen, Path]] = []
-    failure = None
+    queues = assign(configs, workers)
+    bar = tqdm(total=len(configs), unit="run", disable=not progress,
+               desc=f"training {len(configs)} runs, {len(queues)} at a time")
+    failures, done = [], {}
     with tempfile.TemporaryDirectory(prefix="zones-train-") as folder:
+        running = []
         try:
-            while queue or running:
-                while queue and len(running) < workers and failure is None:
-                    config = queue.pop(0)
-                    log = Path(folder) / f"run-{len(queue)}.log"
-                    with open(log, "wb") as out:
-                        command = [sys.executable, "-m", "zones.series.pool", json.dumps(config.as_dict()), device,
-                                   "keep" if keep_checkpoints else "-"]
-                        running.append((config, subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                                                 env=env), log))
-                if failure is not None:
-                    queue.clear()
+            for k, queue in enumerate(queues):
+                log = Path(folder) / f"worker-{k}.log"
+                command = [sys.executable, "-m", "zones.series.pool", device, "keep" if keep_checkpoints else "-",
+                           *(json.dumps(c.as_dict()) for c in queue)]
+                with open(log, "wb") as out:
+                    running.append((queue, subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env),
+                                    log))
+            while running:
                 time.sleep(POLL_SECONDS)
-                for item in [r for r in running if r[1].poll() is not None]:
-                    running.remove(item)
-                    config, process, log = item
-                    lines = log.read_text(errors="replace").strip().splitlines()
-                    counted = [line for line in lines if line.startswith("work ")]
-                    if process.returncode == 0 and counted:
-                        add_flops(float(counted[-1].split()[1]) * REFERENCE_FLOPS)
+                for item in list(running):
+                    queue, process, log = item
+                    finished = process.poll() is not None
+                    text = log.read_text(errors="replace")
+                    lines = text[:text.rfind("\n") + 1].splitlines()  # whole lines only: it may be writing
+                    counted = [float(line[len(WORK_LINE):]) for line in lines if line.startswith(WORK_LINE)]
+                    for work in counted[done.get(id(process), 0):]:  # runs finished since the last look
+                        add_flops(work * REFERENCE_FLOPS)
                         bar.update(1)
-                    elif failure is None:
-                        failure = (f"training {_label(config)} failed in its worker process "
-                                   f"(exit {process.returncode}): {lines[-1] if lines else 'no output'}")
+                    done[id(process)] = len(counted)
+                    if not finished:
+                        continue
+                    running.remove(item)
+                    if process.returncode != 0 or len(counted) < len(queue):
+                        last = text.strip().splitlines()[-1] if text.strip() else "no output"
+                        which = _label(queue[len(counted)]) if len(counted) < len(queue) else _label(queue[-1])
+                        failures.append(f"training {which} failed in its worker process "
+                                        f"(exit {process.returncode}): {last}")
         finally:
             for _, process, _ in running:  # interrupted: the checkpoints they wrote resume them
                 process.terminate()
                 process.wait()
             bar.close()
-    if failure is not None:
-        raise RuntimeError(failure)
+    if failures:
+        raise RuntimeError("; ".join(failures))
 
 
 def _worker(argv: list[str]) -> None:
-    """One run in this process (``python -m zones.series.pool CONFIG DEVICE keep|-``); it ends by
-    printing the work it counted, in reference forwards (``work N``)."""
-    fields = json.loads(argv[0])
-    config = TrainConfig(**fields)
-    restart()
-    train_model(config, device=argv[1], progress=False, keep_checkpoints=argv[2] == "keep")
-    print(f"work {work_done()!r}", flush=True)
+    """Runs in this process, one after the other (``python -m zones.series.pool DEVICE keep|-
+    CONFIG...``, each config as JSON); after each it prints the work it counted, in reference
+    forwards (``WORK_LINE`` and the number)."""
+    device, keep = argv[0], argv[1] == "keep"
+    for fields in argv[2:]:
+        restart()
+        train_model(TrainConfig(**json.loads(fields)), device=device, progress=False, keep_checkpoints=keep)
+        print(f"{WORK_LINE}{work_done()!r}", flush=True)
 
 
 if __name__ == "__main__":
