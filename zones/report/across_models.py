@@ -20,7 +20,6 @@ What the models agree on and where they part is ``zones.report.verdicts.models_a
 from __future__ import annotations
 
 import math
-import os
 from typing import Sequence
 
 import pandas as pd
@@ -39,7 +38,7 @@ from zones.core.checks import check_models
 from zones.core.data import corpus_windows, load_corpus
 from zones.core.glossary import default
 from zones.core.models import load_model
-from zones.figures import BOOK_MODE_ENV
+from zones.core.progress import bars_shown
 from zones.measure.bootstrap import N_PERMUTATIONS, N_RESAMPLES
 from zones.measure.subject import as_subject
 from zones.pruning import get_strategy, pair_at_k
@@ -191,7 +190,7 @@ def run(models=("smollm2-135m",), profile: str | None = "cpu", depths: Sequence[
     (``profile``, ``depths``, ``seeds``, ``train_overrides``; ``profile=None``: none) on
     ``series_eval_tokens`` of their held-out text, ``series_batch_size`` windows a forward."""
     names = check_models(models)
-    progress = os.environ.get(BOOK_MODE_ENV) != "1" if progress is None else progress
+    progress = bars_shown(progress)
     stats = dict(n_resamples=n_resamples, seed=seed)
     rows, alpha_parts, delta_parts = [], [], []
     text = load_corpus(corpus)

@@ -26,7 +26,6 @@ the claims scorecard applies to ``verdict.csv`` too.
 """
 from __future__ import annotations
 
-import os
 import time
 from typing import Any, Sequence
 
@@ -37,7 +36,7 @@ from zones.core.checks import check_choice, check_models
 from zones.core.data import corpus_windows, load_corpus
 from zones.core.glossary import default
 from zones.core.models import load_model
-from zones.figures import BOOK_MODE_ENV
+from zones.core.progress import bars_shown
 from zones.measure.scoring import evaluate_loss, evaluate_removals
 from zones.measure.subject import as_subject
 from zones.pruning import (
@@ -202,7 +201,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
         raise ValueError(f"methods must be a non-empty list of {METHODS}; got {list(methods)}")
     check_choice(bridges, "bridges", BRIDGES)
     k_values = sorted({int(k) for k in k_values})
-    progress = os.environ.get(BOOK_MODE_ENV) != "1" if progress is None else progress
+    progress = bars_shown(progress)
     loaded = load_model(model)
     subject = as_subject(loaded.model, dtype, fingerprint=loaded.fingerprint)  # the model at the door
     text = load_corpus(corpus)

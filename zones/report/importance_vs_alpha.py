@@ -5,7 +5,6 @@ verdict sentence: ``zones.report.verdicts.rho_verdict``), and the same ρ with d
 """
 from __future__ import annotations
 
-import os
 
 import pandas as pd
 
@@ -19,7 +18,7 @@ from zones.analysis.importance import (
     strongest,
 )
 from zones.analysis.unit_intervals import interval_side
-from zones.figures import BOOK_MODE_ENV
+from zones.core.progress import bars_shown
 from zones.measure.ablation import CHAPTER_DTYPE, DEFAULT_EVAL_TOKENS
 from zones.measure.bootstrap import N_PERMUTATIONS, N_RESAMPLES
 from zones.report.common import ChapterResult, precision_text, save
@@ -114,8 +113,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256, ev
     → ``importance.csv``, ``rho.csv`` (every estimator × role), ``depth.csv`` (raw, partialled on
     block index, without the end blocks; pooled on relative depth with several models),
     ``summary.json``."""
-    if progress is None:
-        progress = os.environ.get(BOOK_MODE_ENV) != "1"
+    progress = bars_shown(progress)
     results = measure_models(models, corpus=corpus, seq_len=seq_len, eval_tokens=eval_tokens,
                              batch_size=batch_size, progress=progress, dtype=dtype)
     frame = importance_frame(results, alpha_estimator, alpha_role)

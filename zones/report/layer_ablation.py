@@ -8,12 +8,11 @@ is NaN and no verdict is drawn from it. The rule "the first blocks matter most" 
 from __future__ import annotations
 
 import math
-import os
 
 import pandas as pd
 
 from zones.analysis.importance import delta_loss_bounds, importance_frame, measure_models
-from zones.figures import BOOK_MODE_ENV
+from zones.core.progress import bars_shown
 from zones.measure.ablation import CHAPTER_DTYPE, DEFAULT_EVAL_TOKENS
 from zones.report.common import NAN, ChapterResult, precision_text, save
 from zones.report.format import fmt_interval
@@ -120,8 +119,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256, ev
     """The chapter: the ablation of every model (``zones.analysis.importance.measure_models``, cached)
     → ``ablation.csv`` (all models, with α), ``summary.json``; numbers and sentences. ``dtype``:
     the scoring precision (``"auto"``: bfloat16 where native; the page says which ran)."""
-    if progress is None:
-        progress = os.environ.get(BOOK_MODE_ENV) != "1"
+    progress = bars_shown(progress)
     results = measure_models(models, corpus=corpus, seq_len=seq_len, eval_tokens=eval_tokens,
                              batch_size=batch_size, progress=progress, dtype=dtype)
     frame = importance_frame(results, alpha_estimator, alpha_role)

@@ -9,7 +9,6 @@ blocks" only where its own ρ interval excludes 0 (:func:`n_detectable`).
 from __future__ import annotations
 
 import gc
-import os
 
 import pandas as pd
 
@@ -17,7 +16,7 @@ from zones.analysis.importance import model_labels
 from zones.analysis.predictors import alpha_vs_best, block_frobenius, predictor_rho, predictor_table
 from zones.core.data import corpus_windows, load_corpus
 from zones.core.models import load_model
-from zones.figures import BOOK_MODE_ENV
+from zones.core.progress import bars_shown
 from zones.measure.ablation import CHAPTER_DTYPE, DEFAULT_EVAL_TOKENS, ablation_table
 from zones.measure.bootstrap import N_PERMUTATIONS, N_RESAMPLES
 from zones.measure.subject import as_subject
@@ -56,8 +55,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
     ``PruningContext`` cache entries with its defaults). Every registered predictor
     (``zones.analysis.predictors.register_predictor``) is a column and a ρ. → ``predictors.csv`` (one row per
     block), ``rho.csv``, ``difference.csv``, ``summary.json``."""
-    if progress is None:
-        progress = os.environ.get(BOOK_MODE_ENV) != "1"
+    progress = bars_shown(progress)
     names = [models] if isinstance(models, str) else list(models)
     text = load_corpus(corpus)
     tables, rhos, diffs, per_model = [], [], [], []

@@ -24,7 +24,6 @@ be said about them. The rules, each applied by the function named:
 """
 from __future__ import annotations
 
-import os
 import time
 from typing import Sequence
 
@@ -35,7 +34,7 @@ from zones.analysis.unit_intervals import interval_side
 from zones.core.checks import check_models
 from zones.core.data import corpus_windows, load_corpus
 from zones.core.models import load_model
-from zones.figures import BOOK_MODE_ENV
+from zones.core.progress import bars_shown
 from zones.measure.subject import as_subject
 from zones.pruning import (
     COLLAPSE_RATIO,
@@ -430,7 +429,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
     missing = [s for s in (OURS, "last_n") if s not in strategies]
     if missing:
         raise ValueError(f"the pruning chapter compares {OURS} with last_n; add {missing} to strategies")
-    progress = os.environ.get(BOOK_MODE_ENV) != "1" if progress is None else progress
+    progress = bars_shown(progress)
     loaded = load_model(model)
     subject = as_subject(loaded.model, dtype or DEFAULT_DTYPE, fingerprint=loaded.fingerprint)  # the door
     text = load_corpus(corpus)

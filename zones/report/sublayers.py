@@ -18,7 +18,6 @@ Rules the page states, each applied by the function named:
 from __future__ import annotations
 
 import gc
-import os
 from typing import Sequence
 
 import pandas as pd
@@ -29,7 +28,7 @@ from zones.analysis.unit_intervals import interval_side
 from zones.core.data import corpus_windows, load_corpus
 from zones.core.glossary import default
 from zones.core.models import load_model
-from zones.figures import BOOK_MODE_ENV
+from zones.core.progress import bars_shown
 from zones.measure.ablation import CHAPTER_DTYPE, ablation_window_losses
 from zones.measure.agreement import agreement_window_losses, summarize_agreement
 from zones.measure.bootstrap import N_PERMUTATIONS, N_RESAMPLES
@@ -165,8 +164,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = SEQ_LEN
     every single-block ablation of the first model (``block_agreement.csv``; about L/2 forwards
     and L LM heads per window: off in the CPU budget). ``series_profile``: the same sublayer ρ on
     every model of the trained depth series ``profile``, ``depths``, ``train_overrides`` (as in the depth-series chapter; None: none; :func:`series_rho_table` → ``series_rho.csv``)."""
-    if progress is None:
-        progress = os.environ.get(BOOK_MODE_ENV) != "1"
+    progress = bars_shown(progress)
     names = [models] if isinstance(models, str) else list(models)
     text = load_corpus(corpus)
     importance, rhos, per_model = [], [], []

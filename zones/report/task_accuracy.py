@@ -37,7 +37,6 @@ routine on the same tokens, and reports the largest difference.
 """
 from __future__ import annotations
 
-import os
 import time
 from typing import Any, Mapping, Sequence
 
@@ -51,7 +50,7 @@ from zones.core.checks import check_models
 from zones.core.data import corpus_windows, load_corpus
 from zones.core.glossary import default
 from zones.core.models import load_model
-from zones.figures import BOOK_MODE_ENV
+from zones.core.progress import bars_shown
 from zones.measure.bootstrap import N_RESAMPLES
 from zones.measure.scoring import DEFAULT_DTYPE
 from zones.measure.tasks import check_tasks, evaluate_tasks, loglik_agreement
@@ -204,7 +203,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
     k = max(int(v) for v in k_values)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}; got {method!r}")
-    progress = os.environ.get(BOOK_MODE_ENV) != "1" if progress is None else progress
+    progress = bars_shown(progress)
     loaded = load_model(model)
     text = load_corpus(corpus)
     calibration = corpus_windows(text, loaded.tokenizer, seq_len, "calibration", calibration_tokens)
