@@ -88,8 +88,11 @@ def parse_overrides(items: list[str]) -> dict:
 
 
 def git_commit() -> str:
-    """The repository's HEAD commit (and ``+dirty`` when tracked files changed), ``$ZONES_GIT_COMMIT``
-    where git cannot tell (a copy of the tree without ``.git``), else ``"unknown"``."""
+    """``$ZONES_GIT_COMMIT`` when set (a copy of the tree without ``.git``, as on a device machine: pass
+    it along), else the repository's HEAD commit (``+dirty`` when tracked files changed), else
+    ``"unknown"``."""
+    if os.environ.get("ZONES_GIT_COMMIT"):
+        return os.environ["ZONES_GIT_COMMIT"]
     root = Path(__file__).resolve().parents[1]
     try:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -98,7 +101,7 @@ def git_commit() -> str:
                                capture_output=True, text=True, timeout=20, check=True).stdout.strip()
         return head + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
-        return os.environ.get("ZONES_GIT_COMMIT", "unknown")
+        return "unknown"
 
 
 def device_name(device: torch.device) -> str:

@@ -55,6 +55,7 @@ def tiny_series(micro_corpus, tmp_path_factory):
     args = ["--tiny", "--device", "cpu", "--out", str(out), "--override", f"corpus={micro_corpus}"]
     env = dict(os.environ, ZONES_CACHE=str(cache), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1",
                HF_HUB_OFFLINE="1")
+    env.pop("ZONES_GIT_COMMIT", None)
     code = RUNNER.format(blocked=BLOCKED, script=str(SCRIPT), args=args)
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)
@@ -125,12 +126,14 @@ def test_a_time_limit_stops_training_and_writes_what_is_done(micro_corpus, tmp_p
     """Stopped in depth 8: its history and snapshots so far are written, it is not ablated, and
     depths 12 and 16 do not start."""
     monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("ZONES_GIT_COMMIT", "abc1234")  # what a copy of the tree without .git is told
     script = load_script()
     assert script.main(["--tiny", "--device", "cpu", "--out", str(tmp_path / "out"), "--time-limit", "2",
                         "--override", f"corpus={micro_corpus}", "--override", "steps=100000",
                         "--log-every", "1000"]) == 0
     provenance = json.loads((tmp_path / "out" / "provenance.json").read_text())
     assert provenance["stopped_early"] and provenance["not_started"] == [12, 16]
+    assert provenance["git_commit"] == "abc1234"
     (run,) = provenance["runs"]
     assert run["depth"] == 8 and not run["complete"] and 0 < run["steps_done"] < 100000
     assert run["ablation"].startswith("not scored")
