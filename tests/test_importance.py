@@ -366,3 +366,50 @@ def test_the_cluster_bootstrap_ranks_its_resamples_together_and_gets_the_per_res
     got = _resampled_rho(a, d, draws)
     assert len({idx.size for idx in draws}) > 5 and np.isnan(expected).any()
     np.testing.assert_array_equal(got, expected)
+
+
+# --- intervals over blocks carry the window noise, and count the resamples they cannot use ----------------
+
+def _measured(means: np.ndarray, sd: float, n_windows: int = 24, seed: int = 0):
+    """Per-window ΔLoss of blocks whose true means are ``means``, measured with noise ``sd`` a window."""
+    from zones.analysis.unit_intervals import WindowNoise
+
+    rng = np.random.default_rng(seed)
+    per_window = means[:, None] + sd * rng.standard_normal((means.size, n_windows))
+    return WindowNoise(per_window, np.ones(n_windows))
+
+
+def test_a_rho_decided_by_noise_is_not_certain_once_the_windows_are_resampled():
+    # six blocks whose ΔLoss differ by 1e-4 nats, each measured to ±0.003: their order is noise, yet a
+    # bootstrap over blocks alone reads the measured order as certain ("1.0 [1.0, 1.0]")
+    means = 0.006 + 1e-4 * np.arange(6)
+    noise = _measured(means, 0.003)
+    delta = noise.values()
+    alpha = delta.argsort().argsort().astype(float)   # α ordered exactly as the measured ΔLoss
+    blocks_only = spearman(alpha, delta, n_resamples=400, n_permutations=200)
+    both = spearman(alpha, delta, noise=noise, n_resamples=400, n_permutations=200)
+    assert blocks_only.rho == both.rho == 1.0
+    assert blocks_only.ci_low == 1.0                 # the old reading
+    assert both.ci_low < 0.5 and both.ci_high == 1.0  # the windows' noise in the interval
+
+
+def test_undefined_partial_rho_resamples_are_counted_and_the_statistic_called_not_estimable():
+    # α monotone in depth but for one pair of blocks: most resamples leave the partial ρ undefined
+    depth = np.arange(8, dtype=float)
+    alpha = -depth.copy()
+    alpha[[4, 5]] = alpha[[5, 4]]
+    delta = np.exp(-6 * depth / 7) + 0.01 * np.random.default_rng(1).standard_normal(8)
+    c = partial_spearman(alpha, delta, depth, noise=_measured(delta, 0.01), n_resamples=400, n_permutations=200)
+    assert c.undefined > 0.3 and not c.estimable
+    assert c.ci_low <= 0.0   # the undefined resamples count as 0: the interval cannot exclude it
+
+
+def test_pooled_models_resample_each_models_windows_within_it():
+    from zones.analysis.unit_intervals import WindowNoise
+
+    a, b = _measured(np.array([1.0, 2.0, 3.0]), 0.1, 4, 1), _measured(np.array([5.0, 6.0]), 0.1, 6, 2)
+    both = WindowNoise.stack([a, b])
+    assert both.delta.shape == (5, 10) and list(both.strata) == [0] * 4 + [1] * 6
+    assert np.allclose(both.values(), np.concatenate([a.values(), b.values()]))
+    counts = both.counts(np.random.default_rng(0), 50)
+    assert (counts[:, :4].sum(1) == 4).all() and (counts[:, 4:].sum(1) == 6).all()   # within each model

@@ -24,18 +24,18 @@ from __future__ import annotations
 import gc
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 import scipy.stats
 from scipy.stats import rankdata
 
-from zones.analysis.unit_intervals import unit_bootstrap
+from zones.analysis.unit_intervals import MAX_UNDEFINED, WindowNoise, unit_window_bootstrap
 from zones.core.checks import check_int
 from zones.core.data import corpus_windows, load_corpus
 from zones.core.models import load_model
-from zones.measure.ablation import DEFAULT_EVAL_TOKENS, ablation_table
+from zones.measure.ablation import DEFAULT_EVAL_TOKENS, ablation_window_losses, summarize
 from zones.measure.bootstrap import N_PERMUTATIONS, N_RESAMPLES, check_level, paired_bootstrap, seeded
 from zones.measure.subject import as_subject
 from zones.spectra import alpha_table, layer_alpha
@@ -77,48 +77,82 @@ def spearman_rho(x, y) -> float:
 
 @dataclass(frozen=True)
 class Correlation:
-    """Spearman ρ of ``n`` pairs, its bootstrap interval and permutation p-value."""
+    """Spearman ρ of ``n`` pairs, its bootstrap interval and permutation p-value; ``undefined``:
+    the share of resamples in which ρ was undefined (counted as 0 in the interval)."""
 
     rho: float
     ci_low: float
     ci_high: float
     p_value: float
     n: int
+    undefined: float = 0.0
+
+    @property
+    def estimable(self) -> bool:
+        """At most :data:`~zones.analysis.unit_intervals.MAX_UNDEFINED` of the resamples undefined."""
+        return self.undefined <= MAX_UNDEFINED
 
     def as_dict(self) -> dict:
-        return dict(rho=self.rho, ci_low=self.ci_low, ci_high=self.ci_high, p_value=self.p_value, n=self.n)
+        return dict(rho=self.rho, ci_low=self.ci_low, ci_high=self.ci_high, p_value=self.p_value, n=self.n,
+                    undefined=self.undefined)
 
 
-def spearman(x, y, *, n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, level: float = 0.95,
-             seed: int = 0) -> Correlation:
+def _ranked_rho(a, b, axis=-1):
+    """Spearman ρ along the last axis, every resample ranked again (its ties)."""
+    return _corr_rows(rankdata(a, axis=-1), rankdata(b, axis=-1))
+
+
+def spearman(x, y, *, noise: WindowNoise | None = None, n_resamples: int = N_RESAMPLES,
+             n_permutations: int = N_PERMUTATIONS, level: float = 0.95, seed: int = 0) -> Correlation:
     """Spearman ρ of (x, y) with a percentile-bootstrap interval and a permutation p-value.
 
-    Pairs with a NaN are dropped. Bootstrap resamples whose ranks are all tied are skipped.
+    Pairs with a NaN are dropped. Without ``noise`` the pairs are resampled and resamples whose
+    ranks are all tied are skipped. With ``noise`` (y is a block's ΔLoss, a mean over eval windows:
+    :class:`~zones.analysis.unit_intervals.WindowNoise`, one row per pair) blocks and windows are
+    resampled together and undefined resamples counted as 0 (``undefined``: their share).
     With fewer than 3 pairs, or a constant x or y, every field but ``n`` is NaN.
     """
     n_resamples = check_int(n_resamples, "n_resamples", min=1)
     n_permutations = check_int(n_permutations, "n_permutations", min=1)
     level = check_level(level)
-    x, y = _paired(x, y)
+    if noise is not None:
+        x, y, keep = _finite_columns(x, y)
+        noise = noise.rows(keep)
+    else:
+        x, y = _paired(x, y)
     n = int(x.size)
     nan = float("nan")
     rho = spearman_rho(x, y)
     if np.isnan(rho):
         return Correlation(nan, nan, nan, nan, n)
-    # Resampled blocks are ranked again (ties change); resamples with all ranks tied are NaN
-    # and left out of the percentiles.
-    ranked_rho = lambda a, b: _corr_rows(rankdata(a, axis=-1), rankdata(b, axis=-1))
-    interval = paired_bootstrap(ranked_rho, (x, y), n_resamples=n_resamples, level=level, seed=seed)
+    undefined = 0.0
+    if noise is not None:
+        _, low, high = interval = unit_window_bootstrap([x, y], _ranked_rho, noise=noise, n_resamples=n_resamples,
+                                                        level=level, seed=seed)
+        undefined = interval.undefined
+    else:   # resampled blocks are ranked again; resamples with all ranks tied are rare and left out
+        interval = paired_bootstrap(lambda a, b: _ranked_rho(a, b), (x, y), n_resamples=n_resamples, level=level,
+                                    seed=seed)
+        low, high = interval.low, interval.high
     # Under the null every pairing of the ranks is equally likely; |ρ| makes the test two-sided.
     p_value = seeded(scipy.stats.permutation_test, (rankdata(x), rankdata(y)),
                      lambda a, b, axis=-1: np.abs(_corr_rows(a, b)), permutation_type="pairings",
                      vectorized=True, n_resamples=n_permutations, alternative="greater", seed=seed).pvalue
-    return Correlation(rho, float(interval.low), float(interval.high), float(p_value), n)
+    return Correlation(rho, float(low), float(high), float(p_value), n, undefined)
+
+
+def _finite_columns(*values) -> tuple:
+    """The columns as float arrays without the rows where one is not finite, and the kept mask."""
+    columns = [np.asarray(v, dtype=float).ravel() for v in values]
+    if len({c.size for c in columns}) != 1:
+        raise ValueError(f"the columns differ in length: {[c.size for c in columns]}")
+    keep = np.logical_and.reduce([np.isfinite(c) for c in columns])
+    return (*(c[keep] for c in columns), keep)
 
 
 # --- controlling for depth -----------------------------------------------------------------------
 
-DEPTH_COLUMNS = ["model", "kind", "rho", "ci_low", "ci_high", "p_value", "n_blocks"]
+DEPTH_COLUMNS = ["model", "kind", "rho", "ci_low", "ci_high", "p_value", "n_blocks", "undefined"]
 DEPTH_KINDS = {"raw": "raw ρ (the paper's figure)", "partial_depth": "ρ partialled on block index",
                "without_ends": "ρ without the first and last blocks",
                "partial_relative_depth": "ρ partialled on relative depth (models pooled)"}
@@ -141,33 +175,37 @@ def _partial_rows(x: np.ndarray, y: np.ndarray, z: np.ndarray, axis: int = -1) -
     return _corr_rows(_residuals(rx, rz), _residuals(ry, rz))
 
 
-def partial_spearman(x, y, z, *, n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS,
-                     level: float = 0.95, seed: int = 0) -> Correlation:
-    """Spearman ρ of (x, y) partialled on z (block index, or relative depth), with a
-    block-resampled percentile interval (``unit_bootstrap``: the triples kept together, ranks
-    recomputed in each resample) and a permutation p-value: the residuals of rank(y) shuffled
-    against those of rank(x) (Kennedy's test; two-sided). Triples with a NaN are dropped;
-    with fewer than 4, or a residual that is constant, every field but ``n`` is NaN."""
+def partial_spearman(x, y, z, *, noise: WindowNoise | None = None, n_resamples: int = N_RESAMPLES,
+                     n_permutations: int = N_PERMUTATIONS, level: float = 0.95, seed: int = 0) -> Correlation:
+    """Spearman ρ of (x, y) partialled on z (block index, or relative depth), with a percentile
+    interval and a permutation p-value: the residuals of rank(y) shuffled against those of rank(x)
+    (Kennedy's test; two-sided).
+
+    The interval resamples the triples (ranks recomputed in each resample) and, with ``noise``
+    (y a block's ΔLoss: :class:`~zones.analysis.unit_intervals.WindowNoise`, one row per triple),
+    the eval windows behind y as well. A resample in which the partial ρ is undefined (x's ranks
+    wholly explained by z's: α monotone in depth among the blocks drawn) counts as 0, and its
+    share is ``undefined``: above :data:`~zones.analysis.unit_intervals.MAX_UNDEFINED` the partial
+    ρ is not estimable at this design (:attr:`Correlation.estimable`). Triples with a NaN are
+    dropped; with fewer than 4, or a residual that is constant, every field but ``n`` is NaN."""
     n_resamples = check_int(n_resamples, "n_resamples", min=1)
     n_permutations = check_int(n_permutations, "n_permutations", min=1)
     level = check_level(level)
-    columns = [np.asarray(v, dtype=float).ravel() for v in (x, y, z)]
-    if len({c.size for c in columns}) != 1:
-        raise ValueError(f"x, y and z differ in length: {[c.size for c in columns]}")
-    keep = np.logical_and.reduce([np.isfinite(c) for c in columns])
-    x, y, z = (c[keep] for c in columns)
+    x, y, z, keep = _finite_columns(x, y, z)
+    noise = noise.rows(keep) if noise is not None else None
     n = int(x.size)
     nan = float("nan")
     rho = float(_partial_rows(x, y, z)) if n >= 4 else nan
     if not np.isfinite(rho):
         return Correlation(nan, nan, nan, nan, n)
-    _, low, high = unit_bootstrap([x, y, z], _partial_rows, n_resamples=n_resamples, level=level, seed=seed)
+    interval = unit_window_bootstrap([x, y, z], _partial_rows, noise=noise, n_resamples=n_resamples, level=level,
+                                     seed=seed)
     rz = rankdata(z)
     ex, ey = _residuals(rankdata(x), rz), _residuals(rankdata(y), rz)
     p_value = seeded(scipy.stats.permutation_test, (ex, ey),
                      lambda a, b, axis=-1: np.abs(_corr_rows(a, b)), permutation_type="pairings",
                      vectorized=True, n_resamples=n_permutations, alternative="greater", seed=seed).pvalue
-    return Correlation(rho, float(low), float(high), float(p_value), n)
+    return Correlation(rho, float(interval[1]), float(interval[2]), float(p_value), n, interval.undefined)
 
 
 def without_ends(table: pd.DataFrame, n_blocks: int | None = None) -> pd.DataFrame:
@@ -179,36 +217,60 @@ def without_ends(table: pd.DataFrame, n_blocks: int | None = None) -> pd.DataFra
     return table[(table["layer"] != 0) & (table["layer"] != last)]
 
 
-def depth_controlled(table: pd.DataFrame, *, label: str = "", n_resamples: int = N_RESAMPLES,
-                     n_permutations: int = N_PERMUTATIONS, seed: int = 0) -> pd.DataFrame:
+def window_noise(windows: pd.DataFrame | None, layers) -> WindowNoise | None:
+    """The per-window ΔLoss of ``layers`` (in that order) from an ablation's long table
+    (``zones.measure.ablation.ablation_window_losses``: ``layer, window, nll, base_nll, n_tokens``),
+    as :class:`~zones.analysis.unit_intervals.WindowNoise`; None without a table."""
+    if windows is None:
+        return None
+    missing = {"layer", "window", "nll", "base_nll", "n_tokens"} - set(windows.columns)
+    if missing:
+        raise ValueError(f"the per-window ablation table lacks column(s) {sorted(missing)}")
+    wide = windows.assign(delta=windows["nll"] - windows["base_nll"]).pivot(index="layer", columns="window")
+    layers = [int(v) for v in layers]
+    absent = sorted(set(layers) - set(int(i) for i in wide.index))
+    if absent:
+        raise ValueError(f"the per-window ablation table has no rows for block(s) {absent}")
+    return WindowNoise(wide["delta"].loc[layers].to_numpy(float), wide["n_tokens"].loc[layers].to_numpy(float))
+
+
+def depth_controlled(table: pd.DataFrame, *, label: str = "", windows: pd.DataFrame | None = None,
+                     n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS,
+                     seed: int = 0) -> pd.DataFrame:
     """One model's ρ(α, ΔLoss) three ways (rows ``kind``): ``raw`` (:func:`spearman`, the
     paper's figure), ``partial_depth`` (:func:`partial_spearman` on block index) and
     ``without_ends`` (:func:`spearman` without the first and last blocks), each with its
-    block-resampled interval and permutation p (the same seed). ``table``: ``layer, alpha,
-    delta_loss`` (:func:`importance_table`). Columns :data:`DEPTH_COLUMNS`."""
+    interval and permutation p (the same seed). ``table``: ``layer, alpha, delta_loss``
+    (:func:`importance_table`); ``windows``: the ablation's per-window table, so that every
+    interval resamples the eval windows behind ΔLoss as well as the blocks (:func:`window_noise`).
+    Columns :data:`DEPTH_COLUMNS` (``undefined``: the share of resamples left undefined)."""
     missing = {"layer", "alpha", "delta_loss"} - set(table.columns)
     if missing:
         raise ValueError(f"the importance table lacks column(s) {sorted(missing)}")
     options = dict(n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
     inner = without_ends(table)
-    results = {"raw": spearman(table["alpha"], table["delta_loss"], **options),
-               "partial_depth": partial_spearman(table["alpha"], table["delta_loss"], table["layer"], **options),
-               "without_ends": spearman(inner["alpha"], inner["delta_loss"], **options)}
+    results = {"raw": spearman(table["alpha"], table["delta_loss"], noise=window_noise(windows, table["layer"]),
+                               **options),
+               "partial_depth": partial_spearman(table["alpha"], table["delta_loss"], table["layer"],
+                                                 noise=window_noise(windows, table["layer"]), **options),
+               "without_ends": spearman(inner["alpha"], inner["delta_loss"],
+                                        noise=window_noise(windows, inner["layer"]), **options)}
     return pd.DataFrame([dict(model=label, kind=kind, rho=c.rho, ci_low=c.ci_low, ci_high=c.ci_high,
-                              p_value=c.p_value, n_blocks=c.n) for kind, c in results.items()],
+                              p_value=c.p_value, n_blocks=c.n, undefined=c.undefined) for kind, c in results.items()],
                         columns=DEPTH_COLUMNS)
 
 
-ATTRIBUTION_COLUMNS = ["model", "alpha_role", "kind", "rho", "ci_low", "ci_high", "p_value", "n_blocks"]
+ATTRIBUTION_COLUMNS = ["model", "alpha_role", "kind", "rho", "ci_low", "ci_high", "p_value", "n_blocks", "undefined"]
 
 
 def attribution(result: "ModelImportance", alpha_estimator: str = "alpha_shape", roles: Sequence[str] = ("weighted", "q"),
                 **options) -> pd.DataFrame:
     """Where one model's ρ(α, ΔLoss) comes from: :func:`depth_controlled` (raw, partialled on
-    block index, without the end blocks) for the α of each of ``roles`` (the book's weighted α
-    and the Q-projection α the paper reads). Columns :data:`ATTRIBUTION_COLUMNS`."""
-    parts = [depth_controlled(result.importance(alpha_estimator, role), label=result.label, **options)
-             .assign(alpha_role=role) for role in roles]
+    block index, without the end blocks; blocks and eval windows resampled) for the α of each of
+    ``roles`` (the weighted α the paper's ρ reads, and the Q-projection α of its profile).
+    Columns :data:`ATTRIBUTION_COLUMNS`."""
+    parts = [depth_controlled(result.importance(alpha_estimator, role), label=result.label, windows=result.windows,
+                              **options).assign(alpha_role=role) for role in roles]
     return pd.concat(parts, ignore_index=True)[ATTRIBUTION_COLUMNS]
 
 
@@ -219,25 +281,35 @@ def relative_depth(layers) -> np.ndarray:
     return layers / span if span > 0 else np.zeros_like(layers)
 
 
-def pooled_partial(frame: pd.DataFrame, *, n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS,
-                   seed: int = 0) -> pd.DataFrame:
+def pooled_partial(frame: pd.DataFrame, *, windows: Mapping[str, pd.DataFrame | None] | None = None,
+                   n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, seed: int = 0) -> pd.DataFrame:
     """Every model's blocks pooled (``model, layer, alpha, delta_loss``): ρ(α, ΔLoss)
     partialled on each block's relative depth in its own model (:func:`relative_depth`),
-    blocks resampled across models. One row (``model="pooled"``, ``kind=
-    "partial_relative_depth"``), columns :data:`DEPTH_COLUMNS`."""
+    blocks resampled across models and, with every model's per-window table in ``windows``
+    (label → table), each model's eval windows within it. One row (``model="pooled"``,
+    ``kind="partial_relative_depth"``), columns :data:`DEPTH_COLUMNS`."""
     depth = frame.groupby("model", sort=False)["layer"].transform(lambda s: pd.Series(relative_depth(s), index=s.index))
-    c = partial_spearman(frame["alpha"], frame["delta_loss"], depth, n_resamples=n_resamples,
-                         n_permutations=n_permutations, seed=seed)
+    parts = [window_noise((windows or {}).get(str(label)), part["layer"])
+             for label, part in frame.groupby("model", sort=False)]
+    noise = WindowNoise.stack(parts) if parts and all(p is not None for p in parts) else None
+    ordered = pd.concat([part for _, part in frame.groupby("model", sort=False)])   # the noise's row order
+    c = partial_spearman(ordered["alpha"], ordered["delta_loss"], depth.loc[ordered.index], noise=noise,
+                         n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
     return pd.DataFrame([dict(model="pooled", kind="partial_relative_depth", rho=c.rho, ci_low=c.ci_low,
-                              ci_high=c.ci_high, p_value=c.p_value, n_blocks=c.n)], columns=DEPTH_COLUMNS)
+                              ci_high=c.ci_high, p_value=c.p_value, n_blocks=c.n, undefined=c.undefined)],
+                        columns=DEPTH_COLUMNS)
 
 
-def depth_table(frame: pd.DataFrame, **options) -> pd.DataFrame:
-    """:func:`depth_controlled` for each model of an :func:`importance_frame` (``model`` column),
-    and with several models one :func:`pooled_partial` row."""
-    parts = [depth_controlled(part, label=str(label), **options) for label, part in frame.groupby("model", sort=False)]
+def depth_table(frame: pd.DataFrame, *, windows: Mapping[str, pd.DataFrame | None] | None = None,
+                **options) -> pd.DataFrame:
+    """:func:`depth_controlled` for each model of an :func:`importance_frame` (``model`` column;
+    ``windows``: label → the model's per-window ablation table), and with several models one
+    :func:`pooled_partial` row."""
+    windows = windows or {}
+    parts = [depth_controlled(part, label=str(label), windows=windows.get(str(label)), **options)
+             for label, part in frame.groupby("model", sort=False)]
     if frame["model"].nunique() > 1:
-        parts.append(pooled_partial(frame, **options))
+        parts.append(pooled_partial(frame, windows=windows, **options))
     return pd.concat(parts, ignore_index=True)
 
 
@@ -297,6 +369,7 @@ class ModelImportance:
     ablation: pd.DataFrame   # zones.measure.ablation.ablation_table
     alphas: pd.DataFrame     # zones.spectra.alpha_table
     dtype: str = "float32"   # the precision the ablation was scored in (resolved: never "auto")
+    windows: pd.DataFrame | None = None   # zones.measure.ablation.ablation_window_losses: ΔLoss per eval window
 
     def importance(self, alpha_estimator: str = "alpha_shape", alpha_role: str = "weighted") -> pd.DataFrame:
         """``importance_table`` with this model's α, plus a ``model`` column (the label)."""
@@ -337,9 +410,11 @@ def measure_models(models: Sequence[str] | str, *, corpus: str = "stdlib", seq_l
         loaded = load_model(name, device=device)
         windows = corpus_windows(text, loaded.tokenizer, seq_len, split, eval_tokens)
         subject = as_subject(loaded.model, dtype, fingerprint=loaded.fingerprint)  # precision resolved once
-        table = ablation_table(subject, windows, parts=parts, batch_size=batch_size, progress=progress)
+        long = ablation_window_losses(subject, windows, parts=parts, batch_size=batch_size, progress=progress)
+        table = summarize(long, parts)
         alphas = alpha_table(loaded.model)
-        results.append(ModelImportance(name, label, loaded.fingerprint, len(table), table, alphas, subject.dtype))
+        results.append(ModelImportance(name, label, loaded.fingerprint, len(table), table, alphas, subject.dtype,
+                                       long))
         del loaded
         gc.collect()
     return results

@@ -14,7 +14,7 @@ import pandas as pd
 from scipy.stats import rankdata
 
 from zones.analysis.importance import Correlation, _corr_rows, spearman, spearman_rho
-from zones.measure.bootstrap import N_PERMUTATIONS, N_RESAMPLES
+from zones.measure.bootstrap import LEVEL, N_PERMUTATIONS, N_RESAMPLES, expanded_level
 
 RHO_RUN_COLUMNS = ["depth", "seed", "model", "n_blocks", "rho", "ci_low", "ci_high", "half_width", "p_value"]
 POOLED_COLUMNS = ["depth", "n_runs", "n_blocks", "rho", "ci_low", "ci_high", "half_width", "p_value"]
@@ -66,7 +66,8 @@ def clustered_spearman(part: pd.DataFrame, *, n_resamples: int = N_RESAMPLES, n_
     draws = [np.concatenate([members[i] for i in rng.integers(0, len(members), len(members))])
              for _ in range(n_resamples)]
     boots = _resampled_rho(a, d, draws)
-    low, high = (np.nanpercentile(boots, [2.5, 97.5]) if np.isfinite(boots).sum() >= n_resamples // 2
+    tail = (1 - expanded_level(LEVEL, len(members))) / 2 * 100   # few positions: read wider, as everywhere
+    low, high = (np.nanpercentile(boots, [tail, 100 - tail]) if np.isfinite(boots).sum() >= n_resamples // 2
                  else (nan, nan))
     perm = np.tile(np.arange(n), (n_permutations, 1))
     depth, layer, model = (part[c].to_numpy() for c in ("depth", "layer", "model"))

@@ -29,6 +29,11 @@ differences with a percentile interval), hands them to the rule and counts its w
 * :func:`shape_draws`: an α profile over blocks, a rise plus block noise (:func:`shape_profiles`): the shape
   ``zones.analysis.profile.profile_shape`` would name (its rank trend and curvature intervals,
   blocks resampled);
+* :func:`depth_draws`: blocks whose α and ΔLoss share a depth trend (α nearly monotone in depth, as
+  the trained runs' is), ΔLoss measured on eval windows with noise, and α's own deviation from
+  its trend tied to ΔLoss's by ``partial`` (0: the structured null, nothing shared beyond depth):
+  the importance chapter's raw and partial ρ on each, through its own functions (both sources of
+  noise resampled, undefined resamples counted);
 * :func:`operating`: the share of draws a rule calls ``holds``, ``does not hold``, ``inconclusive``.
 
 Everything is vectorised over draws and resamples and seeded, so a table of a few hundred draws
@@ -49,7 +54,7 @@ from scipy.stats import rankdata
 from zones.analysis.profile import quadratic, std_ratio
 from zones.analysis.unit_intervals import slope_interval
 from zones.core.checks import check_float, check_int
-from zones.measure.bootstrap import LEVEL
+from zones.measure.bootstrap import LEVEL, expanded_level
 
 N_DRAWS = 200          # simulated data sets per cell: a share's standard error is at most 0.035
 SIMULATED_RESAMPLES = 400      # bootstrap resamples per simulated interval
@@ -90,7 +95,7 @@ def rho_draws(rho: float, n_blocks: int, *, n_draws: int = N_DRAWS, n_resamples:
         index = rng.integers(0, n, (len(sx), n_resamples, n))
         boot = _corr(rankdata(np.take_along_axis(sx[:, None, :].repeat(n_resamples, 1), index, -1), axis=-1),
                      rankdata(np.take_along_axis(sy[:, None, :].repeat(n_resamples, 1), index, -1), axis=-1))
-        low, high = np.nanpercentile(boot, [2.5, 97.5], axis=-1)
+        low, high = _percentiles(boot, n)
         shuffled = rng.permuted(sy[:, None, :].repeat(n_permutations, 1), axis=-1)
         extreme = (np.abs(_corr(sx[:, None, :], shuffled)) >= np.abs(est)[:, None] - 1e-12).sum(-1)
         lows.append(low), highs.append(high), ps.append((1 + extreme) / (1 + n_permutations))
@@ -109,7 +114,7 @@ def mean_draws(effect: float, sd: float, n_units: int, *, n_draws: int = N_DRAWS
     data = effect + sd * rng.standard_normal((n_draws, n))
     index = rng.integers(0, n, (n_draws, n_resamples, n))
     boot = np.take_along_axis(data[:, None, :].repeat(n_resamples, 1), index, -1).mean(-1)
-    low, high = np.percentile(boot, [2.5, 97.5], axis=-1)
+    low, high = _percentiles(boot, n)
     return dict(estimate=data.mean(-1), low=low, high=high, n=np.full(n_draws, n))
 
 
@@ -126,10 +131,13 @@ def exponent_draws(exponent: float, sd: float, runs: dict[int, int], *, n_draws:
     return dict(estimate=b, low=low, high=high, n=np.full(n_draws, x.size))
 
 
-def _percentiles(boot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The 95% percentile interval along the last axis, NaN resamples left out."""
+def _percentiles(boot: np.ndarray, n: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """The 95% percentile interval of ``n`` resampled units along the last axis, read at the level
+    the chapters read it (``zones.measure.bootstrap.expanded_level``; ``n=None``: at 95% itself, as
+    the stratified intervals of the wave are), NaN resamples left out."""
+    tail = (1 - (LEVEL if n is None else expanded_level(LEVEL, n))) / 2 * 100
     with np.errstate(invalid="ignore"):
-        low, high = np.nanpercentile(boot, [2.5, 97.5], axis=-1)
+        low, high = np.nanpercentile(boot, [tail, 100 - tail], axis=-1)
     return low, high
 
 
@@ -207,7 +215,7 @@ def ratio_draws(ratio: float, n_windows: int, *, log_sd: float = 0.5, corr: floa
     arms = np.exp(np.stack([ref + math.log(ratio), ours], axis=1) - log_sd ** 2 / 2)   # (draws, 2, windows)
     index = rng.integers(0, n, (n_draws, n_resamples, n))
     boot = _resample(arms, index).mean(-1)                                             # (draws, resamples, 2)
-    low, high = _percentiles(boot[..., 0] / boot[..., 1])
+    low, high = _percentiles(boot[..., 0] / boot[..., 1], n)
     return dict(estimate=arms[:, 0].mean(-1) / arms[:, 1].mean(-1), low=low, high=high, n=np.full(n_draws, n))
 
 
@@ -227,7 +235,7 @@ def crossover_draws(effects, sd: float, n_windows: int, *, n_draws: int = N_DRAW
     rng = np.random.default_rng(seed)
     data = effects[:, None] + sd * rng.standard_normal((n_draws, effects.size, n))   # (draws, k, windows)
     weights = _weights(rng.integers(0, n, (n_draws, n_resamples, n)), n)
-    low, high = _percentiles(np.einsum("dkw,drw->dkr", data, weights))               # (draws, k)
+    low, high = _percentiles(np.einsum("dkw,drw->dkr", data, weights), n)               # (draws, k)
     return dict(sides=np.where(low > 0, 1, np.where(high < 0, -1, 0)), n=np.full(n_draws, n))
 
 
@@ -243,7 +251,7 @@ def asymmetry_draws(ratio: float, n_layers: int, *, n_draws: int = N_DRAWS, n_re
     data = rng.standard_normal((n_draws, 2, n)) * np.array([ratio, 1.0])[:, None]
     index = rng.integers(0, n, (n_draws, n_resamples, n))
     boot = _resample(data, index)                                                  # (draws, resamples, 2, layers)
-    low, high = _percentiles(std_ratio(boot[..., 0, :], boot[..., 1, :]))
+    low, high = _percentiles(std_ratio(boot[..., 0, :], boot[..., 1, :]), n)
     return dict(estimate=std_ratio(data[:, 0], data[:, 1]), low=low, high=high, n=np.full(n_draws, n))
 
 
@@ -261,7 +269,7 @@ def first_block_draws(excess: float, n_blocks: int, n_windows: int, *, n_draws: 
     data = rng.standard_normal((n_draws, b, n))
     data[:, 0] += excess
     weights = _weights(rng.integers(0, n, (n_draws, n_resamples, n)), n)
-    low, high = _percentiles(np.einsum("dbw,drw->dbr", data, weights))
+    low, high = _percentiles(np.einsum("dbw,drw->dbr", data, weights), n_windows)
     return dict(delta=data.mean(-1), low=low, high=high, n=np.full(n_draws, b))
 
 
@@ -325,7 +333,7 @@ def wave_draws(kind: str, lead: float, n_layers: int, *, n_snapshots: int = 12, 
         halves.append(_resample(np.moveaxis(part, 1, -1), index).mean(-1))            # (draws, resamples, snapshots)
     boot = halves[0] - halves[1]
     point = grid[:, early].mean(1) - grid[:, ~early].mean(1)                        # (draws, snapshots)
-    p_low, t_high = _percentiles(boot.max(-1))[0], _percentiles(boot.min(-1))[1]          # peak's low, trough's high
+    p_low, t_high = _percentiles(boot.max(-1), None)[0], _percentiles(boot.min(-1), None)[1]          # peak's low, trough's high
     # after: g from the peak's snapshot on, its band simultaneous over those snapshots (simultaneous_min)
     window = np.arange(steps) >= point.argmax(-1)[:, None]                          # (draws, snapshots)
     sd = boot.std(-2)
@@ -362,9 +370,9 @@ def shape_draws(rise: float, n_blocks: int, *, n_draws: int = N_DRAWS, n_resampl
     x = np.arange(n) / (n - 1)
     weights = _weights(rng.integers(0, n, (n_draws, n_resamples, n)), n)
     with np.errstate(all="ignore"):
-        c_low, c_high = _percentiles(_weighted_parabola(x, y, weights)[..., 2])
+        c_low, c_high = _percentiles(_weighted_parabola(x, y, weights)[..., 2], n)
         ranks_x = _weighted_ranks(np.broadcast_to(x, y.shape), weights)
-        t_low, t_high = _percentiles(_weighted_corr(ranks_x, _weighted_ranks(y, weights), weights))
+        t_low, t_high = _percentiles(_weighted_corr(ranks_x, _weighted_ranks(y, weights), weights), n)
         _, b, c = np.moveaxis(quadratic(np.broadcast_to(x, y.shape), y), -1, 0)
         vertex = np.where(c != 0, -b / (2 * c), np.nan)
     interior = (vertex > 0) & (vertex < 1)
@@ -373,6 +381,58 @@ def shape_draws(rise: float, n_blocks: int, *, n_draws: int = N_DRAWS, n_resampl
                               np.where((c_low > 0) & interior, "U-shaped", "not separable"))))
     undefined = np.isnan(c_low) | np.isnan(t_low)
     return dict(shape=np.where(undefined & (shape == "not separable"), "undefined", shape), n=np.full(n_draws, n))
+
+
+DEPTH_ALPHA_NOISE = 0.6   # α's scatter about its depth trend, in steps between neighbours: ~1 pair out of order in 8
+DEPTH_BLOCK_SD = 0.01     # ΔLoss's scatter about its depth trend, as a share of the first block's ΔLoss
+DEPTH_NOISE = 1.0         # a block's measurement sd (its mean over the eval windows) / DEPTH_BLOCK_SD: the book's
+                          # mid-depth blocks (0.002–0.01 nats, ±0.003) are as noisy as they are apart
+DEPTH_SHARED = 0.5        # the share of a window's noise that every block shares (a hard window is hard for all)
+
+
+def depth_draws(n_blocks: int, n_windows: int, *, partial: float = 0.0, alpha_noise: float = DEPTH_ALPHA_NOISE,
+                block_sd: float = DEPTH_BLOCK_SD, noise: float = DEPTH_NOISE, shared: float = DEPTH_SHARED,
+                n_draws: int = N_DRAWS, n_resamples: int = SIMULATED_RESAMPLES,
+                n_permutations: int = SIMULATED_PERMUTATIONS, seed: int = 0) -> dict[str, dict[str, np.ndarray]]:
+    """``n_draws`` simulated models of ``n_blocks`` blocks in which α and ΔLoss share a depth trend:
+    α = −block index + Normal(0, ``alpha_noise``) (nearly monotone in depth, falling as ΔLoss falls); the true ΔLoss =
+    exp(−6 · relative depth) + e, where e has sd ``block_sd`` and correlation ``partial`` with α's
+    deviation from its trend (0: the structured null, α and ΔLoss share nothing but depth). Each
+    block's ΔLoss is measured on ``n_windows`` eval windows whose noise (a share ``shared`` of it
+    common to all blocks on a window) gives its mean an sd of ``noise`` · ``block_sd``.
+
+    Returns ``{"raw": …, "partial": …}``, each with one entry per draw: ``rho, low, high, p, n`` and
+    ``undefined``, computed by ``zones.analysis.importance.spearman`` and ``partial_spearman`` with
+    the windows resampled as the chapter resamples them (the same functions, the same reading)."""
+    from zones.analysis.importance import partial_spearman, spearman   # the chapter's own statistics
+    from zones.analysis.unit_intervals import WindowNoise
+
+    n = check_int(n_blocks, "n_blocks", min=4)
+    w = check_int(n_windows, "n_windows", min=2)
+    partial = check_float(partial, "partial", min=-1.0, max=1.0)
+    rng = np.random.default_rng([seed, n, w])
+    depth = np.arange(n, dtype=float)
+    trend = np.exp(-6.0 * depth / (n - 1))   # block 0 costs most; past mid-depth the scatter decides the order
+    window_sd = check_float(noise, "noise", min=0.0) * block_sd * math.sqrt(w)
+    out = {kind: {k: np.empty(n_draws) for k in ("rho", "low", "high", "p", "n", "undefined")}
+           for kind in ("raw", "partial")}
+    options = dict(n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
+    for i in range(n_draws):
+        u = rng.standard_normal(n)
+        alpha = -depth + alpha_noise * u   # falling with depth, as ΔLoss does: the raw ρ is positive
+        own = block_sd * (partial * u + math.sqrt(1 - partial * partial) * rng.standard_normal(n))
+        per_window = (trend + own)[:, None] + window_sd * (
+            math.sqrt(shared) * rng.standard_normal((1, w)) + math.sqrt(1 - shared) * rng.standard_normal((n, w)))
+        measured = WindowNoise(per_window, np.ones(w))
+        delta = measured.values()
+        for kind, c in (("raw", spearman(alpha, delta, noise=measured, **options)),
+                        ("partial", partial_spearman(alpha, delta, depth, noise=measured, **options))):
+            for key, value in (("rho", c.rho), ("low", c.ci_low), ("high", c.ci_high), ("p", c.p_value),
+                               ("n", c.n), ("undefined", c.undefined)):
+                out[kind][key][i] = value
+    for kind in out:
+        out[kind]["n"] = out[kind]["n"].astype(int)
+    return out
 
 
 def operating(rule: Callable[..., str], draws: dict[str, np.ndarray]) -> dict[str, float]:
@@ -412,7 +472,8 @@ def asymmetry_rule_power(rule: Callable[..., str], ratio: float, n_layers: int, 
     return operating(rule, asymmetry_draws(ratio, n_layers, n_draws=n_draws, seed=seed))
 
 
-__all__ = ["N_DRAWS", "WORDS", "asymmetry_draws", "asymmetry_rule_power", "crossover_draws", "exponent_draws",
+__all__ = ["DEPTH_ALPHA_NOISE", "DEPTH_BLOCK_SD", "DEPTH_NOISE", "DEPTH_SHARED", "depth_draws",
+           "N_DRAWS", "WORDS", "asymmetry_draws", "asymmetry_rule_power", "crossover_draws", "exponent_draws",
            "exponent_rule_power",
            "first_block_draws", "first_blocks_words", "mean_draws", "operating", "pearson_for_spearman", "ratio_draws",
            "rho_draws", "rho_rule_power", "shape_draws", "shape_profiles", "wave_curve", "wave_draws",

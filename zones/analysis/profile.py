@@ -19,7 +19,7 @@ from zones.spectra import role_group
 TREND_COLUMNS = ["role", "group", "first_fit", "last_fit", "rise", "rise_low", "rise_high", "trend", "n_blocks"]
 SHAPE_COLUMNS = ["role", "shape", "rise", "rise_low", "rise_high", "rank_trend", "rank_trend_low", "rank_trend_high",
                  "rank_trend_p", "curvature", "curvature_low", "curvature_high", "vertex", "top_block", "top_value",
-                 "n_blocks"]
+                 "n_blocks", "peak_lift", "peak_lift_low", "peak_lift_high"]
 
 
 def trend_word(low: float, high: float) -> str:
@@ -72,6 +72,16 @@ def curvature(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
     return quadratic(x, y, axis)[..., 2]
 
 
+def peak_lift(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+    """How far the least-squares parabola rises from its value at x = 0 to its highest point on
+    [0, 1] (the vertex when it lies inside, else the end): an inverted U's size, in α units."""
+    a, b, c = np.moveaxis(quadratic(x, y, axis), -1, 0)
+    with np.errstate(all="ignore"):
+        vertex = np.clip(np.where(c != 0, -b / (2 * c), 1.0), 0.0, 1.0)
+        top = np.maximum(np.maximum(a + b * vertex + c * vertex ** 2, a + b + c), a)
+    return top - a
+
+
 def profile_shape(table: pd.DataFrame, role: str = "q", alpha_estimator: str = "alpha_shape", *,
                   n_resamples: int = N_RESAMPLES, seed: int = 0) -> dict:
     """The shape of one role's α profile over relative depth x = layer / (L − 1), with intervals
@@ -85,7 +95,8 @@ def profile_shape(table: pd.DataFrame, role: str = "q", alpha_estimator: str = "
     largest value). ``shape`` (first rule that applies): ``inverted U`` (curvature interval below
     0 and 0 < vertex < 1), ``rises`` (rank-trend interval above 0), ``falls`` (below 0),
     ``U-shaped`` (curvature interval above 0, 0 < vertex < 1), ``not separable`` (intervals
-    include 0), ``undefined`` (fewer than three blocks).
+    include 0), ``undefined`` (fewer than three blocks). ``peak_lift`` (:func:`peak_lift`, with its
+    interval): the parabola's rise from the first block to its top, the size of an inverted U.
     """
     part = table[table["role"] == role][["layer", alpha_estimator]].dropna().sort_values("layer")
     n_blocks = int(table["layer"].nunique())
@@ -95,10 +106,11 @@ def profile_shape(table: pd.DataFrame, role: str = "q", alpha_estimator: str = "
         return dict(role=role, shape="undefined", rise=NAN, rise_low=NAN, rise_high=NAN, rank_trend=NAN,
                     rank_trend_low=NAN, rank_trend_high=NAN, rank_trend_p=NAN, curvature=NAN,
                     curvature_low=NAN, curvature_high=NAN, vertex=NAN, top_block=-1, top_value=NAN,
-                    n_blocks=int(len(part)))
+                    n_blocks=int(len(part)), peak_lift=NAN, peak_lift_low=NAN, peak_lift_high=NAN)
     rise, rise_low, rise_high = unit_bootstrap([x, y], slope, n_resamples=n_resamples, seed=seed)
     trend = spearman(x, y, n_resamples=n_resamples, seed=seed)
     bend, c_low, c_high = unit_bootstrap([x, y], curvature, n_resamples=n_resamples, seed=seed)
+    lift, lift_low, lift_high = unit_bootstrap([x, y], peak_lift, n_resamples=n_resamples, seed=seed)
     _, b, c = quadratic(x, y)
     vertex = float(-b / (2 * c)) if c != 0 else NAN
     interior = 0 < vertex < 1
@@ -117,7 +129,8 @@ def profile_shape(table: pd.DataFrame, role: str = "q", alpha_estimator: str = "
     return dict(role=role, shape=shape, rise=float(rise), rise_low=rise_low, rise_high=rise_high,
                 rank_trend=trend.rho, rank_trend_low=trend.ci_low, rank_trend_high=trend.ci_high,
                 rank_trend_p=trend.p_value, curvature=float(bend), curvature_low=c_low, curvature_high=c_high, vertex=vertex,
-                top_block=int(part["layer"].iloc[top]), top_value=float(y[top]), n_blocks=int(len(part)))
+                top_block=int(part["layer"].iloc[top]), top_value=float(y[top]), n_blocks=int(len(part)),
+                peak_lift=float(lift), peak_lift_low=lift_low, peak_lift_high=lift_high)
 
 
 def group_profile(table: pd.DataFrame, alpha_estimator: str = "alpha_shape") -> pd.DataFrame:

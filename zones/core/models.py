@@ -76,6 +76,17 @@ def _transformers_major() -> int:
 # --- the built-in default and GGUF files --------------------------------------------------
 
 
+def gguf_format(name: str) -> str | None:
+    """The quantisation a GGUF model's weights are stored in, from its file name ("Q4_1" for the
+    built-in SmolLM2-135M), or None for a model that is not a GGUF file."""
+    file = BUILTIN_MODELS[name][1] if name in BUILTIN_MODELS else str(name)
+    if not file.lower().endswith(".gguf"):
+        return None
+    stem = Path(file).name[:-len(".gguf")]
+    tail = stem.rsplit(".", 1)[-1] if "." in stem else ""
+    return tail.upper() if tail[:1].upper() in ("Q", "F", "B", "I") and any(c.isdigit() for c in tail) else None
+
+
 def builtin_gguf_path(alias: str) -> Path:
     """Path of the GGUF file of a built-in alias, found without importing its package."""
     package, filename = BUILTIN_MODELS[alias]
@@ -383,6 +394,14 @@ def model_fingerprint(model: nn.Module) -> str:
             digest.update(f"{kind}:{name}:{tuple(tensor.shape)}:{tensor.dtype}:".encode())
             digest.update(xxhash.xxh3_128(raw).digest())
     return digest.hexdigest()[:16]
+
+
+def output_vocabulary(model: nn.Module) -> int:
+    """How many tokens the model's next-token distribution ranges over (its LM head's rows, else
+    ``config.vocab_size``): a uniform guess over them scores ln V nats a token."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(head, "weight", None)
+    return int(weight.shape[0]) if weight is not None else int(model.config.vocab_size)
 
 
 def check_windows_fit(model: nn.Module, windows) -> None:

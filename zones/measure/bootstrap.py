@@ -22,6 +22,7 @@ difference: that is what pairing buys, and ``tests/test_stats.py`` checks it.
 from __future__ import annotations
 
 import inspect
+import math
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -70,6 +71,19 @@ def _check(n_resamples, level, interval_method) -> tuple[int, float, str]:
     return n_resamples, level, interval_method
 
 
+def expanded_level(level: float, n: int) -> float:
+    """The level at which a percentile bootstrap over ``n`` units is read, so that it covers as a t
+    interval would (Hesterberg's expanded percentile interval): z at the new level is √(n/(n−1)) ·
+    t at ``level`` with n − 1 degrees of freedom. A plain percentile interval is too narrow with
+    few units (its spread divides by n, not n − 1, and it reads z, not t): at 8 eval windows a
+    nominal 95% covers about 91%, and a rule "the interval lies above 0" says so by chance more
+    than 5% of the time. 95% reads at 98.9% for 8 units, 97.8% for 12, 95.6% for 64."""
+    if n < 2:
+        return float(level)
+    q = math.sqrt(n / (n - 1)) * scipy.stats.t.ppf((1 + level) / 2, n - 1)
+    return float(2 * scipy.stats.norm.cdf(q) - 1)
+
+
 def seeded(function: Callable[..., Any], *args: Any, seed: int, **kwargs: Any) -> Any:
     """Call a ``scipy.stats`` resampling function (``bootstrap``, ``permutation_test``, ...) with
     the generator ``numpy.random.default_rng(seed)``, passed as ``rng`` (scipy >= 1.15) or as
@@ -88,7 +102,8 @@ def paired_bootstrap(statistic: Callable[..., np.ndarray], data: Sequence[np.nda
     may combine or reduce leading axes (e.g. a difference of rows, a median over seeds); it
     must accept arrays with extra axes before the last one (the resamples). Resamples where
     the statistic is NaN are left out of the quantiles; a distribution of one value (identical
-    variants) gives a zero-width interval at that value.
+    variants) gives a zero-width interval at that value. A percentile interval is read at
+    :func:`expanded_level` (few units: wider, as a t interval is).
     """
     n_resamples, level, interval_method = _check(n_resamples, level, interval_method)
     data = [np.asarray(d, dtype=np.float64) for d in data]
@@ -96,6 +111,8 @@ def paired_bootstrap(statistic: Callable[..., np.ndarray], data: Sequence[np.nda
     if any(d.shape[-1] != n for d in data):
         raise ValueError(f"the arrays differ in their last axis: {[d.shape for d in data]}")
     data = list(np.broadcast_arrays(*data))  # what scipy resamples: every array at the common shape
+    if interval_method == "percentile":
+        level = expanded_level(level, n)
     estimate = np.asarray(statistic(*data), dtype=np.float64)
     if n < 2:
         nan = np.full_like(estimate, np.nan)

@@ -31,6 +31,7 @@ from zones.analysis.importance import (
     measure_models,
     model_labels,
     spearman,
+    window_noise,
 )
 from zones.analysis.profile import profile_shape
 from zones.analysis.unit_intervals import interval_side
@@ -59,8 +60,9 @@ STRATEGIES = (OURS, LAST_N_KEEP_LAST)   # the two strategies compared at k = ⌈
 COLUMNS = ["model", "family", "blocks", "parameters", "corpus", "tokens", "rho", "rho_low", "rho_high", "rho_p",
            "rho_side", "rho_claim", "k", "pruning_tokens", "zone_aware", "zone_aware_low", "zone_aware_high",
            "keep_last", "keep_last_low", "keep_last_high", "diff", "diff_low", "diff_high", "best", "first_blocks",
-           "shape", "rise", "rise_low", "rise_high", "rank_trend", "rank_trend_low", "rank_trend_high",
-           "rho_partial", "rho_partial_low", "rho_partial_high", "rho_inner", "rho_inner_low",
+           "shape", "rise", "rise_low", "rise_high", "peak_lift", "peak_lift_low", "peak_lift_high", "rank_trend", "rank_trend_low", "rank_trend_high",
+           "rho_partial", "rho_partial_low", "rho_partial_high", "rho_partial_p", "rho_partial_undefined",
+           "rho_inner", "rho_inner_low",
            "rho_inner_high", "rho_q", "rho_q_low", "rho_q_high", "rho_q_p"]
 READINGS = {"rho_word": "ρ(α, ΔLoss) against 0", "rho_claim": f"the paper's ρ = {PAPER_RHO[0]}–{PAPER_RHO[1]}",
             "pruning_word": "zone-aware against Last-N keeping the last block at k = ⌈L/4⌉",
@@ -120,7 +122,8 @@ def model_row(result: ModelImportance, model, *, corpus_name: str, comparison: d
               alpha_role: str, role: str, n_resamples: int, n_permutations: int, seed: int) -> dict:
     """One model's row (:data:`COLUMNS` and the words the pooled verdict reads)."""
     part = result.importance(alpha_estimator, alpha_role)
-    c = spearman(part["alpha"], part["delta_loss"], n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
+    c = spearman(part["alpha"], part["delta_loss"], noise=window_noise(result.windows, part["layer"]),
+                 n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
     claim = score_rho(c.rho, c.ci_low, c.ci_high, c.p_value, result.n_blocks)
     shape = profile_shape(result.alphas, role, alpha_estimator, n_resamples=n_resamples, seed=seed)
     first = first_blocks_matter_most(result.ablation)
@@ -128,7 +131,10 @@ def model_row(result: ModelImportance, model, *, corpus_name: str, comparison: d
                         n_permutations=n_permutations, seed=seed).set_index(["alpha_role", "kind"])
     pick = lambda r, kind, name: {name: parts.loc[(r, kind), "rho"], f"{name}_low": parts.loc[(r, kind), "ci_low"],  # noqa: E731
                                   f"{name}_high": parts.loc[(r, kind), "ci_high"]}
-    attributed = dict(**pick(alpha_role, "partial_depth", "rho_partial"), **pick(alpha_role, "without_ends", "rho_inner"),
+    attributed = dict(**pick(alpha_role, "partial_depth", "rho_partial"),
+                      rho_partial_p=parts.loc[(alpha_role, "partial_depth"), "p_value"],
+                      rho_partial_undefined=parts.loc[(alpha_role, "partial_depth"), "undefined"],
+                      **pick(alpha_role, "without_ends", "rho_inner"),
                       **pick(role, "raw", "rho_q"), rho_q_p=parts.loc[(role, "raw"), "p_value"])
     return dict(model=result.label, family=str(getattr(model.config, "model_type", type(model).__name__)),
                 blocks=int(result.n_blocks), parameters=int(sum(p.numel() for p in model.parameters())),
@@ -136,7 +142,9 @@ def model_row(result: ModelImportance, model, *, corpus_name: str, comparison: d
                 rho=c.rho, rho_low=c.ci_low, rho_high=c.ci_high, rho_p=c.p_value,
                 rho_side=rho_word(c.ci_low, c.ci_high), rho_claim=str(claim), **comparison,
                 first_blocks=str(first["verdict"]), shape=shape["shape"], rise=shape["rise"],
-                rise_low=shape["rise_low"], rise_high=shape["rise_high"], rank_trend=shape["rank_trend"],
+                rise_low=shape["rise_low"], rise_high=shape["rise_high"], peak_lift=shape["peak_lift"],
+                peak_lift_low=shape["peak_lift_low"], peak_lift_high=shape["peak_lift_high"],
+                rank_trend=shape["rank_trend"],
                 rank_trend_low=shape["rank_trend_low"], rank_trend_high=shape["rank_trend_high"], **attributed,
                 rho_word=rho_word(c.ci_low, c.ci_high), pruning_word=pruning_word(comparison["diff_low"],
                                                                                   comparison["diff_high"]),

@@ -29,14 +29,23 @@ from typing import Any, Callable, Mapping
 import pandas as pd
 
 from zones.analysis.power import rho_rule_power
-from zones.analysis.profile import trend_word
 from zones.analysis.unit_intervals import interval_side
 from zones.core.cache import atomic_write_text
 from zones.core.glossary import CHAPTERS
 from zones.pruning import COLLAPSE_RATIO, RECIPE_ABLATIONS
 from zones.report.common import ChapterResult, read_summary, save
 from zones.report.format import fmt_interval, fmt_num, fmt_p, fmt_ratio, list_table, md_escape
+from zones.core.models import gguf_format
 from zones.report.verdicts import (
+    BLOCKS as BLOCKS_WORD,
+    BUDGET as BUDGET_WORD,
+    REASONS as REASON_TEXTS,
+    SEEDS as SEEDS_WORD,
+    UNDEFINED as UNDEFINED_WORD,
+    APART,
+    MIN_RISE,
+    collapsed_arms,
+    shape_effect,
     DEPTH_RHO_CLAIM,
     FAILS,
     HEALING_CLAIM,
@@ -232,22 +241,32 @@ def _partial_rho_rows(tables: Tables) -> list[dict]:
         if r["kind"] != "partial_depth":
             continue
         n = int(r["n_blocks"]) if finite(r.get("n_blocks")) else None
-        ours = f"ρ partialled on block index = {fmt_num(r['rho'], 2)}, {fmt_p(r['p_value'])} ({name}, {n} blocks)"
+        ours = (f"ρ partialled on block index = {fmt_num(r['rho'], 2)}, {fmt_p(r['p_value'])} ({name}, {n} blocks"
+                f"{_undefined_said(r.get('undefined'))})")
         rows.append(_row(ours, fmt_interval(None, r["ci_low"], r["ci_high"]), str(r["model"]),
                          _corpus(tables, "importance_vs_alpha"), "importance_vs_alpha",
-                         score_partial_rho(float(r["ci_low"]), float(r["ci_high"]), n_blocks=n)))
+                         score_partial_rho(float(r["ci_low"]), float(r["ci_high"]), p_value=float(r["p_value"]),
+                                           undefined=float(r.get("undefined", math.nan)), n_blocks=n)))
     across, done = _across(tables), {row["model"] for row in rows}
     if across is not None and "rho_partial" in across:
         for r in across.to_dict("records"):
             if str(r["model"]) in done or not _is_trained(r):
                 continue
-            ours = (f"ρ partialled on block index = {fmt_num(r['rho_partial'], 2)} ({name}, {int(r['blocks'])} blocks); "
+            ours = (f"ρ partialled on block index = {fmt_num(r['rho_partial'], 2)}, {fmt_p(r.get('rho_partial_p'))} "
+                    f"({name}, {int(r['blocks'])} blocks{_undefined_said(r.get('rho_partial_undefined'))}); "
                     f"without the end blocks {fmt_interval(r['rho_inner'], r['rho_inner_low'], r['rho_inner_high'])}")
             rows.append(_row(ours, fmt_interval(None, r["rho_partial_low"], r["rho_partial_high"]), str(r["model"]),
                              str(r["corpus"]), "across_models",
                              score_partial_rho(float(r["rho_partial_low"]), float(r["rho_partial_high"]),
+                                               p_value=float(r.get("rho_partial_p", math.nan)),
+                                               undefined=float(r.get("rho_partial_undefined", math.nan)),
                                                n_blocks=int(r["blocks"]))))
     return rows
+
+
+def _undefined_said(share: Any) -> str:
+    """", 42% of resamples undefined" where any resample left the partial ρ undefined."""
+    return f", {share:.0%} of resamples undefined" if finite(share) and share > 0 else ""
 
 
 def _is_trained(row: Mapping[str, Any]) -> bool:
@@ -265,6 +284,21 @@ def _ratio_shown(r: Mapping[str, Any]) -> str:
     return fmt_ratio(r["ratio"])
 
 
+def _pruned_loss(tables: Tables, strategy: str, k: int) -> float:
+    """A strategy's pruned model's loss at k (nats: ln of its median perplexity), from ``by_strategy.csv``."""
+    table = tables.get("pruning", {}).get("by_strategy")
+    if table is None or "ppl" not in table:
+        return math.nan
+    found = table[(table["strategy"] == strategy) & (table["k"] == k)]
+    return float(math.log(found["ppl"].iloc[0])) if not found.empty and found["ppl"].iloc[0] > 0 else math.nan
+
+
+def _collapsed(tables: Tables, strategies: list[str], k: int) -> str:
+    """:func:`zones.report.verdicts.collapsed_arms` of these strategies at k (the pruning chapter's vocabulary)."""
+    vocab = _summary(tables, "pruning").get("vocab_size")
+    return collapsed_arms({s: _pruned_loss(tables, s, k) for s in strategies}, vocab)
+
+
 def _ratio_rows(score: Callable[[float, float], Verdict]) -> Callable[[Tables], list[dict]]:
     def rows(tables: Tables) -> list[dict]:
         pruning = tables.get("pruning", {})
@@ -273,10 +307,13 @@ def _ratio_rows(score: Callable[[float, float], Verdict]) -> Callable[[Tables], 
         crossover = pruning["crossover"]
         k_max = int(crossover["k"].max())
         at_max = crossover[(crossover["k"] == k_max) & crossover["reference"].isin(LAST_N)]
+        apart = (lambda r: dict(collapsed=_collapsed(tables, [r["reference"], r["ours"]], k_max))
+                 if score is score_ratio_magnitude else {})
         return [_row(f"ΔPPL({r['reference']}) / ΔPPL({r['ours']}) at k = {k_max}: {_ratio_shown(r)}",
                      ratio_interval_text(r["ratio_low"], r["ratio_high"]),
                      f"{_pruning_model(tables)} (vs {r['reference']})", _corpus(tables, "pruning"), "pruning",
-                     score(r["ratio_low"], r["ratio_high"], ratio=r["ratio"], tokens=_tokens(tables, "pruning")),
+                     score(r["ratio_low"], r["ratio_high"], ratio=r["ratio"], tokens=_tokens(tables, "pruning"),
+                           **apart(r)),
                      "; ".join(n for n in (_strict_ratio_note(score, r), _behind_note(tables, k_max)) if n))
                 for r in at_max.to_dict("records")] + (_trained_direction_rows(tables) if score is
                                                        score_ratio_direction else [])
@@ -365,33 +402,33 @@ def _gap_rows(tables: Tables) -> list[dict]:
                  ratio_interval_text(top["worst_best_ratio_low"], top["worst_best_ratio_high"]),
                  _pruning_model(tables), _corpus(tables, "pruning"), "pruning",
                  score_gap(top["worst_best_ratio_low"], top["worst_best_ratio_high"], gap=top["worst_best_ratio"],
-                           tokens=_tokens(tables, "pruning")))]
+                           tokens=_tokens(tables, "pruning"),
+                           collapsed=_collapsed(tables, [str(top["worst"])], int(top["k"]))))]
 
 
-TREND_SHAPES = {"rises": "rises", "falls": "falls", "flat within noise": "not separable", "undefined": "undefined"}
+
+
+def _shape_verdict(r: Mapping[str, Any], n_blocks: int | None) -> tuple[str, Verdict]:
+    """The interval that decides a shape row, in words, and the shape rule's verdict on it."""
+    effect, low, high, name = shape_effect(r)
+    shown = f"{name} {fmt_interval(effect, low, high, signed=True)} (minimum effect {MIN_RISE})"
+    return shown, score_shape(str(r["shape"]), effect=effect, effect_low=low, effect_high=high, n_blocks=n_blocks)
 
 
 def _shape_rows(tables: Tables) -> list[dict]:
     alpha = tables.get("alpha_profile", {})
     model = str(alpha.get("summary", {}).get("model", "–"))
     if "shape_claim" in alpha:
-        r = alpha["shape_claim"].iloc[0]
-        rise = fmt_interval(r["rise"], r["rise_low"], r["rise_high"], signed=True)
+        r = alpha["shape_claim"].iloc[0].to_dict()
+        if "peak_lift" not in r:   # a table from before the minimum effect: its size is unknown
+            r.update(peak_lift=math.nan, peak_lift_low=math.nan, peak_lift_high=math.nan)
         trend = (fmt_interval(r["rank_trend"], r["rank_trend_low"], r["rank_trend_high"], signed=True)
                  if "rank_trend" in r else "not computed (an older table)")
-        ours = (f"{r['role']}-projection α: {r['shape']}; rank trend {trend}, fitted rise {rise}, "
-                f"curvature {fmt_interval(r['curvature'], r['curvature_low'], r['curvature_high'], signed=True)}; "
+        deciding, verdict = _shape_verdict(r, _count(r, "n_blocks"))
+        ours = (f"{r['role']}-projection α: {r['shape']}; rank trend {trend}, curvature "
+                f"{fmt_interval(r['curvature'], r['curvature_low'], r['curvature_high'], signed=True)}; "
                 f"largest at block {int(r['top_block'])}")
-        interval = (f"rank trend {fmt_interval(None, r['rank_trend_low'], r['rank_trend_high'])}" if "rank_trend" in r
-                    else f"rise {fmt_interval(None, r['rise_low'], r['rise_high'])}")
-        return [_row(ours, interval, model, "– (weights only)", "alpha_profile",
-                     score_shape(str(r["shape"]), n_blocks=_count(r, "n_blocks")))] + _trained_shape_rows(tables)
-    if "trend" in alpha and "q" in set(alpha["trend"]["role"]):
-        r = alpha["trend"].set_index("role").loc["q"]
-        ours = f"Q-projection α {r['first_fit']:.2f} → {r['last_fit']:.2f} (fitted), rise {fmt_num(r['rise'])}"
-        shape = TREND_SHAPES[trend_word(r["rise_low"], r["rise_high"])]
-        return [_row(ours, fmt_interval(None, r["rise_low"], r["rise_high"]), model, "– (weights only)",
-                     "alpha_profile", score_shape(shape, n_blocks=_count(r, "n_blocks")))]
+        return [_row(ours, deciding, model, "– (weights only)", "alpha_profile", verdict)] + _trained_shape_rows(tables)
     return []
 
 
@@ -404,12 +441,12 @@ def _trained_shape_rows(tables: Tables) -> list[dict]:
     for r in across.to_dict("records"):
         if not _is_trained(r):
             continue
+        if "peak_lift" not in r:
+            r.update(peak_lift=math.nan, peak_lift_low=math.nan, peak_lift_high=math.nan)
+        deciding, verdict = _shape_verdict(r, int(r["blocks"]))
         ours = (f"{role}-projection α: {r['shape']}; rank trend "
-                f"{fmt_interval(r['rank_trend'], r['rank_trend_low'], r['rank_trend_high'], signed=True)}, fitted rise "
-                f"{fmt_interval(r['rise'], r['rise_low'], r['rise_high'], signed=True)}")
-        rows.append(_row(ours, f"rank trend {fmt_interval(None, r['rank_trend_low'], r['rank_trend_high'])}",
-                         str(r["model"]), "– (weights only)", "across_models",
-                         score_shape(str(r["shape"]), n_blocks=int(r["blocks"]))))
+                f"{fmt_interval(r['rank_trend'], r['rank_trend_low'], r['rank_trend_high'], signed=True)}")
+        rows.append(_row(ours, deciding, str(r["model"]), "– (weights only)", "across_models", verdict))
     return rows
 
 
@@ -628,7 +665,7 @@ def claim_counts(scores: pd.DataFrame, source: str | None = PAPER_SOURCE) -> dic
 
 
 def _badge(verdict: str) -> str:
-    css = {HOLDS: "holds", FAILS: "fails", OPEN: "open", MISSING: "missing"}.get(verdict, "mixed")
+    css = {HOLDS: "holds", FAILS: "fails", OPEN: "open", APART: "apart", MISSING: "missing"}.get(verdict, "mixed")
     return f'<span class="zones-badge zones-badge-{css}">{html.escape(verdict)}</span>'
 
 
@@ -659,6 +696,7 @@ def summary_markdown(scores: pd.DataFrame, link_prefix: str = "chapters/", table
     head = (f"Of the paper's {len(paper)} claims the scorecard tests, {verb(counts[HOLDS], 'holds', 'hold')}, "
             f"{verb(counts[FAILS], 'does not hold', 'do not hold')}, "
             f"{verb(counts[OPEN], 'is inconclusive', 'are inconclusive')}, "
+            f"{verb(counts[APART], 'is not comparable (an arm collapsed)', 'are not comparable (an arm collapsed)')}, "
             f"{verb(counts['mixed'], 'differs between models', 'differ between models')} and "
             f"{verb(counts[MISSING], 'was not measured', 'were not measured')} "
             f"({{doc}}`the scorecard <{link_prefix}claims>`):")
@@ -669,58 +707,134 @@ def summary_markdown(scores: pd.DataFrame, link_prefix: str = "chapters/", table
     return text
 
 
+# The paper's claims as the front page names them (a few words each).
+SHORT = {"rho": "α predicts importance", "direction": "zone-aware prunes more cheaply than Last-N",
+         "magnitude": "by 1.1×–3.6×", "crossover": "Last-N first, then zone-aware",
+         "gap": "worst/best gaps up to 23.7×", "rise": "α rises with depth", "first": "the first blocks matter most",
+         "asymmetry": "Q/K carry the depth trend", "wave": "a compression wave that reverses",
+         "exponent": "Δα ∝ L^0.26"}
+PAPER_SIZES = "30–285 M"   # the paper's models, in parameters
+FRONT_LIMITS = dict(sentences=5, words=120, sentence_words=30)   # what a reader repeats after one minute
+
+
+def _short(claim: str) -> str:
+    key = next((c.key for c in REGISTRY if c.claim == claim), "")
+    return SHORT.get(key, claim)
+
+
+def _millions(n: float) -> str:
+    return f"{n / 1e6:.3g} M"
+
+
+def _scale_sentence(tables: Tables) -> str:
+    """Which models, how large, against the paper's."""
+    ablation = _summary(tables, "layer_ablation")
+    name = str(ablation.get("model", ablation.get("model_name", _summary(tables, "pruning").get("model_name", ""))))
+    across = _across(tables)
+    first = ""
+    if across is not None and not across.empty:
+        r = across.iloc[0]
+        quant = gguf_format(name) if name else None
+        stored = f", {quant} weights" if quant else ""
+        first = f"{r['model']} ({_millions(float(r['parameters']))} parameters{stored})"
+    elif name:
+        first = Path(name).name
+    series = tables.get("depth_series", {}).get("series")
+    trained = ""
+    if series is not None and not series.empty:
+        sizes, tokens = series["parameters"].astype(float), series["tokens_seen"].astype(float)
+        span = lambda v: _millions(v.min()) if v.min() == v.max() else f"{v.min() / 1e6:.2g}–{_millions(v.max())}"
+        trained = (f"{len(series)} run{'s' if len(series) != 1 else ''} trained here ({span(sizes)} parameters, "
+                   f"{span(tokens)} tokens)")
+    models = " and ".join(m for m in (first, trained) if m) or "no model"
+    return f"Scale: {models}; the paper's models have {PAPER_SIZES} parameters."
+
+
+def _one_number(scores: pd.DataFrame, claim: str) -> str:
+    """The figure of a claim's first row that decided it (the model and its interval)."""
+    rows = scores[(scores["claim"] == claim) & (scores["verdict"] == FAILS)]
+    if rows.empty:
+        return ""
+    r = rows.iloc[0]
+    return f" ({str(r['model']).split(' (vs ')[0]}: {str(r['interval']).split(' (')[0]})"   # no nested brackets
+
+
+def _pruning_sentence(tables: Tables) -> str:
+    """What zone-aware's pruning gain is made of: the α-free rule with the largest share of it at the
+    largest k read, and the strategies separably ahead of zone-aware there."""
+    pruning = tables.get("pruning", {})
+    shares = pruning.get("share")
+    if shares is None or shares.empty or "share" not in shares:
+        return ""
+    valid = shares[shares["status"] == "share"] if "status" in shares else shares
+    if valid.empty:
+        return ""
+    at = valid[valid["k"] == valid["k"].max()]
+    top = at.loc[at["share"].idxmax()]
+    k = int(top["k"])
+    said = (f"Pruning at k = {k}: {top['baseline']}, a rule without α, reaches "
+            f"{fmt_interval(top['share'], top['share_low'], top['share_high'])} of zone-aware's gain over Last-N")
+    ahead = _ahead_of_ours(tables, k)
+    if ahead:
+        shown = ahead[:3] + ([f"{len(ahead) - 3} more"] if len(ahead) > 3 else [])
+        said += f"; {_listed_or_none(shown).replace('; ', ', ')} beat zone-aware"
+    return said + "."
+
+
+def _ahead_of_ours(tables: Tables, k: int) -> list[str]:
+    """The pruning chapter's strategies (its recipe ablations left out) separably ahead of zone-aware at k."""
+    pairwise = tables.get("pruning", {}).get("pairwise")
+    if pairwise is None:
+        return []
+    at = pairwise[pairwise["k"] == k]
+    ahead = [*at.loc[(at["strategy_a"] == OURS) & (at["diff_low"] > 0), "strategy_b"],
+             *at.loc[(at["strategy_b"] == OURS) & (at["diff_high"] < 0), "strategy_a"]]
+    return [s for s in dict.fromkeys(ahead) if s not in RECIPE_ABLATIONS]
+
+
+def _undecided_sentence(scores: pd.DataFrame, outcomes: pd.DataFrame) -> str:
+    """Why the rest is undecided: how many claims, and the limits that bind their rows."""
+    rest = outcomes[outcomes["outcome"].isin([OPEN, "mixed"])]
+    apart = outcomes[outcomes["outcome"] == APART]
+    if rest.empty and apart.empty:
+        return ""
+    rows = scores[scores["claim"].isin(rest["claim"]) & (scores["verdict"] == OPEN)]
+    limits = {BLOCKS_WORD: "few blocks", SEEDS_WORD: "few training runs", BUDGET_WORD: "few eval tokens",
+              UNDEFINED_WORD: "undefined statistics"}
+    found = [limits[k] for k in limits if rows["reason"].astype(str).str.startswith(REASON_TEXTS[k]).any()]
+    parts = []
+    if not rest.empty:
+        parts.append(f"{len(rest)} {'is undecided or differs' if len(rest) == 1 else 'are undecided or differ'} "
+                     f"between models"
+                     + (f" ({', '.join(found)}; toy scale)" if found else ""))
+    if not apart.empty:
+        parts.append(f"{len(apart)} {'is' if len(apart) == 1 else 'are'} not comparable: Last-N's pruned model "
+                     f"collapses below a uniform guess")
+    return _capital("; ".join(parts)) + "."
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 def findings(scores: pd.DataFrame, tables: Tables) -> str:
-    """The front page's five sentences, each read from the tables this build wrote: on which
-    models and with what precision; what holds; what does not; whether α predicts importance on
-    the first model (raw and beyond depth); what zone-aware's pruning gain is made of."""
+    """The front page's at most five sentences (:data:`FRONT_LIMITS`), each read from the tables this
+    build wrote: the models and their scale against the paper's; what replicates; what fails, with
+    the number that shows it; what zone-aware's pruning gain is made of; why the rest is undecided."""
     outcomes = claim_outcomes(scores)
     paper = outcomes[outcomes["source"] == PAPER_SOURCE]
-    across = _across(tables)
-    if across is not None:   # the across-models chapter's rows are the book's models, one each
-        models = [str(m) for m in across["model"]]
-    else:                    # else the models the rows name (a path and its label are one model)
-        named = [str(m).split(" (vs ")[0] for m in scores["model"] if str(m) != "–"]
-        models = list(dict.fromkeys(Path(m).name if "/" in m else m for m in named))
-    ablation = _summary(tables, "layer_ablation")
-    dtype = ablation.get("dtype", _summary(tables, "pruning").get("dtype", "float32"))
-    tokens = _tokens(tables, "layer_ablation")
-    said = (f"This build tested the paper on {len(models)} model{'s' if len(models) != 1 else ''} "
-            f"({_listed_or_none(models)}), scored in {dtype}"
-            + (f", each ablation on {tokens:,} eval tokens" if tokens else "") + ".")
-    held = [_standalone(r.claim) + (" (beyond the paper's range)" if "beyond the paper's range" in str(r.verdicts) +
-                                    _reasons(scores, r.claim) else "") for r in paper.itertuples() if r.outcome == HOLDS]
-    failed = [_standalone(r.claim) for r in paper.itertuples() if r.outcome == FAILS]
-    other = [_standalone(r.claim) for r in paper.itertuples() if r.outcome not in (HOLDS, FAILS, MISSING)]
-    sentences = [said,
-                 f"Of the paper's {len(paper)} claims, {len(held)} hold: {_listed_or_none(held)}.",
-                 f"{len(failed)} do not hold ({_listed_or_none(failed)}), and {len(other)} are inconclusive or differ "
-                 f"between models ({_listed_or_none(other)}); Methods gives each rule's power at these sizes."]
-    found = tables.get("importance_vs_alpha", {})
-    if "rho" in found:
-        summary = found.get("summary", {})
-        alpha_estimator, role = summary.get("alpha_estimator", "alpha_shape"), summary.get("alpha_role", "weighted")
-        chosen = found["rho"][(found["rho"]["estimator"] == alpha_estimator) & (found["rho"]["role"] == role)]
-        if not chosen.empty:
-            r = chosen.iloc[0]
-            meaning = {"above": "α detectably predicts a block's importance",
-                       "below": "α orders the blocks' importance the other way",
-                       "straddles": "α does not detectably predict a block's importance"}.get(
-                interval_side(float(r["ci_low"]), float(r["ci_high"]), 0.0), "ρ is undefined")
-            depth = scores[(scores["claim"] == CLAIMS["rho_depth"]) & (scores["model"] == str(r["model"]))]
-            partial = [d for d in _records(tables, "importance_vs_alpha", "depth")
-                       if d["kind"] == "partial_depth" and str(d["model"]) == str(r["model"])]
-            extra = (f"; with the block index held fixed ρ is "
-                     f"{fmt_interval(partial[0]['rho'], partial[0]['ci_low'], partial[0]['ci_high'], signed=True)} "
-                     f"({depth.iloc[0]['verdict']})" if partial and not depth.empty else "")
-            sentences.append(f"On {Path(str(r['model'])).name}, {meaning}: ρ({role} {alpha_estimator}, ΔLoss) = "
-                             f"{fmt_interval(r['rho'], r['ci_low'], r['ci_high'], signed=True)}{extra}.")
-    share = str(_summary(tables, "pruning").get("share_text", ""))
-    if "At k = " in share:   # the largest k's sentence: what protection and spreading alone achieve there
-        sentences.append("What zone-aware's pruning gain is made of: at k = " + share.rsplit("At k = ", 1)[1])
-        alone = str(_summary(tables, "pruning").get("without_alpha_text", ""))
-        if alone.startswith("At every k"):   # the k where a baseline without α does better say what the share cannot
-            sentences.append(alone)
-    return " ".join(sentences)
+    held = [_short(r.claim) for r in paper.itertuples() if r.outcome == HOLDS]
+    failed = [r.claim for r in paper.itertuples() if r.outcome == FAILS]
+    sentences = [_scale_sentence(tables),
+                 f"Of the paper's {len(paper)} claims, {len(held)} {'holds' if len(held) == 1 else 'hold'}"
+                 + (f": {_listed_or_none(held)}." if held else ".")]
+    if failed:
+        shown = [_short(c) + _one_number(scores, c) for c in failed[:2]]
+        more = f", and {len(failed) - 2} more" if len(failed) > 2 else ""
+        sentences.append(f"{len(failed)} {'does' if len(failed) == 1 else 'do'} not: "
+                         f"{_listed_or_none(shown)}{more}.")
+    sentences += [s for s in (_pruning_sentence(tables), _undecided_sentence(scores, paper)) if s]
+    return " ".join(sentences[:FRONT_LIMITS["sentences"]])
 
 
 def _standalone(claim: str) -> str:
@@ -810,7 +924,7 @@ def run(results_dir: str = "results", out_dir: str = "results/claims",
     outcomes = claim_outcomes(scores)
     book = outcomes[outcomes["source"] == BOOK_SOURCE]
     numbers = dict(n_rows=int(len(scores)), n_claims=int((outcomes["source"] == PAPER_SOURCE).sum()),
-                   n_holds=per_claim[HOLDS], n_fails=per_claim[FAILS], n_open=per_claim[OPEN],
+                   n_holds=per_claim[HOLDS], n_fails=per_claim[FAILS], n_open=per_claim[OPEN], n_apart=per_claim[APART],
                    n_mixed=per_claim["mixed"], n_missing=per_claim[MISSING], rows_holds=counts[HOLDS],
                    rows_fails=counts[FAILS], rows_open=counts[OPEN], chapters_found=", ".join(tables) or "none",
                    n_book=int(len(book)),

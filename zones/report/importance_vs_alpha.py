@@ -11,6 +11,7 @@ import pandas as pd
 from zones.analysis.importance import (
     DEPTH_KINDS,
     depth_table,
+    window_noise,
     importance_frame,
     measure_models,
     rho_table,
@@ -117,9 +118,11 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256, ev
     results = measure_models(models, corpus=corpus, seq_len=seq_len, eval_tokens=eval_tokens,
                              batch_size=batch_size, progress=progress, dtype=dtype)
     frame = importance_frame(results, alpha_estimator, alpha_role)
-    correlations = {label: spearman(part["alpha"], part["delta_loss"], n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
+    windows = {r.label: r.windows for r in results}   # every interval resamples blocks and eval windows
+    correlations = {label: spearman(part["alpha"], part["delta_loss"], noise=window_noise(windows[label], part["layer"]),
+                                    n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
                     for label, part in frame.groupby("model", sort=False)}
-    depth = depth_table(frame, n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
+    depth = depth_table(frame, windows=windows, n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
     rhos = pd.concat([rho_table(r.ablation, r.alphas, n_resamples=n_resamples, n_permutations=n_permutations, seed=seed).assign(model=r.label)
                       for r in results], ignore_index=True)
     alpha_name = f"{alpha_role} {alpha_estimator}"

@@ -33,7 +33,7 @@ import pandas as pd
 from zones.analysis.unit_intervals import interval_side
 from zones.core.checks import check_models
 from zones.core.data import corpus_windows, load_corpus
-from zones.core.models import load_model
+from zones.core.models import load_model, output_vocabulary
 from zones.core.progress import bars_shown
 from zones.measure.subject import as_subject
 from zones.pruning import (
@@ -465,7 +465,8 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
                    share_text=share_text(shares), share_reference=SHARE_REFERENCE,
                    without_alpha_text=without_alpha_text(pairwise, sharers) or "no baseline without α was run",
                    seconds=float(round(time.time() - started, 1)))
-    record = dict(numbers, corpus=corpus, seq_len=seq_len, strategies=strategies, dtype=subject.dtype)
+    record = dict(numbers, corpus=corpus, seq_len=seq_len, strategies=strategies, dtype=subject.dtype,
+                  vocab_size=output_vocabulary(loaded.model))
     tables = dict(pruning=table, window_losses=windows, by_strategy=summary, pairwise=pairwise, best=best,
                   crossover=comparison, share=shares)
     out = save(out_dir, tables, record)

@@ -27,13 +27,14 @@ from zones.analysis.importance import delta_loss_bounds
 from zones.analysis.lifecycle import PAPER_DELTA_ALPHA_EXPONENT
 from zones.analysis.paired import EXACT_ALPHA, mcnemar_p, mcnemar_power
 from zones.analysis.power import asymmetry_rule_power, exponent_rule_power, rho_rule_power
-from zones.analysis.unit_intervals import interval_side
+from zones.analysis.unit_intervals import MAX_UNDEFINED, interval_side
 from zones.pruning import COLLAPSE_RATIO
 from zones.pruning.compare import CROSSES, NO_CROSSOVER, read_crossover
 from zones.report.format import fmt_list, fmt_num, fmt_ratio, power_of_ten
 
 HOLDS, FAILS, OPEN, MISSING = "holds", "does not hold", "inconclusive", "not measured"
-VERDICTS = (HOLDS, FAILS, OPEN, MISSING)
+APART = "not comparable"   # a magnitude whose arms are not both in the regime the paper measured: counted apart
+VERDICTS = (HOLDS, FAILS, OPEN, APART, MISSING)
 
 # Why a verdict is inconclusive: the limit that a larger run would lift (:func:`binding_limit`
 # decides which one binds from the data; its detail says how many units there are).
@@ -81,8 +82,12 @@ class Verdict(str):
             raise ValueError(f"an inconclusive verdict needs a reason in {sorted(REASONS)}; got {reason!r}")
         self = super().__new__(cls, word)
         self.reason = reason if word == OPEN else ""
-        self.detail = detail if word in (OPEN, HOLDS, FAILS) else ""
+        self.detail = detail if word in (OPEN, HOLDS, FAILS, APART) else ""
         return self
+
+    def _with(self, more: str) -> "Verdict":
+        """The same verdict with ``more`` added to its detail."""
+        return Verdict(str(self), self.reason, f"{self.detail}; {more}" if self.detail else more)
 
     @property
     def why(self) -> str:
@@ -289,15 +294,43 @@ def rho_strict_rule(rho: float, low: float, high: float, p: float, n: int) -> st
 DEPTH_RHO_CLAIM = "α predicts importance beyond block depth"
 
 
-@rule("ρ(α, ΔLoss) partialled on block index (the ranks of α and of ΔLoss each regressed on the rank of the block's "
-      "index, ρ the correlation of the residuals), the α chosen in advance; holds if its 95% interval (blocks "
-      "resampled) lies above 0; does not hold if it lies below 0 (α orders the blocks the other way once depth is "
-      "taken out); inconclusive (blocks) if it contains 0")
-def score_partial_rho(low: float, high: float, *, n_blocks: int | None = None) -> Verdict:
+PARTIAL_P = 0.05   # the permutation p the partial ρ's verdict needs, beside its interval
+
+
+@rule(f"ρ(α, ΔLoss) partialled on block index (the ranks of α and of ΔLoss each regressed on the rank of the block's "
+      f"index, ρ the correlation of the residuals), the α chosen in advance; its 95% interval resamples the blocks "
+      f"and the eval windows behind each block's ΔLoss together, a resample in which it is undefined counting as 0; "
+      f"not estimable at this design (inconclusive, undefined) when more than {MAX_UNDEFINED:.0%} of the resamples "
+      f"leave it undefined (α nearly monotone in depth leaves too little to correlate); otherwise holds if the "
+      f"interval lies above 0 and the permutation p (residuals shuffled, Kennedy's test) is below {PARTIAL_P}; does "
+      f"not hold if the interval lies below 0 with that p; inconclusive (blocks) otherwise")
+def score_partial_rho(low: float, high: float, *, p_value: float = math.nan, undefined: float = 0.0,
+                      n_blocks: int | None = None) -> Verdict:
     """The book's own claim beside the paper's ρ: α carries information about a block's
-    importance that its position does not (the paper's figure is the raw ρ, without this control)."""
+    importance that its position does not (the paper's figure is the raw ρ, without this control).
+    Both the interval and the permutation p must agree: on few blocks with α nearly monotone in
+    depth, an interval alone says "holds" far more often than 5% of the time when α and ΔLoss
+    share nothing but their depth trends (Methods' structured null). A table without ``p_value``
+    (from before this rule) cannot say "holds"."""
+    if not finite(undefined):
+        return Verdict(OPEN, UNDEFINED, "the share of undefined resamples is missing (a table from before they were "
+                                        "counted)")
+    if undefined > MAX_UNDEFINED:
+        return Verdict(OPEN, UNDEFINED, f"not estimable at this design: {undefined:.0%} of the resamples leave the "
+                                        f"partial ρ undefined (more than {MAX_UNDEFINED:.0%})")
     limit = binding_limit("blocks", low=low, high=high, n_units=n_blocks)
-    return side_verdict(interval_side(low, high, 0.0), "above", *limit)
+    side = interval_side(low, high, 0.0)
+    significant = finite(p_value) and p_value < PARTIAL_P
+    if side in ("above", "below") and not significant:
+        shown = fmt_num(p_value, 2) if finite(p_value) else "not computed"
+        return Verdict(OPEN, BLOCKS, f"{limit[1]}; the interval lies {side} 0 but the permutation p is {shown}, not "
+                                     f"below {PARTIAL_P}")
+    return side_verdict(side, "above", *limit)
+
+
+def partial_rule(rho: float, low: float, high: float, p: float, n: int, undefined: float = 0.0) -> str:  # noqa: ARG001
+    """:func:`score_partial_rho` as the power simulation calls it."""
+    return str(score_partial_rho(low, high, p_value=p, undefined=undefined, n_blocks=n))
 
 
 @rule("ρ's 95% interval excludes 0: α detectably predicts importance, in the sign of ρ; it includes 0: not "
@@ -339,17 +372,35 @@ def score_ratio_direction(low: float, high: float, *, ratio: float | None = None
       f"above {PAPER_RATIO[0]} and its 95% interval lies above 1 (\"within the paper's range\" up to "
       f"{PAPER_RATIO[1]}, \"beyond the paper's range\" above it: an overshoot, as when Last-N collapses, is "
       f"labelled, not failed); does not hold if the interval lies below {PAPER_RATIO[0]}; inconclusive (budget) "
-      f"otherwise, (undefined) if it is undefined. The strict reading (the whole interval inside "
+      f"otherwise, (undefined) if it is undefined. Read only between comparable arms: where an arm's pruned model "
+      f"is no better than a uniform guess (its loss at or above ln V), the row is not comparable, counted apart "
+      f"from holds (the ratio then measures a collapse). The strict reading (the whole interval inside "
       f"[{PAPER_RATIO[0]}, {PAPER_RATIO[1]}]) is printed beside it")
 def score_ratio_magnitude(low: float, high: float, *, ratio: float | None = None,
-                          tokens: int | None = None) -> Verdict:
+                          tokens: int | None = None, collapsed: str = "") -> Verdict:
     """Claim "… by 1.1×–3.6×" (:func:`band_verdict`; without ``ratio`` the interval's
-    geometric middle stands for it)."""
+    geometric middle stands for it); ``collapsed``: :func:`collapsed_arms`' words, when an arm
+    left the paper's regime (the verdict is then :data:`APART`)."""
+    if collapsed:
+        return Verdict(APART, detail=collapsed)
     if ratio is None and finite(low, high) and low > 0:
         ratio = math.sqrt(low * high)
     return band_verdict(ratio if ratio is not None else math.nan, low, high, PAPER_RATIO,
                         significant=finite(low) and low > 1, units="windows", tokens=tokens, estimate=ratio,
                         threshold=PAPER_RATIO[0])
+
+
+def collapsed_arms(losses: Mapping[str, float], vocab_size: int | None) -> str:
+    """The arms of a ratio that left the regime the paper measured, in words ("" when none, or
+    when the vocabulary size is unknown): an arm whose pruned model's loss is at or above ln V,
+    no better than a uniform guess over its V-word vocabulary, has collapsed, and a ratio of its
+    ΔPPL to another's measures the collapse, not how much better the other arm prunes."""
+    if not vocab_size or not finite(float(vocab_size)) or vocab_size < 2:
+        return ""
+    uniform = math.log(float(vocab_size))
+    gone = [f"{name} collapses (its loss {fmt_num(loss, 3)} nats ≥ ln V = {fmt_num(uniform, 3)})"
+            for name, loss in losses.items() if finite(loss) and loss >= uniform]
+    return fmt_list(gone)
 
 
 def strict_ratio_magnitude(low: float, high: float) -> str:
@@ -391,10 +442,15 @@ def score_crossover(winners: Mapping[int, str], ours: str = OURS, comparator: st
       f"{PAPER_RATIO[0]} (the smallest ratio the paper calls an effect) and its 95% interval lies above 1 "
       f"(\"within the paper's range\" up to {PAPER_GAP}, \"beyond the paper's range\" above it: labelled, "
       f"not failed, exactly as the Last-N ratio); does not hold if the interval lies below {PAPER_RATIO[0]}; "
-      f"inconclusive otherwise, (undefined) if the best arm's ΔPPL interval reaches 0")
-def score_gap(low: float, high: float, *, gap: float | None = None, tokens: int | None = None) -> Verdict:
+      f"inconclusive otherwise, (undefined) if the best arm's ΔPPL interval reaches 0; not comparable (counted "
+      f"apart) when the worst arm's pruned model is no better than a uniform guess (its loss at or above ln V)")
+def score_gap(low: float, high: float, *, gap: float | None = None, tokens: int | None = None,
+              collapsed: str = "") -> Verdict:
     """Claim "the choice of strategy matters: worst-vs-best gaps up to 23.7×" (:func:`band_verdict`
-    with the band [1.1, 23.7]; without ``gap`` the interval's geometric middle stands for it)."""
+    with the band [1.1, 23.7]; without ``gap`` the interval's geometric middle stands for it);
+    ``collapsed`` as in :func:`score_ratio_magnitude`."""
+    if collapsed:
+        return Verdict(APART, detail=collapsed)
     if gap is None and finite(low, high) and low > 0:
         gap = math.sqrt(low * high)
     return band_verdict(gap if gap is not None else math.nan, low, high, (PAPER_RATIO[0], PAPER_GAP),
@@ -458,21 +514,48 @@ def score_task_accuracy(b: int, c: int, *, n_examples: int | None = None, effect
 
 # --- the α profile, block importance, the lifecycle --------------------------------------------------
 
-@rule("over depth, blocks resampled, the first that applies: holds for an inverted U (the fitted parabola's "
-      "curvature interval below 0, its turn inside the depth) or a rise (the rank trend, Spearman ρ of α with the "
-      "block index, has its interval above 0: a rank trend, so that one outlying block cannot drag it as it drags "
-      "a fitted line); does not hold for a fall (the rank trend's interval below 0) or a U shape (the curvature "
-      "interval above 0, its turn inside); inconclusive (blocks) otherwise")
-def score_shape(shape: str, *, n_blocks: int | None = None) -> Verdict:
+PAPER_RISE = round(PAPER_Q_PROFILE[1] - PAPER_Q_PROFILE[0], 3)   # 0.26: Pythia-410M's Q-projection α, first → last
+MIN_RISE_SHARE = 0.25                                               # the smallest rise the claim counts: a quarter
+MIN_RISE = round(MIN_RISE_SHARE * PAPER_RISE, 3)                    # of the paper's, in its α units (0.065)
+
+
+def shape_effect(row: Mapping[str, float]) -> tuple[float, float, float, str]:
+    """The size that decides a shape, with its interval and its name, from a ``profile_shape`` row:
+    an inverted U's ``peak_lift`` (the parabola's rise to its top), otherwise the fitted line's
+    ``rise`` (first block → last)."""
+    if str(row.get("shape")) == "inverted U" and "peak_lift" in row:
+        return float(row["peak_lift"]), float(row["peak_lift_low"]), float(row["peak_lift_high"]), "rise to the top"
+    return float(row.get("rise", math.nan)), float(row.get("rise_low", math.nan)), \
+        float(row.get("rise_high", math.nan)), "fitted rise"
+
+
+@rule(f"over depth, blocks resampled: the shape first (an inverted U: the fitted parabola's curvature interval "
+      f"below 0 with its turn inside the depth; a rise: the rank trend, Spearman ρ of α with the block index, has "
+      f"its interval above 0; a fall or a U shape the opposite), then its size against a minimum effect of "
+      f"{MIN_RISE} in α units (a quarter of the paper's rise, {PAPER_Q_PROFILE[0]} → {PAPER_Q_PROFILE[1]}; for an "
+      f"inverted U the parabola's rise from the first block to its top, else the fitted line's rise): holds if the "
+      f"shape rises or is an inverted U and its size is at least {MIN_RISE}; does not hold for a fall or a U "
+      f"shape, or when the size's 95% interval lies below {MIN_RISE} (a rise too small to be the paper's); "
+      f"inconclusive (blocks) otherwise")
+def score_shape(shape: str, *, effect: float = math.inf, effect_low: float = math.inf,
+                effect_high: float = math.inf, n_blocks: int | None = None) -> Verdict:
     """Claim "the α profile rises with depth (an inverted U in deeper models)", from
-    ``zones.analysis.profile.profile_shape``'s ``shape`` (the weights are all there is, so
-    only more blocks would narrow an inconclusive one)."""
-    if shape in ("rises", "inverted U"):
-        return Verdict(HOLDS)
+    ``zones.analysis.profile.profile_shape``'s ``shape`` and the size that decides it
+    (:func:`shape_effect`; left out, the shape alone decides, as the power simulation reads it).
+    The weights are all there is, so only more blocks would narrow an inconclusive one."""
     if shape in ("falls", "U-shaped"):
         return Verdict(FAILS)
-    if shape == "undefined":
+    if shape == "undefined" or not finite(effect, effect_low, effect_high) and effect != math.inf:
         return Verdict(OPEN, UNDEFINED)
+    small = effect_high < MIN_RISE
+    if small:
+        return Verdict(FAILS, detail=f"its size's interval [{fmt_num(effect_low)}, {fmt_num(effect_high)}] lies below "
+                                     f"the minimum effect {MIN_RISE}")
+    if shape in ("rises", "inverted U"):
+        if effect >= MIN_RISE:
+            return Verdict(HOLDS)
+        return inconclusive("blocks", n_units=n_blocks)._with(
+            f"the shape is there but its size {fmt_num(effect)} is below the minimum effect {MIN_RISE}")
     return inconclusive("blocks", n_units=n_blocks)
 
 
@@ -680,7 +763,7 @@ def models_agreement(readings: Mapping[str, Mapping[str, str]]) -> dict:
     return dict(agree=agree, part=part, n_models=n, text=f"{agreed} {parted}")
 
 
-__all__ = ["BLOCKS", "BUDGET", "FAILS", "FIRST_FRACTION", "HEALING_CLAIM", "HEALING_PAPER", "HOLDS",
+__all__ = ["MIN_RISE", "PAPER_RISE", "shape_effect", "APART", "collapsed_arms", "BLOCKS", "BUDGET", "FAILS", "FIRST_FRACTION", "HEALING_CLAIM", "HEALING_PAPER", "HOLDS",
            "LAST_N_KEEP_LAST", "MISSING", "OPEN", "OURS", "PAPER_CROSSOVER_K", "PAPER_EXPONENT", "PAPER_GAP",
            "PAPER_Q_PROFILE", "PAPER_RATIO", "PAPER_RHO", "PAPER_RHO_P", "REASONS", "SEEDS", "UNDEFINED",
            "UNITS", "VERDICTS", "PAPER_RHO_MID", "Verdict", "band_verdict", "binding_limit", "rho_power", "rho_rule", "rho_strict_rule", "strict_band", "strict_ratio_magnitude", "finite", "first_blocks", "first_blocks_matter_most",
@@ -688,4 +771,4 @@ __all__ = ["BLOCKS", "BUDGET", "FAILS", "FIRST_FRACTION", "HEALING_CLAIM", "HEAL
            "score_asymmetry", "score_crossover", "score_task_accuracy", "TASK_CLAIM", "EXAMPLES", "score_exponent", "score_exponent_interval", "score_gap",
            "score_ratio_direction", "score_ratio_magnitude", "score_rho", "score_shape", "score_wave",
            "side_verdict", "verdict_phrase", "EXPONENT_RUN_SD", "exponent_power", "exponent_rule",
-           "ASYMMETRY_EFFECT", "asymmetry_power", "asymmetry_rule"]
+           "ASYMMETRY_EFFECT", "asymmetry_power", "asymmetry_rule", "PARTIAL_P", "partial_rule"]

@@ -13,7 +13,7 @@ from zones.analysis.importance import ModelImportance
 from zones.analysis.quantization import TABLES as QUANTIZATION_TABLES
 from zones.analysis.quantization import quantization_effect
 from zones.analysis.sublayer_importance import sublayer_rho_table
-from zones.measure.ablation import ablation_table, ablation_window_losses
+from zones.measure.ablation import ablation_window_losses, summarize
 from zones.measure.bootstrap import N_PERMUTATIONS, N_RESAMPLES
 from zones.series.config import series_configs
 from zones.series.io import HISTORY_COLUMNS, SNAPSHOT_COLUMNS, TrainedRun
@@ -85,9 +85,9 @@ def series_importance(runs: list[TrainedRun], *, eval_tokens: int | None = 8128,
     for run in runs:
         loaded = run.load(device=device)
         windows = heldout_windows(run, eval_tokens)
-        ablation = ablation_table(loaded.model, windows, batch_size=batch_size, progress=progress)
-        results.append(ModelImportance(str(run.path), run_label(run), loaded.fingerprint,
-                                       run.config.depth, ablation, alpha_table(loaded.model)))
+        long = ablation_window_losses(loaded.model, windows, batch_size=batch_size, progress=progress)
+        results.append(ModelImportance(str(run.path), run_label(run), loaded.fingerprint, run.config.depth,
+                                       summarize(long), alpha_table(loaded.model), windows=long))
     return results
 
 
