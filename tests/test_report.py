@@ -880,8 +880,17 @@ def test_the_partial_rho_needs_its_permutation_p_and_a_defined_majority_of_resam
 
 def _depth(model, raw, partial, inner):
     return pd.DataFrame([dict(model=model, kind=kind, rho=(lo + hi) / 2, ci_low=lo, ci_high=hi, p_value=0.01,
-                              n_blocks=n) for kind, (lo, hi), n in (("raw", raw, 30), ("partial_depth", partial, 30),
+                              n_blocks=n, undefined=0.0) for kind, (lo, hi), n in (("raw", raw, 30), ("partial_depth", partial, 30),
                                                                     ("without_ends", inner, 28))])
+
+
+def test_depth_text_reads_the_partial_rho_by_the_scorecards_rule():
+    depth = _depth("m", (0.3, 0.8), (0.1, 0.6), (0.0, 0.4))
+    shaky = depth.assign(undefined=np.where(depth["kind"] == "partial_depth", 0.58, 0.0))
+    assert "not estimable here: 58% of resamples undefined" in importance_vs_alpha.depth_text(shaky)
+    weak = depth.assign(p_value=np.where(depth["kind"] == "partial_depth", 0.06, 0.01))
+    text = importance_vs_alpha.depth_text(weak)
+    assert "interval clear of 0 but p = 0.06" in text and "may be the block's position" in text
 
 
 @pytest.mark.parametrize("raw, partial, phrase", [

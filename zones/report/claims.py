@@ -528,13 +528,18 @@ def _exponent_rows(tables: Tables) -> list[dict]:
 def _healing_rows(tables: Tables) -> list[dict]:
     """One row per healing method, read from ``healing/verdict.csv``."""
     rows = []
+    comparison = tables.get("healing", {}).get("comparison")
     for r in _records(tables, "healing", "verdict"):
-        ours = (f"Δloss({LAST_N_KEEP_LAST}) − Δloss({OURS}) after {r['method']} healing at k = {int(r['k'])}: "
-                f"{fmt_num(r['difference'], 3, signed=True)} nats")
-        rows.append(_row(ours, fmt_interval(None, r["difference_low"], r["difference_high"]), str(r["model"]),
-                         str(r["corpus"]), "healing",
-                         score_after_healing(float(r["difference_low"]), float(r["difference_high"]),
-                                             difference=float(r["difference"]), tokens=_tokens(tables, "healing"))))
+        part = (comparison[comparison["stage"] == r["method"]] if comparison is not None and "stage" in comparison
+                else pd.DataFrame())
+        by_k = ({int(c.k): (float(c.difference_low), float(c.difference_high)) for c in part.itertuples()}
+                or {int(r["k"]): (float(r["difference_low"]), float(r["difference_high"]))})
+        every = r.get("by_k") if isinstance(r.get("by_k"), str) else f"k = {int(r['k'])}"
+        ours = (f"Δloss({LAST_N_KEEP_LAST}) − Δloss({OURS}) after {r['method']} healing, at every k: {every} "
+                f"nats")
+        rows.append(_row(ours, f"at k = {int(r['k'])}: {fmt_interval(None, r['difference_low'], r['difference_high'])}",
+                         str(r["model"]), str(r["corpus"]), "healing",
+                         score_after_healing(by_k, tokens=_tokens(tables, "healing"))))
     return rows
 
 

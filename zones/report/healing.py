@@ -50,6 +50,7 @@ from zones.pruning.compare import PRUNED, healing_intervals
 from zones.pruning.heal import BRIDGES, DEFAULT_BRIDGES, DEFAULT_LR, DEFAULT_RANK, METHODS, heal
 from zones.report.common import ChapterResult, precision_text, save
 from zones.report.format import fmt_int, fmt_interval, fmt_num
+from zones.analysis.unit_intervals import interval_side
 from zones.report.verdicts import LAST_N_KEEP_LAST, OURS, score_after_healing
 from zones.spectra import alpha_table
 
@@ -67,24 +68,34 @@ DEFAULT_DTYPE = default("dtype")   # the scoring precision (benchmarks/bench_dty
 # Plans, scores and intervals
 # --------------------------------------------------------------------------------------------
 
+VERDICT_COLUMNS = ["model", "corpus", "method", "k", "difference", "difference_low", "difference_high", "ks", "by_k",
+                   "verdict", "reason"]
+
+
 def verdict_table(comparison: pd.DataFrame, methods: Sequence[str], model: str, corpus: str) -> pd.DataFrame:
-    """One row per healing method at the largest k: ``model, corpus, method, k, difference,
-    difference_low, difference_high, verdict, reason`` (``zones.report.verdicts.score_after_healing``)."""
+    """One row per healing method, over every k (``zones.report.verdicts.score_after_healing``):
+    ``model, corpus, method``; ``k, difference, difference_low, difference_high``: the k that
+    decided (the first where zone-aware trails, else the first not separable, else the k with
+    the smallest lower bound) and d there; ``ks`` (every k), ``by_k`` (d at every k, in words),
+    ``verdict, reason``."""
     rows = []
-    if comparison.empty:
-        return pd.DataFrame(rows, columns=["model", "corpus", "method", "k", "difference", "difference_low",
-                                           "difference_high", "verdict", "reason"])
-    k_max = int(comparison["k"].max())
     for method in methods:
-        r = comparison[(comparison["k"] == k_max) & (comparison["stage"] == method)]
-        if r.empty:
+        part = comparison[comparison["stage"] == method].sort_values("k") if not comparison.empty else comparison
+        if part.empty:
             continue
-        r = r.iloc[0]
-        verdict = score_after_healing(float(r["difference_low"]), float(r["difference_high"]))
-        rows.append(dict(model=model, corpus=corpus, method=method, k=k_max, difference=float(r["difference"]),
+        by_k = {int(r.k): (float(r.difference_low), float(r.difference_high)) for r in part.itertuples()}
+        differences = {int(r.k): float(r.difference) for r in part.itertuples()}
+        verdict = score_after_healing(by_k, differences=differences)
+        sides = {k: interval_side(low, high, 0.0) for k, (low, high) in by_k.items()}
+        deciding = next((k for k, side in sides.items() if side == "below"),
+                        next((k for k, side in sides.items() if side != "above"),
+                             min(by_k, key=lambda k: by_k[k][0])))
+        r = part[part["k"] == deciding].iloc[0]
+        words = "; ".join(f"k = {k}: {fmt_interval(differences[k], *by_k[k], signed=True)}" for k in by_k)
+        rows.append(dict(model=model, corpus=corpus, method=method, k=deciding, difference=float(r["difference"]),
                          difference_low=float(r["difference_low"]), difference_high=float(r["difference_high"]),
-                         verdict=str(verdict), reason=verdict.reason))
-    return pd.DataFrame(rows)
+                         ks=",".join(map(str, by_k)), by_k=words, verdict=str(verdict), reason=verdict.why))
+    return pd.DataFrame(rows, columns=VERDICT_COLUMNS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -153,7 +164,8 @@ def findings(delta: pd.DataFrame, gain: pd.DataFrame, comparison: pd.DataFrame, 
             v["verdict"], "is inconclusive at this budget (the interval resamples eval windows)")
         d = fmt_interval(v["difference"], v["difference_low"], v["difference_high"], unit="nats", signed=True)
         unequal = " (per-span bridges: unequal capacity)" if v["method"] == "bridge" and bridges == "per_span" else ""
-        out["verdict_text"] = f"at k = {int(v['k'])} after {v['method']} healing{unequal}, d = {d}: the claim {phrase}"
+        out["verdict_text"] = (f"after {v['method']} healing{unequal}, d at every k ({v['by_k']} nats); it decided at "
+                               f"k = {int(v['k'])}, d = {d}: the claim {phrase}")
     else:
         out["verdict"], out["verdict_text"] = "not measured", "not measured (no healing method ran)"
     return out

@@ -24,7 +24,7 @@ from zones.measure.ablation import CHAPTER_DTYPE, DEFAULT_EVAL_TOKENS
 from zones.measure.bootstrap import N_PERMUTATIONS, N_RESAMPLES
 from zones.report.common import ChapterResult, precision_text, save
 from zones.report.format import fmt_interval, fmt_p, fmt_rho
-from zones.report.verdicts import rho_verdict
+from zones.report.verdicts import FAILS, HOLDS, rho_verdict, score_partial_rho
 
 
 def strongest_text(per_model: list[dict]) -> str:
@@ -59,15 +59,29 @@ def depth_shown(depth: pd.DataFrame) -> pd.DataFrame:
 
 def depth_text(depth: pd.DataFrame) -> str:
     """Per model, whether α's ρ survives depth: the raw ρ (the paper's figure), the ρ
-    partialled on block index and the ρ without the end blocks, each read by where its 95%
-    interval lies against 0 (excludes it: α detectably orders the blocks beyond what is said;
-    includes it: not detectably)."""
-    def read(row) -> str:
-        side = interval_side(row["ci_low"], row["ci_high"], 0.0)
+    partialled on block index and the ρ without the end blocks. The raw and without-ends ρ are
+    read by where their 95% interval lies against 0 (excludes it: α detectably orders the blocks
+    beyond what is said; includes it: not detectably); the partial ρ by the scorecard's own rule
+    (``zones.report.verdicts.score_partial_rho``: its interval, its permutation p and the share of
+    undefined resamples), so the page and the scorecard never disagree."""
+    def read(row, side: str | None = None) -> str:
+        side = side or interval_side(row["ci_low"], row["ci_high"], 0.0)
         value = fmt_interval(row["rho"], row["ci_low"], row["ci_high"])
         word = {"above": "interval above 0", "below": "interval below 0", "straddles": "interval includes 0",
-                "undefined": "no interval"}[side]
+                "undefined": "no interval", "weak": f"interval clear of 0 but {fmt_p(row.get('p_value'))}",
+                "not estimable": f"not estimable here: {row.get('undefined', float('nan')):.0%} of resamples "
+                                 f"undefined"}[side]
         return f"{value} ({word})"
+
+    def partial_side(row) -> str:
+        verdict = score_partial_rho(row["ci_low"], row["ci_high"], p_value=row.get("p_value", float("nan")),
+                                    undefined=row.get("undefined", float("nan")), n_blocks=row.get("n_blocks"))
+        if verdict in (HOLDS, FAILS):
+            return "above" if verdict == HOLDS else "below"
+        if "not estimable" in verdict.why:
+            return "not estimable"
+        side = interval_side(row["ci_low"], row["ci_high"], 0.0)
+        return "weak" if side in ("above", "below") else side
 
     parts = []
     for model, part in depth.groupby("model", sort=False):
@@ -78,9 +92,10 @@ def depth_text(depth: pd.DataFrame) -> str:
         if not {"raw", "partial_depth", "without_ends"} <= set(rows):
             continue
         raw, partial, inner = rows["raw"], rows["partial_depth"], rows["without_ends"]
-        sides = [interval_side(r["ci_low"], r["ci_high"], 0.0) for r in (raw, partial, inner)]
+        sides = [interval_side(raw["ci_low"], raw["ci_high"], 0.0), partial_side(partial),
+                 interval_side(inner["ci_low"], inner["ci_high"], 0.0)]
         definite = ("above", "below")
-        if sides[0] in definite and sides[1] == "straddles":
+        if sides[0] in definite and sides[1] in ("straddles", "weak"):
             meaning = ("the raw ρ is detectable but the depth-controlled one is not: what α predicts here may be "
                        "the block's position")
         elif sides[0] in definite and sides[1] == sides[0]:
@@ -89,11 +104,14 @@ def depth_text(depth: pd.DataFrame) -> str:
             meaning = "with depth controlled, ρ changes sign"
         elif sides[0] == "straddles" and sides[1] in definite:
             meaning = "only with depth controlled does α detectably order the blocks"
-        elif sides[0] == "straddles" and sides[1] == "straddles":
+        elif sides[0] == "straddles" and sides[1] in ("straddles", "weak"):
             meaning = "neither the raw nor the depth-controlled ρ is detectable"
+        elif sides[1] == "not estimable":
+            meaning = ("α is too nearly monotone in depth here for a depth-controlled ρ: what α predicts cannot be "
+                       "told from the block's position")
         else:
             meaning = "the two cannot be compared (an interval is undefined)"
-        parts.append(f"{model}: raw ρ {read(raw)}, partialled on block index {read(partial)}, without the first and "
+        parts.append(f"{model}: raw ρ {read(raw)}, partialled on block index {read(partial, sides[1])}, without the first and "
                      f"last blocks {read(inner)}; {meaning}.")
     return " ".join(parts) or "No depth-controlled ρ could be computed."
 
