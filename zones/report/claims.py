@@ -752,7 +752,8 @@ def _scale_sentence(tables: Tables) -> str:
         trained = (f"{len(series)} run{'s' if len(series) != 1 else ''} trained here ({span(sizes)} parameters, "
                    f"{span(tokens)} tokens)")
     models = " and ".join(m for m in (first, trained) if m) or "no model"
-    return f"Scale: {models}; the paper's models have {PAPER_SIZES} parameters."
+    dtype = ablation.get("dtype", _summary(tables, "pruning").get("dtype", "float32"))
+    return f"Scale: {models}, scored in {dtype}; the paper's models have {PAPER_SIZES} parameters."
 
 
 def _one_number(scores: pd.DataFrame, claim: str) -> str:
@@ -866,6 +867,15 @@ SCORECARD_CAPTION = ("The paper's claims, then the book's own claims beyond the 
                      "and, when inconclusive, the limit that binds.")
 
 
+def deciding_figure(ours: str, interval: str) -> str:
+    """One line for the scorecard: the first clause of our figure (up to its first ";" or " (")
+    and, when the interval is not already in it, the 95% interval that decided the verdict."""
+    head = ours.split("; ")[0].split(" (")[0].strip()
+    if not interval or interval in head:
+        return head
+    return f"{head}; 95%: {interval}" if interval.startswith("[") or interval.startswith(">") else f"{head}; {interval}"
+
+
 class ScorecardTable:
     """The scorecard as a table of four columns that fit a desktop column: the claim (with the
     paper's figure), the verdict (with why, if inconclusive), our figure (with its interval) and
@@ -882,17 +892,22 @@ class ScorecardTable:
     @staticmethod
     def _cells(r: Mapping[str, Any], escape: Callable[[str], str] = html.escape) -> list[str]:
         """The four cells of row ``r``, in HTML (``escape=html.escape``) or MyST Markdown
-        (``escape=md_escape``); a badge and the small print are inline HTML in both."""
+        (``escape=md_escape``): one line each (the claim, the verdict, the figure that decided it
+        with its interval, the model), and beneath the figure a collapsed "details" with the paper's
+        figure, why an inconclusive verdict is so, our whole figure and the notes (strict readings,
+        power). A badge and the details are inline HTML in both."""
         value = lambda key: str(r.get(key, "")) if r.get(key, "") == r.get(key, "") else ""
-        small = lambda words: f'<br><span class="zones-small">{escape(words)}</span>' if words else ""
         bold = (lambda words: f"<strong>{words}</strong>") if escape is html.escape else (lambda words: f"**{words}**")
         figure = ("paper: " + value("paper")) if r.get("source", PAPER_SOURCE) == PAPER_SOURCE else "beyond the paper"
-        interval = small("95% interval: " + value("interval")) if r.get("interval") not in ("–", None) else ""
-        note = small("note: " + value("note")) if value("note") else ""
-        return [f"{bold(escape(value('claim')))}{small(figure)}",
-                _badge(str(r["verdict"])) + small(value("reason")),
-                f"{escape(value('ours'))}{interval}{note}",
-                f"{escape(value('model'))}{small(value('corpus')) if r.get('corpus') not in ('–', None) else ''}"]
+        interval = value("interval") if value("interval") not in ("–", "") else ""
+        line = deciding_figure(value("ours"), interval)
+        more = [figure, value("reason"), "ours: " + value("ours") if value("ours") != line else "",
+                "note: " + value("note") if value("note") else "",
+                value("corpus") if value("corpus") not in ("–", "") else ""]
+        details = ('<details class="zones-more"><summary>details</summary><span class="zones-small">'
+                   + html.escape("; ".join(m for m in more if m)) + "</span></details>")
+        return [bold(escape(value("claim"))), _badge(str(r["verdict"])), f"{escape(line)}{details}",
+                escape(value("model"))]
 
     def _repr_markdown_(self) -> str:
         rows = [self._cells(r, md_escape) for r in self.scores.to_dict("records")]
