@@ -331,10 +331,12 @@ def importance_table(ablation: pd.DataFrame, alpha: pd.Series) -> pd.DataFrame:
 
 
 def rho_table(ablation: pd.DataFrame, alphas: pd.DataFrame, *, estimators: Sequence[str] | None = None,
-              roles: Sequence[str] | None = None, value: str = "delta_loss", n_resamples: int = N_RESAMPLES,
-              n_permutations: int = N_PERMUTATIONS, seed: int = 0) -> pd.DataFrame:
+              roles: Sequence[str] | None = None, value: str = "delta_loss", windows: pd.DataFrame | None = None,
+              n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, seed: int = 0) -> pd.DataFrame:
     """Spearman ρ between a block's ``value`` (ΔLoss) and its α, for each estimator × role.
 
+    ``windows``: the ablation's per-window table, so that each interval resamples the eval windows
+    behind ΔLoss with the blocks (:func:`window_noise`; for ``value="delta_loss"`` only).
     ``alphas`` is ``zones.spectra.alpha_table(model)``; ``estimators`` default to the columns of
     ``ESTIMATORS`` it has with any finite value, ``roles`` to ``"weighted"`` and then each role.
     Columns: ``estimator, role, rho, ci_low, ci_high, p_value, n_layers``.
@@ -346,11 +348,13 @@ def rho_table(ablation: pd.DataFrame, alphas: pd.DataFrame, *, estimators: Seque
     if roles is None:
         roles = ["weighted", *alphas["role"].drop_duplicates()]
     importance = ablation.set_index("layer")[value]
+    noise = window_noise(windows, importance.index) if value == "delta_loss" else None
     rows = []
     for alpha_estimator in estimators:
         for role in roles:
             alpha = layer_alpha(alphas, alpha_estimator=alpha_estimator, alpha_role=role).reindex(importance.index)
-            result = spearman(alpha.to_numpy(), importance.to_numpy(), n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
+            result = spearman(alpha.to_numpy(), importance.to_numpy(), noise=noise, n_resamples=n_resamples,
+                              n_permutations=n_permutations, seed=seed)
             rows.append(dict(estimator=alpha_estimator, role=role, rho=result.rho, ci_low=result.ci_low,
                              ci_high=result.ci_high, p_value=result.p_value, n_layers=result.n))
     return pd.DataFrame(rows, columns=RHO_COLUMNS)

@@ -8,29 +8,32 @@ interval resamples blocks (``zones.analysis.importance.spearman``).
 from __future__ import annotations
 
 import itertools
+from typing import Mapping
 
 import numpy as np
 import pandas as pd
 from scipy.stats import rankdata
 
-from zones.analysis.importance import Correlation, _corr_rows, spearman, spearman_rho
+from zones.analysis.importance import Correlation, _corr_rows, spearman, spearman_rho, window_noise
 from zones.measure.bootstrap import LEVEL, N_PERMUTATIONS, N_RESAMPLES, expanded_level
 
 RHO_RUN_COLUMNS = ["depth", "seed", "model", "n_blocks", "rho", "ci_low", "ci_high", "half_width", "p_value"]
 POOLED_COLUMNS = ["depth", "n_runs", "n_blocks", "rho", "ci_low", "ci_high", "half_width", "p_value"]
 
 
-def rho_by_run(importance: pd.DataFrame, *, n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS,
-               seed: int = 0) -> pd.DataFrame:
+def rho_by_run(importance: pd.DataFrame, *, windows: Mapping[str, pd.DataFrame | None] | None = None,
+               n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, seed: int = 0) -> pd.DataFrame:
     """Spearman ρ(α, ΔLoss) of each run, the tidy table the claims page scores.
 
     Columns ``RHO_RUN_COLUMNS``: ``depth, seed, model, n_blocks, rho, ci_low, ci_high``
-    (bootstrap 95 % over blocks), ``half_width`` ((high − low) / 2), ``p_value`` (two-sided
+    (bootstrap 95 % over blocks and, with ``windows`` (model label → its per-window ablation table),
+    the eval windows behind ΔLoss), ``half_width`` ((high − low) / 2), ``p_value`` (two-sided
     permutation)."""
     rows = []
     for (depth, run_seed, model), part in importance.groupby(["depth", "seed", "model"], sort=True):
-        c = spearman(part["alpha"], part["delta_loss"], n_resamples=n_resamples, n_permutations=n_permutations,
-                     seed=seed)
+        noise = window_noise((windows or {}).get(str(model)), part["layer"])
+        c = spearman(part["alpha"], part["delta_loss"], noise=noise, n_resamples=n_resamples,
+                     n_permutations=n_permutations, seed=seed)
         rows.append(dict(depth=int(depth), seed=int(run_seed), model=model, n_blocks=c.n, rho=c.rho,
                          ci_low=c.ci_low, ci_high=c.ci_high, half_width=(c.ci_high - c.ci_low) / 2,
                          p_value=c.p_value))

@@ -218,11 +218,13 @@ def run(profile: str = "cpu", depths=None, seeds: int | None = None, train_overr
     history = series_history(runs)
     results = series_importance(runs, eval_tokens=eval_tokens, batch_size=batch_size, progress=False)
     frame = _with_run_columns(importance_frame(results, alpha_estimator, alpha_role), runs)
-    rho_runs = rho_by_run(frame, n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
+    windows = {r.label: r.windows for r in results}   # every ρ's interval resamples blocks and eval windows
+    rho_runs = rho_by_run(frame, windows=windows, n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
     pooled = rho_pooled(frame, n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
     agreement = seed_agreement(frame, rho_runs)
     per_run = pd.concat([rho_table(r.ablation, r.alphas, estimators=list(SERIES_ESTIMATORS), roles=list(SERIES_ROLES),
-                                   n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
+                                   windows=r.windows, n_resamples=n_resamples, n_permutations=n_permutations,
+                                   seed=seed)
                          .assign(depth=run.config.depth, seed=run.config.seed, model=r.label)
                          for r, run in zip(results, runs)], ignore_index=True)
     if quant_type is None:

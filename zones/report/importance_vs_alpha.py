@@ -141,7 +141,8 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256, ev
                                     n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
                     for label, part in frame.groupby("model", sort=False)}
     depth = depth_table(frame, windows=windows, n_resamples=n_resamples, n_permutations=n_permutations, seed=seed)
-    rhos = pd.concat([rho_table(r.ablation, r.alphas, n_resamples=n_resamples, n_permutations=n_permutations, seed=seed).assign(model=r.label)
+    rhos = pd.concat([rho_table(r.ablation, r.alphas, windows=r.windows, n_resamples=n_resamples,
+                                n_permutations=n_permutations, seed=seed).assign(model=r.label)
                       for r in results], ignore_index=True)
     alpha_name = f"{alpha_role} {alpha_estimator}"
     per_model = []
