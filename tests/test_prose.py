@@ -117,3 +117,17 @@ def test_the_notebooks_write_no_number_agreement_by_hand():
     assert "Hover over a bar for" not in text                     # a phone has no hover
     assert "the band is its 95% interval" not in text            # the crossover's intervals are whiskers
     assert "the {glue:text}`delta_group_name` matrices" not in text   # "the all matrices"
+
+
+def test_the_chance_exercise_states_its_answer():
+    from zones.report.task_accuracy import chance_text
+
+    accuracy = pd.DataFrame([dict(task="all", strategy="full", accuracy=0.4, accuracy_low=0.33, accuracy_high=0.47),
+                             dict(task="all", strategy="greedy", accuracy=0.27, accuracy_low=0.2, accuracy_high=0.34),
+                             dict(task="all", strategy="last_n", accuracy=0.1, accuracy_low=0.05, accuracy_high=0.2),
+                             dict(task="arc", strategy="full", accuracy=0.9, accuracy_low=0.8, accuracy_high=0.95)])
+    text = chance_text(accuracy)
+    assert text.startswith("Better than chance by their intervals: full (")
+    assert "not shown to beat chance (the interval includes 0.25): greedy (" in text
+    assert "worse than chance: last_n (" in text and text.endswith(".")
+    assert chance_text(accuracy.iloc[:0]) == "No variant was scored on these examples."

@@ -44,6 +44,7 @@ import numpy as np
 import pandas as pd
 
 from zones.analysis.accuracy import ALL, FULL, accuracy_intervals, power_rate, power_table
+from zones.analysis.unit_intervals import interval_side
 from zones.analysis.paired import mcnemar_power
 from zones.core.adapters import get_adapter
 from zones.core.checks import check_models
@@ -63,7 +64,7 @@ from zones.pruning import (
 )
 from zones.pruning.heal import DEFAULT_BRIDGES, DEFAULT_LR, DEFAULT_RANK, METHODS, heal
 from zones.report.common import ChapterResult, save
-from zones.report.format import fmt_interval, fmt_num, fmt_p, plural, seeds_phrase
+from zones.report.format import fmt_interval, fmt_list, fmt_num, fmt_p, plural, seeds_phrase
 from zones.report.verdicts import LAST_N_KEEP_LAST, OURS, score_task_accuracy
 from zones.spectra import alpha_table
 
@@ -159,6 +160,32 @@ def findings(accuracy: pd.DataFrame, versus_full: pd.DataFrame, between: pd.Data
         out.update(power_numbers(dict(b=np.nan, c=np.nan, n=0, power_effect=POWER_EFFECT)),
                    power_text=power_sentence("not measured", np.nan))
     return out
+
+
+CHANCE = 0.25   # four choices per question
+
+
+def chance_text(accuracy: pd.DataFrame, task: str = ALL, chance: float = CHANCE) -> str:
+    """Which variants answer ``task`` better than chance, judged by their intervals (rule: better
+    when the interval's lower end lies above ``chance``, worse when its upper end lies below it,
+    not shown otherwise), as one sentence."""
+    rows = accuracy[accuracy["task"] == task]
+    groups = {"above": [], "below": [], "straddles": [], "undefined": []}
+    for r in rows.itertuples():
+        groups[interval_side(r.accuracy_low, r.accuracy_high, chance)].append(
+            f"{r.strategy} ({_acc(r.accuracy, r.accuracy_low, r.accuracy_high)})")
+    parts = []
+    if groups["above"]:
+        parts.append(f"better than chance by their intervals: {fmt_list(groups['above'])}")
+    if groups["straddles"] + groups["undefined"]:
+        parts.append(f"not shown to beat chance (the interval includes {fmt_num(chance, 2)}): "
+                     f"{fmt_list(groups['straddles'] + groups['undefined'])}")
+    if groups["below"]:
+        parts.append(f"worse than chance: {fmt_list(groups['below'])}")
+    if not parts:
+        return "No variant was scored on these examples."
+    text = "; ".join(parts)
+    return text[0].upper() + text[1:] + "."
 
 
 POWER_ENOUGH = 0.8   # the power at which an inconclusive verdict starts to say something
