@@ -204,7 +204,7 @@ def removed_on_profile(zones: pd.DataFrame, plans: pd.DataFrame, k: int,
     # every block labelled where there is room; on a phone's narrow panel the labels that would
     # overlap are hidden (every other, then every fourth, …), upright
     x = alt.X("layer:O", sort=layers, scale=alt.Scale(domain=layers), title="block",
-              axis=alt.Axis(labelOverlap="parity", labelAngle=0, labelFontSize=10))
+              axis=alt.Axis(labelOverlap="parity", labelSeparation=6, labelAngle=0, labelFontSize=10))
     profile = alt.Chart(zones.assign(zone_label=zones["zone_rank"].map(lambda r: f"zone {r + 1}"))).mark_bar().encode(
         x=x, y=alt.Y("alpha:Q", title=value_title),
         color=alt.Color("zone_label:N", title="zone (1 = lowest mean α)", scale=alt.Scale(scheme="blues", reverse=True)),

@@ -24,7 +24,7 @@ def lifecycle_heatmap(grid: pd.DataFrame, title: str, value_title: str,
         # a panel is 110 px high: with more than ~10 layers their labels would overlap, so those
         # that would are hidden (every other, …)
         y=alt.Y("layer:O", title="layer", sort="descending",
-                axis=alt.Axis(labelOverlap="parity", labelFontSize=10, labelPadding=2)),
+                axis=alt.Axis(labelOverlap="parity", labelSeparation=2, labelFontSize=10, labelPadding=2)),
         color=alt.Color("value:Q", title=value_title, scale=alt.Scale(scheme=scheme, reverse=reverse)),
         tooltip=["depth:O", "group:N", "layer:O", "step:Q", alt.Tooltip("value:Q", format=".3f")],
     ).properties(width=panel_width(len(groups)) - 15, height=110)
