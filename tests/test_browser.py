@@ -345,3 +345,49 @@ def test_the_audit_finds_each_kind_of_defect(browser, tmp_path, width):
     assert any("Identifier 'THEBE_JS_URL' has already been declared" in what for _, what in found["console"])
     assert any("k^(" in what for _, what in found["plain formula"])
     assert any("smollm2-135m" in what for _, what in found["touching cells"])
+
+
+# --- a solution's title opens it, wherever it is tapped --------------------------------------------
+
+SOLUTION_PAGE = """<!DOCTYPE html><html><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<script>var togglebuttonSelector = '.toggle, .admonition.dropdown'; let toggleHintShow = 'Click to show';
+let toggleHintHide = 'Click to hide'; let toggleOpenOnPrint = 'true';</script>
+<script src="togglebutton.js"></script><script src="zones.js"></script></head>
+<body><article>
+<div class="exercise admonition" id="ex-4"><p class="admonition-title"><span class="caption-number">Exercise 4 </span></p>
+<section><p>Predict, then run.</p></section></div>
+<p style="height: 1400px">Text between the exercise and its solution.</p>
+<div class="solution dropdown admonition" id="sol-4"><p class="admonition-title">Solution to<a class="reference internal"
+ href="#ex-4"> Exercise 4 (Predict, then run)</a></p><section id="solution-content"><p>The answer.</p></section></div>
+</article></body></html>"""
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_tapping_the_exercise_link_in_a_solution_title_opens_the_solution(browser, tmp_path, width):
+    import sphinx_togglebutton
+
+    shutil.copy(Path(sphinx_togglebutton.__file__).parent / "_static" / "togglebutton.js", tmp_path)
+    shutil.copy(ROOT / "book" / "_static" / "zones.js", tmp_path)
+    (tmp_path / "page.html").write_text(SOLUTION_PAGE)
+    context = offline_context(browser, width)
+    page = context.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto((tmp_path / "page.html").as_uri(), wait_until="load")
+    solution = page.locator("#sol-4")
+    assert "toggle-hidden" in solution.get_attribute("class")        # collapsed until the reader opens it
+    link = page.locator("#sol-4 .admonition-title a")
+    link.scroll_into_view_if_needed()
+    link.click()
+    assert "toggle-hidden" not in solution.get_attribute("class")    # the tap on the link opened it
+    assert page.url.endswith("page.html")                            # ... and did not jump to the exercise
+    page.locator("#sol-4 .admonition-title").click(position={"x": 5, "y": 5})
+    assert "toggle-hidden" in solution.get_attribute("class")        # the rest of the title closes it
+    link.click()
+    assert "toggle-hidden" not in solution.get_attribute("class")
+    SHOTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"solution-title-{width}.png"))
+    assert errors == []                                              # no "button is not defined"
+    context.close()

@@ -221,7 +221,8 @@ def test_importance_panels_label_each_block_and_mark_the_most_and_least_importan
     layers = _layers(spec)
     points = [l for l in layers if l["mark"]["type"] == "point"]
     texts = [l for l in layers if l["mark"]["type"] == "text"]
-    assert len(points) == len(texts) == 2   # one panel per depth
+    assert len(points) == 2 and len(texts) == 4   # one panel per depth; the marked blocks' labels and the others'
+    assert sum("zones_wide_only" in l.get("name", "") for l in texts) == 2   # the others' drop out on a phone
     shape = points[0]["encoding"]["shape"]["scale"]
     assert dict(zip(shape["domain"], shape["range"])) == {"most important": "diamond", "least important": "square",
                                                           "other": "circle"}

@@ -216,5 +216,6 @@ def test_the_4_bit_sentence_follows_the_intervals_of_the_change_of_rho():
     flipped = _summary((-0.05, 0.06), (0.0, 0.2))
     flipped.loc[1, "rho_before_low"] = -0.01  # includes zero before the round trip, excludes it after
     flipped = quantization_text(flipped)
-    assert "Yet on depth 8, seed 1 ρ's own interval" in flipped and "depth 8, seed 0 ρ's" not in flipped
+    assert ("Yet on depth 8, seed 1 ρ's interval includes zero with the float32 weights but excludes it after the "
+            "Q4_1 round trip" in flipped and "depth 8, seed 0 ρ's" not in flipped)
     assert "of the 2 runs" in inside and "of the run through" in quantization_text(_summary((-0.1, 0.1)))

@@ -75,3 +75,37 @@ def test_without_a_class_build_the_page_shows_the_last_builds_measured_times(tmp
     result = teaching.run(timed_budget="class", chapters=["primer"], out_dir=str(tmp_path / "out"))
     assert result.numbers["measured"] is True and result["times"]["seconds"].tolist() == [60.0]
     assert "no class build is recorded here" in result.numbers["status"] and result.numbers["budget"] == "cpu"
+
+
+def test_a_chapter_without_a_time_says_why_and_the_columns_name_the_budget(tmp_path, monkeypatch):
+    from zones.book import RUN_LAST, _store_timing
+    from zones.report import teaching
+
+    assert set(teaching.RUN_AFTER_PAGE) == set(RUN_LAST)   # the chapters zones.book runs after this page
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "cache"))
+    _store_timing({"models": ["tiny-for-teaching"]}, "primer", 60.0)
+    result = teaching.run(timed_budget="class", chapters=["primer", "claims", "across_models", "teaching", "pruning"],
+                          out_dir=str(tmp_path / "out"))
+    notes = dict(zip(result["times"]["chapter"], result["times"]["note"]))
+    assert notes["primer"] == "" and notes["teaching"].startswith("this page")
+    assert notes["claims"].startswith("runs after this page") and notes["across_models"] == notes["claims"]
+    assert notes["pruning"].startswith("not measured")
+    shown = result["times_shown"]   # a cpu build's times under a page that asked for class: labelled cpu
+    assert "seconds (cpu budget)" in shown.columns and "seconds" not in shown.columns
+
+
+def test_the_teaching_table_names_every_chapter():
+    import re
+
+    from zones.book import chapters
+
+    page = (ROOT / "notebooks" / "teaching.md").read_text()
+    rows = [line.split("|")[1].strip() for line in page.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    titles = []
+    for name in chapters(ROOT):
+        source = ROOT / "notebooks" / f"{name}.md"
+        if name == "teaching" or not source.exists():
+            continue
+        titles.append(re.search(r"^# (.+)$", source.read_text(), re.M).group(1).strip())
+    missing = [t for t in titles if t not in rows]
+    assert missing == [], f"chapters the teachers' table leaves out: {missing}"

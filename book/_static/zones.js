@@ -5,6 +5,8 @@
  * marked `zones-cards` (the scorecard) at a phone's width, shows each row as a card with one
  * labelled field per line (`zones-as-cards`), so no column hides behind a scroll bar and the
  * caption wraps in the column.
+ *
+ * A dropdown (a solution) opens and closes on a tap anywhere on its title, its link included.
  */
 (function () {
   "use strict";
@@ -98,4 +100,20 @@
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
   else start();
+
+  // A solution's title (sphinx-exercise) holds a link to its exercise: "Solution to Exercise 4".
+  // togglebutton.js opens the solution on a click on the title itself, but a click on the link
+  // (a third of the title on a phone) finds no button ("button is not defined") and the link
+  // carries the reader away. Here a tap anywhere on a dropdown's title opens or closes it: the
+  // click is taken before it reaches the link or togglebutton's handler.
+  var DROPDOWN_TITLE = ".admonition.dropdown > .admonition-title, .admonition.toggle > .admonition-title";
+  document.addEventListener("click", function (event) {
+    var title = event.target && event.target.closest ? event.target.closest(DROPDOWN_TITLE) : null;
+    if (!title) return;
+    var button = title.querySelector(".toggle-button");
+    if (!button || typeof window.toggleHidden !== "function") return;
+    event.preventDefault();
+    event.stopPropagation();
+    window.toggleHidden(button);
+  }, true);
 })();

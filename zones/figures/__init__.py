@@ -37,6 +37,11 @@ SI_LABELS = "abs(datum.value) >= 1000 ? format(datum.value, '~s') : format(datum
 SI_AXIS = alt.Axis(labelExpr=SI_LABELS)
 
 
+# The legend of a dash channel: each entry a short line in its dash (the channel on a line mark
+# without points, so Vega-Lite draws the symbol as a stroke, not as one black dot for every dash).
+DASH_LEGEND = alt.Legend(symbolType="stroke", symbolStrokeWidth=2, symbolSize=400, symbolStrokeColor="#424242")
+
+
 def vega_lite_version() -> str:
     """Major.minor of the Vega-Lite schema this Altair writes, e.g. ``6.4``."""
     return alt.SCHEMA_VERSION.lstrip("v").rsplit(".", 1)[0]
@@ -133,6 +138,20 @@ def phone_layout(chart, columns: int = 1, panel_width: int | None = None):
     return chart.properties(usermeta={"zones": meta})
 
 
+WIDE_ONLY = "zones_wide_only"
+
+
+def wide_only(chart, name: str):
+    """``chart`` (a layer of a layered chart) drawn in the laptop layout only: its phone layout
+    leaves it out (labels that would pile on each other at a phone's width; the tooltip, on a
+    tap, still gives their values). ``name``: unique within the figure."""
+    return chart.properties(name=f"{WIDE_ONLY}_{name}")
+
+
+def _is_wide_only(node) -> bool:
+    return isinstance(node, dict) and str(node.get("name", "")).startswith(WIDE_ONLY)
+
+
 def narrow_spec(spec: dict) -> dict | None:
     """The phone layout of a Vega-Lite ``spec``, or None when the chart needs none (a single
     view that takes the container's width and has no legend).
@@ -140,8 +159,8 @@ def narrow_spec(spec: dict) -> dict | None:
     Panels side by side (``hconcat``) go one under the other, wrapped panels (``concat`` or
     ``facet`` with ``columns``) to ``phone_columns`` a row (``usermeta``, see
     :func:`phone_layout`; default 1), every panel as wide as a phone's column allows (or
-    ``phone_panel``), legends under the chart (beside it they squeeze a phone's plot) and titles
-    wrapped shorter. The data are not
+    ``phone_panel``), legends under the chart (beside it they squeeze a phone's plot), the layers
+    :func:`wide_only` marks left out and titles wrapped shorter. The data are not
     copied (``datasets`` is left out).
     """
     meta = (spec.get("usermeta") or {}).get("zones") or {}
@@ -159,6 +178,8 @@ def narrow_spec(spec: dict) -> dict | None:
         for key, value in node.items():
             if key in ("datasets", "data", "encoding", "transform", "params", "usermeta", "mark", "config"):
                 out[key] = value  # what is drawn and how marks look, never how panels are laid out
+            elif key == "layer" and any(_is_wide_only(item) for item in value):
+                out[key], changed = walk([item for item in value if not _is_wide_only(item)]), True
             elif key == "hconcat":
                 out["vconcat"], changed = walk(value), True
             elif key == "columns" and ("concat" in node or "facet" in node) and value != columns:
@@ -173,7 +194,10 @@ def narrow_spec(spec: dict) -> dict | None:
     if not changed and not _has_legend(spec):
         return None
     config = dict(narrow.get("config") or {})
-    config["legend"] = {**(config.get("legend") or {}), "orient": "bottom", "columns": 2, "labelLimit": 150}
+    # legends under the chart, one under the other (side by side, the second runs past a phone's
+    # edge and its labels are cut: "sublayer" read "sub")
+    config["legend"] = {**(config.get("legend") or {}), "orient": "bottom", "columns": 2, "labelLimit": 130,
+                        "layout": {"bottom": {"anchor": "start", "direction": "vertical", "margin": 6}}}
     narrow["config"] = config
     return wrap_titles(narrow, NARROW_TITLE_CHARS)
 
@@ -237,3 +261,86 @@ def setup() -> None:
     alt.data_transformers.disable_max_rows()
     if os.environ.get(BOOK_MODE_ENV) != "1":
         display(HTML(f"<script>{vega_bundle()}</script>"))
+
+
+# --- what a reader would see wrong: Vega-Lite's warnings and legends that tell series apart by nothing
+
+MIN_FONT = 10  # px: no text of a chart smaller (a phone shows 7–8 px as a smudge)
+
+
+def sized(spec: dict, px: int = COLUMN_WIDTH - 120) -> dict:
+    """``spec`` with a container's width replaced by ``px`` pixels (drawn outside a page)."""
+    return json.loads(json.dumps(spec).replace('"width": "container"', f'"width": {int(px)}'))
+
+
+def _compiled(spec: dict, px: int = COLUMN_WIDTH - 120) -> tuple[dict, list[str]]:
+    """``spec`` compiled to Vega by the bundled Vega-Lite (a container ``px`` pixels wide), and the
+    warnings it printed (vl-convert writes them to the process' standard error: caught there)."""
+    import tempfile
+
+    spec = sized(spec, px)
+    with tempfile.TemporaryFile(mode="w+b") as caught:
+        saved = os.dup(2)
+        os.dup2(caught.fileno(), 2)
+        try:
+            vega = vl_convert.vegalite_to_vega(spec, vl_version=vega_lite_version(), show_warnings=True)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        caught.seek(0)
+        text = caught.read().decode("utf-8", "replace")
+    return vega, [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _walk(node):
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from _walk(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _walk(item)
+
+
+def _legend_problems(vega: dict) -> list[str]:
+    """A legend of a dash channel whose symbols cannot show the dash (a dot, or a stroke drawn
+    transparent): its entries would look alike though the lines differ."""
+    problems = []
+    for node in _walk(vega):
+        for legend in node.get("legends") or []:
+            if "strokeDash" not in legend:
+                continue
+            symbols = ((legend.get("encode") or {}).get("symbols") or {}).get("update") or {}
+            stroke = (symbols.get("stroke") or {}).get("value")
+            if legend.get("symbolType") != "stroke" or stroke == "transparent":
+                problems.append(f"legend {legend.get('title')!r} tells dash styles apart by "
+                                f"{legend.get('symbolType', 'circle')} symbols that all look alike")
+    return problems
+
+
+def _font_problems(spec: dict) -> list[str]:
+    """Text marks, axis and legend labels smaller than :data:`MIN_FONT` px."""
+    problems = []
+    for node in _walk(spec):
+        for key in ("fontSize", "labelFontSize", "titleFontSize"):
+            size = node.get(key)
+            if isinstance(size, (int, float)) and size < MIN_FONT:
+                problems.append(f"{key} {size} px (at least {MIN_FONT})")
+    return problems
+
+
+def spec_problems(spec: dict) -> list[str]:
+    """What is wrong with a chart as a reader sees it, in both its layouts (wide and phone):
+    every warning Vega-Lite prints when compiling it ("Conflicting scale range": one colour
+    scale given two ranges, so series get another's colour), every legend whose symbols cannot
+    show the dash styles they stand for, and text under :data:`MIN_FONT` px. Empty: nothing."""
+    problems = []
+    for layout, view, px in (("wide", wrap_titles(spec), COLUMN_WIDTH - 120),
+                             ("phone", narrow_spec(spec), NARROW_WIDTH)):
+        if view is None:
+            continue
+        view = dict(view, datasets=spec.get("datasets", {})) if "datasets" in spec else view
+        vega, warnings = _compiled(view, px)
+        problems += [f"{layout}: {w}" for w in warnings]
+        problems += [f"{layout}: {p}" for p in _legend_problems(vega) + _font_problems(view)]
+    return list(dict.fromkeys(problems))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from zones.figures import fit, panel_width, wrap
+from zones.figures import DASH_LEGEND, fit, panel_width, wide_only, wrap
 from zones.figures.layer_ablation import ALPHA_SCHEME, log_floor
 
 SEED_TITLE = "training seed"
@@ -121,10 +121,14 @@ def importance_by_depth(importance: pd.DataFrame, *, alpha_title: str = "α", he
             opacity=_seed_opacity(df),
             size=alt.condition("datum.mark != 'other'", alt.value(120), alt.value(40)),
             tooltip=tooltip)
-        labels = base.mark_text(align="left", dx=6, dy=-6, fontSize=9, clip=True).encode(
-            text="block:N",
-            color=alt.condition("datum.mark != 'other'", alt.value("#000000"), alt.value("#616161")))
-        panels.append(alt.layer(points, labels, title=f"depth {depth}").properties(width=panel_width(2), height=height))
+        # the marked blocks' labels always; the others' only where a panel is wide (on a phone's
+        # panel they pile on each other in clusters; a tap's tooltip names the block)
+        text = base.mark_text(align="left", dx=6, dy=-6, fontSize=10, clip=True).encode(text="block:N")
+        marked = text.transform_filter("datum.mark != 'other'").encode(color=alt.value("#000000"))
+        others = wide_only(text.transform_filter("datum.mark == 'other'").encode(color=alt.value("#616161")),
+                           f"labels_{depth}")
+        panels.append(alt.layer(points, marked, others, title=f"depth {depth}")
+                      .properties(width=panel_width(2), height=height))
     return wrap(panels, columns=2).resolve_scale(y="shared", color="shared", shape="shared", opacity="shared")
 
 
@@ -132,19 +136,27 @@ def loss_curves_by_seed(history: pd.DataFrame) -> alt.Chart:
     """Held-out loss against training step: colour by depth, one line per seed."""
     df = history.dropna(subset=["heldout_loss"]).assign(run=lambda d: "D" + d["depth"].astype(str) + " s" +
                                                         d["seed"].astype(str))
-    return fit(alt.Chart(df, title="Held-out loss during training").mark_line(point=True).encode(
+    base = alt.Chart(df).encode(
         x=alt.X("step:Q", title="training step"),
         y=alt.Y("heldout_loss:Q", title="held-out loss (nats/token)", scale=alt.Scale(zero=False)),
         color=alt.Color("depth:O", title="depth"), detail="run:N",
-        strokeDash=alt.StrokeDash("seed:N", title=SEED_TITLE),
-        tooltip=["run:N", "step:Q", alt.Tooltip("heldout_loss:Q", format=".3f")]), height=240)
+        tooltip=["run:N", "step:Q", alt.Tooltip("heldout_loss:Q", format=".3f")])
+    # the dash on the lines alone: its legend then draws a line of each dash (with the points it
+    # would draw a dot for every seed, the same black dot)
+    lines = base.mark_line().encode(strokeDash=alt.StrokeDash("seed:N", title=SEED_TITLE, legend=DASH_LEGEND))
+    return fit(alt.layer(lines, base.mark_point(filled=True), title="Held-out loss during training"), height=240)
 
 
 def rho_intervals(rho_runs: pd.DataFrame, rho_pooled: pd.DataFrame) -> alt.Chart:
-    """ρ(α, ΔLoss) with its 95 % interval: each run, and each depth's seeds pooled."""
+    """ρ(α, ΔLoss) with its 95 % interval: each run, and each depth's seeds pooled — only where a
+    depth has several runs (one run has nothing to pool: its row is the run's own) — and every run
+    pooled."""
     runs = rho_runs.assign(row=lambda d: "D" + d["depth"].astype(str) + ", seed " + d["seed"].astype(str),
                            kind="one run")
-    pooled = rho_pooled.assign(row=lambda d: "D" + d["depth"].astype(str) + ", pooled", kind="pooled")
+    several = rho_pooled["n_runs"] > 1 if "n_runs" in rho_pooled else pd.Series(True, index=rho_pooled.index)
+    pooled = rho_pooled[several].assign(
+        row=lambda d: d["depth"].astype(str).map(lambda depth: "all runs, pooled" if depth == "all"
+                                                 else f"D{depth}, pooled"), kind="pooled")
     df = pd.concat([runs, pooled], ignore_index=True)[["row", "kind", "rho", "ci_low", "ci_high", "p_value"]]
     order = list(df["row"])
     y = alt.Y("row:N", title=None, sort=order)

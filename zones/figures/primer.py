@@ -137,7 +137,7 @@ def _rank_panel(rank: pd.DataFrame, title: str, width) -> alt.LayerChart:
     rank = _thin(rank)
     base = alt.Chart(rank).encode(x=alt.X("rank:Q", scale=alt.Scale(type="log"), axis=log_axis("rank k")))
     points = base.mark_point(filled=True, size=18).encode(
-        y=alt.Y("sigma:Q", scale=alt.Scale(type="log", zero=False), axis=log_axis("singular value σ_k")),
+        y=alt.Y("sigma:Q", scale=alt.Scale(type="log"), axis=log_axis("singular value σ_k")),
         color=alt.Color("in_window:N", scale=alt.Scale(domain=[True, False], range=[TAIL_COLOR, REST_COLOR]),
                         legend=None),
         tooltip=["rank:Q", alt.Tooltip("sigma:Q", format=".3g", title="σ_k"),
@@ -208,7 +208,7 @@ def tail_slider(grid: pd.DataFrame, density: pd.DataFrame, line: pd.DataFrame, r
         x=alt.X("rank:Q", scale=alt.Scale(type="log"), axis=log_axis("rank k")))
     shape = alt.layer(
         base.mark_point(filled=True, size=18).encode(
-            y=alt.Y("sigma:Q", scale=alt.Scale(type="log", zero=False), axis=log_axis("singular value σ_k")),
+            y=alt.Y("sigma:Q", scale=alt.Scale(type="log"), axis=log_axis("singular value σ_k")),
             color=alt.Color("in_window:N", scale=alt.Scale(domain=[True, False], range=[TAIL_COLOR, REST_COLOR]),
                             legend=None)),
         base.transform_filter("isValid(datum.fitted)").mark_line(color=LINE_COLOR, strokeDash=[5, 3], strokeWidth=2)

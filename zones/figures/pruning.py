@@ -13,7 +13,7 @@ from typing import Sequence
 import altair as alt
 import pandas as pd
 
-from zones.figures import COLUMN_WIDTH, SI_AXIS, SI_LABELS, phone_layout  # charts fit the column; SI axis labels
+from zones.figures import COLUMN_WIDTH, SI_AXIS, SI_LABELS, phone_layout, stack, wide_only  # charts fit the column; SI axis labels
 
 # Ours in blue, the heuristic it is measured against in orange, chance in grey.
 COLORS = {"zone_aware": "#1f77b4", "last_n": "#ff7f0e", "random": "#7f7f7f", "alpha_lowest": "#9467bd",
@@ -102,7 +102,7 @@ def delta_ppl_lines(summary: pd.DataFrame, strategies: Sequence[str] | None = No
     base = alt.Chart(df).encode(
         x=alt.X("k:Q", title="blocks removed (k)", axis=alt.Axis(tickMinStep=1)),
         y=alt.Y("delta_ppl:Q", scale=alt.Scale(type="log"), title="ΔPPL (log scale)", axis=SI_AXIS),
-        color=alt.Color("strategy:N", scale=_color(order), sort=order, title="strategy (click)"),
+        color=alt.Color("strategy:N", scale=_color(order), sort=order, title="strategy (click or tap)"),
         opacity=alt.condition(pick, alt.value(1.0), alt.value(0.12)),
         strokeDash=alt.StrokeDash("line:N", scale=alt.Scale(domain=["solid", "dashed"], range=[[1, 0], [6, 3]]),
                                   legend=None),
@@ -121,10 +121,21 @@ def delta_ppl_lines(summary: pd.DataFrame, strategies: Sequence[str] | None = No
         width="container", height=280, title=title or "ΔPPL of every strategy")
 
 
+def region_scale(denominator: str, numerators: Sequence[str]) -> alt.Scale:
+    """The one colour scale of the shaded regions "X wins" of every crossover chart drawn
+    together: each strategy's region in its own colour (charts stacked in one figure share a
+    scale, so each must carry the whole domain and range, or Vega-Lite keeps the first chart's
+    range and paints another strategy's region in it)."""
+    names = list(dict.fromkeys([denominator, *numerators]))
+    extra = iter(FALLBACK * 4)
+    return alt.Scale(domain=[f"{name} wins" for name in names], range=[COLORS.get(name) or next(extra) for name in names])
+
+
 def crossover_chart(comparison: pd.DataFrame, numerator: str = "last_n",
-                    denominator: str = "zone_aware") -> alt.LayerChart:
+                    denominator: str = "zone_aware", numerators: Sequence[str] | None = None) -> alt.LayerChart:
     """ΔPPL(numerator) / ΔPPL(denominator) against k (log y), with the line at 1 and the
-    region where each strategy wins shaded.
+    region where each strategy wins shaded (colours: :func:`region_scale` over ``numerators``,
+    every numerator of the figure; default: this one).
 
     With the columns of ``zones.pruning.compare_strategies`` (``ratio_low``, ``ratio_high``,
     ``status``), each ratio carries its 95% interval, and a ratio whose status is
@@ -149,10 +160,7 @@ def crossover_chart(comparison: pd.DataFrame, numerator: str = "last_n",
     y_scale = alt.Scale(type="log", domain=[lo, hi], nice=False)
     shade = alt.Chart(regions).mark_rect(opacity=0.12).encode(
         x=x, x2="x2:Q", y=alt.Y("y:Q", scale=y_scale), y2="y2:Q",
-        color=alt.Color("region:N", scale=alt.Scale(domain=[f"{denominator} wins", f"{numerator} wins"],
-                                                    range=[COLORS.get(denominator, "#1f77b4"),
-                                                           COLORS.get(numerator, "#ff7f0e")]),
-                        legend=None))
+        color=alt.Color("region:N", scale=region_scale(denominator, numerators or [numerator]), legend=None))
     labels = alt.Chart(regions).mark_text(align="left", dx=4, fontWeight="bold", opacity=0.6).encode(
         x=alt.X("x:Q", scale=alt.Scale(domain=[k_lo, k_hi], nice=False)),
         y=alt.Y("label_y:Q", scale=y_scale), text="region:N")
@@ -193,7 +201,10 @@ def removed_on_profile(zones: pd.DataFrame, plans: pd.DataFrame, k: int,
     """The α profile (bars coloured by zone, lowest-α zone darkest) above a grid of the blocks
     each strategy removes at ``k`` (a square per removed block; the number is its turn)."""
     layers = sorted(zones["layer"].astype(int))
-    x = alt.X("layer:O", sort=layers, scale=alt.Scale(domain=layers), title="block")
+    # every block labelled where there is room; on a phone's narrow panel the labels that would
+    # overlap are hidden (every other, then every fourth, …), upright
+    x = alt.X("layer:O", sort=layers, scale=alt.Scale(domain=layers), title="block",
+              axis=alt.Axis(labelOverlap="parity", labelSeparation=6, labelAngle=0, labelFontSize=10))
     profile = alt.Chart(zones.assign(zone_label=zones["zone_rank"].map(lambda r: f"zone {r + 1}"))).mark_bar().encode(
         x=x, y=alt.Y("alpha:Q", title=value_title),
         color=alt.Color("zone_label:N", title="zone (1 = lowest mean α)", scale=alt.Scale(scheme="blues", reverse=True)),
@@ -214,7 +225,20 @@ def removed_on_profile(zones: pd.DataFrame, plans: pd.DataFrame, k: int,
     squares = base.mark_square(size=150).encode(
         color=alt.Color("strategy:N", scale=_color(order), legend=None),
         tooltip=["strategy:N", "layer:O", alt.Tooltip("turn:Q", title="removed as number")])
-    turns = base.mark_text(fontSize=8, color="white").encode(text="turn:Q")
-    grid = (squares + turns).properties(width=COLUMN_WIDTH - 200, height=18 * len(order))
+    # the turn in the square: on a phone a block's column is a few px wide, so the number (which
+    # the tooltip gives on a tap) is left out there
+    turns = wide_only(base.mark_text(fontSize=10, color="white").encode(text="turn:Q"), "turns")
+    grid = alt.layer(squares, turns).properties(width=COLUMN_WIDTH - 200, height=18 * len(order))
     # on a phone the strategies' names beside the grid leave less room for the panels
     return phone_layout(alt.vconcat(profile, grid).resolve_scale(color="independent"), panel_width=190)
+
+
+def crossover_stack(comparison: pd.DataFrame, denominator: str = "zone_aware") -> alt.VConcatChart:
+    """One :func:`crossover_chart` per reference strategy of ``comparison`` (the chapter's
+    ``crossover`` table: ``reference``, ``reference_delta_ppl``, ``ours_delta_ppl``, …), one above
+    the other, their shaded regions on one colour scale."""
+    references = list(dict.fromkeys(comparison["reference"]))
+    return stack([crossover_chart(comparison[comparison["reference"] == reference].rename(
+                      columns={"reference_delta_ppl": reference, "ours_delta_ppl": denominator}),
+                                  reference, denominator, numerators=references)
+                  for reference in references])

@@ -9,7 +9,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from zones.figures import SI_AXIS, fit, panel_width, wrap
+from zones.figures import DASH_LEGEND, SI_AXIS, fit, panel_width, wrap
 from zones.figures.layer_ablation import log_floor
 
 PART_TITLES = {"attn": "attention", "mlp": "MLP"}
@@ -50,18 +50,19 @@ def params_tradeoff(plans: pd.DataFrame) -> alt.LayerChart:
         df[f"{c}_plot"] = df[c].where(df[c] > floor, floor)
     x = alt.X("params_m:Q", title="parameters removed (millions)")
     color = alt.Color("strategy:N", title="strategy")
-    dash = alt.StrokeDash("kind:N", title="removes", scale=alt.Scale(domain=list(KIND_DASH),
+    dash = alt.StrokeDash("kind:N", title="removes", legend=DASH_LEGEND, scale=alt.Scale(domain=list(KIND_DASH),
                                                                        range=list(KIND_DASH.values())))
-    base = alt.Chart(df)
-    lines = base.mark_line(point=True).encode(
+    base = alt.Chart(df).encode(
         x=x, y=alt.Y("delta_loss_plot:Q", title="Δloss (nats, log)", scale=alt.Scale(type="log"), axis=SI_AXIS),
-        color=color, strokeDash=dash,
+        color=color,
         tooltip=["strategy:N", "kind:N", "k:O", "removed:N", alt.Tooltip("n_params:Q", format=",.0f"),
                  alt.Tooltip("delta_loss:Q", format=".4f", title="Δloss"),
                  alt.Tooltip("delta_loss_low:Q", format=".4f", title="95% low"),
                  alt.Tooltip("delta_loss_high:Q", format=".4f", title="95% high"),
                  alt.Tooltip("kl:Q", format=".4f", title="KL (nats/token)"),
                  alt.Tooltip("top1:Q", format=".3f", title="top-1 agreement")])
-    bars = base.mark_errorbar().encode(x=x, y=alt.Y("delta_loss_low_plot:Q", title=""),
+    # the dash on the lines alone, so that its legend draws each dash (not one black dot for both)
+    lines = alt.layer(base.mark_line().encode(strokeDash=dash), base.mark_point(filled=True))
+    bars = alt.Chart(df).mark_errorbar().encode(x=x, y=alt.Y("delta_loss_low_plot:Q", title=""),
                                        y2="delta_loss_high_plot:Q", color=color)
     return fit(alt.layer(lines, bars), height=300)

@@ -38,9 +38,12 @@ def accuracy_bars(accuracy: pd.DataFrame, strategies: Sequence[str], tasks: Sequ
     return alt.hconcat(*panels, title=title or "Task accuracy, full and healed").resolve_scale(y="shared")
 
 
-def difference_whiskers(differences: pd.DataFrame, task: str = "all", title: str | None = None) -> alt.LayerChart:
+def difference_whiskers(differences: pd.DataFrame, task: str = "all", title: str | None = None,
+                        colour_order: Sequence[str] | None = None) -> alt.LayerChart:
     """Paired differences of accuracy (one row per pair: a strategy minus the full model, or minus
-    another strategy) with their 95% whiskers; right of the dashed line, the first one answers better."""
+    another strategy) with their 95% whiskers; right of the dashed line, the first one answers better.
+    ``colour_order``: the colour scale's strategies (default: those of the rows), the same for every
+    panel drawn beside it (panels of one figure share the scale)."""
     df = differences[differences["task"] == task].assign(
         pair=lambda d: d["strategy"] + " − " + d["reference"])
     order = list(df["pair"])
@@ -48,8 +51,8 @@ def difference_whiskers(differences: pd.DataFrame, task: str = "all", title: str
             alt.Tooltip("difference_low:Q", format="+.3f", title="95% low"),
             alt.Tooltip("difference_high:Q", format="+.3f", title="95% high"), "n:Q"]
     base = alt.Chart(df).encode(y=alt.Y("pair:N", sort=order, title=None))
-    color = alt.Color("strategy:N", scale=alt.Scale(domain=list(dict.fromkeys(df["strategy"])),
-                                                     range=[COLORS.get(s, "#637939") for s in dict.fromkeys(df["strategy"])]),
+    names = list(colour_order) if colour_order is not None else list(dict.fromkeys(df["strategy"]))
+    color = alt.Color("strategy:N", scale=alt.Scale(domain=names, range=[COLORS.get(s, "#637939") for s in names]),
                       legend=None)
     points = base.mark_point(filled=True, size=60).encode(x=alt.X("difference:Q", title="Δaccuracy"), color=color,
                                                           tooltip=tips)
@@ -68,6 +71,7 @@ def differences(versus_full: pd.DataFrame, between: pd.DataFrame, task: str = "a
     longest pair's label ("last_n_keep_last − random_protected") its room."""
     tables = [versus_full[versus_full["task"] == task], between[between["task"] == task]]
     longest = max((len(f"{s} − {r}") for t in tables for s, r in zip(t["strategy"], t["reference"])), default=0)
-    chart = stack([difference_whiskers(versus_full, task, title="Healed minus full"),
-                   difference_whiskers(between, task, title="Between strategies")])
+    names = list(dict.fromkeys(s for t in tables for s in t["strategy"]))   # one colour scale for both panels
+    chart = stack([difference_whiskers(versus_full, task, title="Healed minus full", colour_order=names),
+                   difference_whiskers(between, task, title="Between strategies", colour_order=names)])
     return phone_layout(chart, panel_width=max(100, NARROW_WIDTH - LABEL_PX_PER_CHAR * longest - 20))

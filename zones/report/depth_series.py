@@ -30,7 +30,7 @@ from zones.analysis.quantization import SUMMARY_COLUMNS as QUANT_SUMMARY_COLUMNS
 from zones.analysis.unit_intervals import interval_side
 from zones.measure.bootstrap import N_PERMUTATIONS, N_RESAMPLES
 from zones.report.common import ChapterResult, save
-from zones.report.format import fmt_interval, fmt_num, fmt_rho
+from zones.report.format import fmt_interval, fmt_list, fmt_num, fmt_rho, plural
 from zones.report.verdicts import rho_verdict, rule
 from zones.series import (
     FLAT_IMPROVEMENT,
@@ -91,7 +91,8 @@ ALPHA_ORDER_KEPT = 0.9  # Q4_1 "keeps α's order" when every run's ρ(α before,
       f"does not detectably move it when every run's includes 0 (the widest interval bounds the change), and the "
       f"change is not measured when an interval is undefined; α's order over the matrices is kept when every "
       f"run's ρ(α before, α after) interval lies above {ALPHA_ORDER_KEPT}; a run whose ρ(α, ΔLoss) interval excludes "
-      f"0 on one side of the round trip and not on the other is named: its verdict on ρ is a 4-bit verdict")
+      f"0 before the round trip but not after it, or after it but not before, is named: there, whether ρ is told "
+      f"apart from zero depends on the 4-bit rounding")
 def quantization_text(summary: pd.DataFrame, quant_type: str = "Q4_1") -> str:
     """What a ``quant_type`` round trip of the trained runs (``zones.series.series_quantization``'s
     ``summary``: one row per run) implies for the default model's numbers, which are those of
@@ -121,28 +122,35 @@ def quantization_text(summary: pd.DataFrame, quant_type: str = "Q4_1") -> str:
                         for r in summary.itertuples())
     apart = summary[(low > 0) | (high < 0)]
     if len(apart):
-        return (f"{head} It moved ρ(α, ΔLoss) beyond its interval in {len(apart)} of {n} runs ({changes}): a 4-bit "
+        return (f"{head} It moved ρ(α, ΔLoss) beyond its interval in {len(apart)} of {plural(n, 'run')} ({changes}): a 4-bit "
                 f"round trip can change the ρ this book reads, so SmolLM2's ρ, measured on {quant_type} weights, is "
-                f"the ρ of the 4-bit model and may differ from its bfloat16 weights' by as much.{_flipped(summary)}")
+                f"the ρ of the 4-bit model and may differ from its bfloat16 weights' by as much.{_flipped(summary, quant_type)}")
     widest = float(max(high.max(), -low.min()))
     return (f"{head} Its change of ρ(α, ΔLoss) includes zero in every run ({changes}): on these runs 4-bit weights "
             f"do not detectably move ρ, so SmolLM2's ρ is unlikely to be an artefact of its {quant_type} weights "
             f"beyond about ±{fmt_num(widest, 2)} (the widest interval) — as far as models this small, trained "
             f"briefly in float32, speak for a 135M model (an interval that includes zero bounds the change; it "
-            f"does not show there is none).{_flipped(summary)}")
+            f"does not show there is none).{_flipped(summary, quant_type)}")
 
 
-def _flipped(summary: pd.DataFrame) -> str:
+def _flipped(summary: pd.DataFrame, quant_type: str = "Q4_1") -> str:
     """The runs whose ρ(α, ΔLoss) interval excludes 0 before the round trip and not after, or
     after and not before (``""`` when none): their verdict on ρ changes with 4-bit weights."""
-    runs = [r.model for r in summary.itertuples()
-            if (interval_side(r.rho_before_low, r.rho_before_high, 0.0) == "straddles")
-            != (interval_side(r.rho_after_low, r.rho_after_high, 0.0) == "straddles")]
-    if not runs:
+    lost, gained = [], []
+    for r in summary.itertuples():
+        before = interval_side(r.rho_before_low, r.rho_before_high, 0.0) != "straddles"
+        after = interval_side(r.rho_after_low, r.rho_after_high, 0.0) != "straddles"
+        if before != after:
+            (lost if before else gained).append(str(r.model))
+    if not lost and not gained:
         return ""
-    return (f" Yet on {', '.join(runs)} ρ's own interval excludes zero on one side of the round trip and not on the "
-            f"other: where an interval ends this near zero, the verdict on ρ is a verdict on the 4-bit weights, as a "
-            f"SmolLM2 ρ whose interval ends near zero would be.")
+    parts = ([f"on {fmt_list(lost)} ρ's interval excludes zero with the float32 weights but includes it after the "
+              f"{quant_type} round trip"] if lost else [])
+    parts += ([f"on {fmt_list(gained)} ρ's interval includes zero with the float32 weights but excludes it after "
+               f"the {quant_type} round trip"] if gained else [])
+    return (f" Yet {'; '.join(parts)}. So where ρ's interval ends this close to zero, rounding the weights to 4 bits "
+            f"is enough to change whether ρ is told apart from zero; the same holds for a SmolLM2 ρ whose interval "
+            f"ends near zero.")
 
 
 def _quant_shown(summary: pd.DataFrame, quant_type: str) -> pd.DataFrame:
@@ -158,6 +166,37 @@ def _quant_shown(summary: pd.DataFrame, quant_type: str) -> pd.DataFrame:
              fmt_interval(r.rho_change, r.rho_change_low, r.rho_change_high, signed=True)]
             for r in summary.itertuples()]
     return pd.DataFrame(rows, columns=columns)
+
+
+def pooled_text(pooled: pd.DataFrame, rho_runs: pd.DataFrame) -> str:
+    """Each depth's ρ pooled over its runs, ``"depth 8 (2 runs): ρ = …"``; a depth with one run
+    has nothing to pool, so it shows that run's own ρ, interval and p (``rho_by_run``'s row, not
+    the pooling's, which is computed another way), named as one run."""
+    parts = []
+    for r in pooled.itertuples():
+        if r.depth == "all":
+            continue
+        runs = rho_runs[rho_runs["depth"] == int(r.depth)]
+        if int(r.n_runs) == 1 and len(runs) == 1:
+            one = runs.iloc[0]
+            parts.append(f"depth {r.depth} (one run, seed {int(one['seed'])}, nothing to pool): "
+                         f"{fmt_rho(one['rho'], one['ci_low'], one['ci_high'], one['p_value'])}")
+        else:
+            parts.append(f"depth {r.depth} (pooled over {plural(int(r.n_runs), 'run')}): "
+                         f"{fmt_rho(r.rho, r.ci_low, r.ci_high, r.p_value)}")
+    return "; ".join(parts)
+
+
+def agreement_shown(agreement: pd.DataFrame) -> pd.DataFrame:
+    """``seed_agreement`` as the page shows it: for a depth with one seed, what compares seeds
+    (``profile_rho``, ``same_costliest``, ``rho_spread``) is not applicable — NaN, never "True"
+    or "0" as if two seeds had agreed."""
+    shown = agreement.copy()
+    one = shown["n_seeds"] < 2
+    shown["same_costliest"] = shown["same_costliest"].astype(object).where(~one, np.nan)
+    for column in ("profile_rho", "rho_spread"):
+        shown[column] = shown[column].where(~one, np.nan)
+    return shown
 
 
 def _numbers(profile, series, frame, rho_runs, pooled, agreement, config, alpha_role, alpha_estimator) -> dict:
@@ -182,8 +221,7 @@ def _numbers(profile, series, frame, rho_runs, pooled, agreement, config, alpha_
         top_text="; ".join(f"{m}: block {int(l)}" for m, l in zip(top["model"], top["layer"])),
         rho_text="; ".join(f"{r.model}: {fmt_rho(r.rho, r.ci_low, r.ci_high, r.p_value)}"
                            for r in rho_runs.itertuples()),
-        pooled_text="; ".join(f"depth {r.depth} ({r.n_runs} runs): {fmt_rho(r.rho, r.ci_low, r.ci_high, r.p_value)}"
-                              for r in pooled.itertuples() if r.depth != "all"),
+        pooled_text=pooled_text(pooled, rho_runs),
         pooled_all_text=fmt_rho(*pooled.loc[pooled["depth"] == "all", ["rho", "ci_low", "ci_high", "p_value"]].iloc[0]),
         deepest_half_width=float(deepest["half_width"]),
         deepest_run_half_width=float(deepest_runs["half_width"].mean()),
@@ -248,7 +286,7 @@ def run(profile: str = "cpu", depths=None, seeds: int | None = None, train_overr
                   pooled=pooled.to_dict("records"), quant_type=quant_type,
                   quantization=quant["summary"].to_dict("records"))
     tables = dict(series=series, history=history, importance=frame, rho=per_run, rho_runs=rho_runs,
-                  rho_pooled=pooled, seed_agreement=agreement, quant_summary=quant["summary"],
+                  rho_pooled=pooled, seed_agreement=agreement_shown(agreement), quant_summary=quant["summary"],
                   quant_blocks=quant["blocks"], quant_matrices=quant["matrices"])
     out = save(out_dir, tables, record)
     wide = per_run.pivot_table(index=["estimator", "role"], columns=["depth", "seed"], values="rho").round(2)

@@ -118,6 +118,27 @@ def fmt_int(n) -> str:
     return NA if value is None else _minus(f"{int(round(value)):,}")
 
 
+IRREGULAR = {"matrix": "matrices", "is": "are", "was": "were", "this": "these"}
+
+
+def plural(n, word: str, many: str | None = None) -> str:
+    """``n`` and ``word`` in the number it takes: ``plural(1, "seed") -> "1 seed"``,
+    ``plural(20, "seed") -> "20 seeds"``, ``plural(2, "matrix") -> "2 matrices"`` (``many``: the
+    plural where adding "s" is wrong and :data:`IRREGULAR` does not know it). The count as
+    :func:`fmt_int` writes it. The one place the book makes a noun agree with its number: never
+    "1 seeds", "1 runs" or "window(s)"."""
+    value = _finite(n)
+    if value is None:
+        return f"{NA} {many or IRREGULAR.get(word, word + 's')}"
+    return f"{fmt_int(value)} {word if value == 1 else (many or IRREGULAR.get(word, word + 's'))}"
+
+
+def seeds_phrase(n) -> str:
+    """What a seeded strategy's number is: ``"the median over 20 seeds"``, or with one seed
+    ``"its one seed"`` (a median over one seed is that seed)."""
+    return "its one seed" if int(n) == 1 else f"the median over {plural(n, 'seed')}"
+
+
 def fmt_interval(estimate, low, high, digits: int = 2, unit: str = "", signed: bool = False) -> str:
     """``"0.19 [−0.20, 0.54]"``: the estimate and its interval, to the decimals that give the
     interval's width ``digits`` significant figures; ``unit`` follows (``"… nats"``).

@@ -49,7 +49,7 @@ from zones.pruning import (
 from zones.pruning.compare import PRUNED, healing_intervals
 from zones.pruning.heal import BRIDGES, DEFAULT_BRIDGES, DEFAULT_LR, DEFAULT_RANK, METHODS, heal
 from zones.report.common import ChapterResult, precision_text, save
-from zones.report.format import fmt_int, fmt_interval, fmt_num
+from zones.report.format import fmt_int, fmt_interval, fmt_num, seeds_phrase
 from zones.analysis.unit_intervals import interval_side
 from zones.report.verdicts import LAST_N_KEEP_LAST, OURS, score_after_healing
 from zones.spectra import alpha_table
@@ -258,7 +258,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
                    n_tokens=eval_windows.n_scored_tokens, heal_tokens=heal_windows.n_scored_tokens,
                    calibration_tokens=calibration.n_scored_tokens, k_values=", ".join(map(str, k_values)),
                    k_max=max(k_values), seeds=seeds, methods=", ".join(methods),
-                   seeds_phrase="its one seed" if seeds == 1 else f"the median over {seeds} seeds",
+                   seeds_phrase=seeds_phrase(seeds),
                    healing_rule=score_after_healing.rule,
                    precision=precision_text(dtype, subject.dtype),
                    seconds=float(round(time.time() - started, 1)))

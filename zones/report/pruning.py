@@ -62,7 +62,7 @@ from zones.pruning.compare import (
     worst_best_gaps,
 )
 from zones.report.common import NAN, ChapterResult, precision_text, save
-from zones.report.format import fmt_interval, fmt_list, fmt_num, fmt_ratio
+from zones.report.format import fmt_interval, fmt_list, fmt_num, fmt_ratio, plural, seeds_phrase
 from zones.report.verdicts import (
     FAILS,
     HOLDS,
@@ -330,9 +330,11 @@ def seeds_text(summary: pd.DataFrame, k: int, seeded: Sequence[str] = ("random",
         n = int(r["n_seeds"])
         spread = (f"interquartile range of ΔPPL over its {n} seeds {fmt_num(r['delta_ppl_q25'])} to "
                   f"{fmt_num(r['delta_ppl_q75'])}" if n >= MIN_SPREAD_SEEDS else
-                  f"no spread over seeds is shown: {n} seed{'s' if n != 1 else ''} cannot estimate one (it takes "
+                  f"no spread over seeds is shown: {plural(n, 'seed')} cannot estimate one (it takes "
                   f"{MIN_SPREAD_SEEDS}; the GPU budget runs 20)")
-        parts.append(f"{name}: median Δloss {dloss}, ΔPPL at that median "
+        what = "median Δloss" if n > 1 else "Δloss (one seed)"
+        at = "that median" if n > 1 else "that Δloss"
+        parts.append(f"{name}: {what} {dloss}, ΔPPL at {at} "
                      f"{fmt_interval(r['delta_ppl'], r['delta_ppl_low'], r['delta_ppl_high'])}; {spread}")
     return "; ".join(parts)
 
@@ -455,9 +457,13 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
     spans = [(int(g["layer"].min()), int(g["layer"].max()), int(g["zone_rank"].iloc[0]))
              for _, g in zones.groupby("zone")]
     span = lambda a, b: f"{a}" if a == b else f"{a}–{b}"
+    n_seeds = int(table.groupby("strategy")["seed"].nunique().max())
     numbers = dict(findings(table, summary, pairwise, best, comparison), model_name=model,
-                   n_blocks=int(len(zones)), seeds=int(table.groupby("strategy")["seed"].nunique().max()),
+                   n_blocks=int(len(zones)), seeds=n_seeds, seeds_phrase=seeds_phrase(n_seeds),
+                   seeds_dloss=("the Δloss of its one seed" if n_seeds == 1
+                                else f"the median Δloss over {plural(n_seeds, 'seed')}"),
                    n_windows=int(eval_windows.n_windows), calibration_windows=int(calibration.n_windows),
+                   calibration_windows_text=plural(int(calibration.n_windows), "calibration window"),
                    calibration_tokens_scored=int(calibration.n_scored_tokens), n_zones=len(spans),
                    zone_text=", ".join(span(a, b) for a, b, _ in spans),
                    lowest_zone=next(span(a, b) for a, b, rank in spans if rank == 0),

@@ -167,9 +167,20 @@ def exponent_claim_row(exponent: dict, seeds_trained: Mapping[int, int]) -> dict
                 runs=",".join(map(str, exponent["runs"])), seeds_trained=seeds_text(seeds_trained))
 
 
+def group_phrase(group: str) -> str:
+    """The matrices of a group as a sentence names them: ``"all matrices"`` (never "the all
+    matrices"), ``"the Q/K matrices"``."""
+    return "all matrices" if group == lifecycle.ALL else f"the {group} matrices"
+
+
+def exponent_shown(row: dict) -> str:
+    """b and its interval as the text and the figure's legend write it: ``−0.50 [−0.86, −0.15]``."""
+    return fmt_interval(row["exponent"], row["low"], row["high"], signed=True)
+
+
 def exponent_sentence(row: dict) -> str:
     """How b's interval was made, the interval, what it covers and the claim's word by it."""
-    shown = fmt_interval(row["exponent"], row["low"], row["high"], signed=True)
+    shown = exponent_shown(row)
     verdict = verdict_phrase(from_word(row["verdict"], row.get("reason", SEEDS), row.get("detail", "")))
     return (f"to see how loosely, each training run is one point (its Δα averaged over the snapshots of its last "
             f"quarter of training) and the slope through them has a t interval: b = {shown}, an interval that covers "
@@ -261,7 +272,7 @@ def run(profile: str = "cpu", depths=None, train_overrides: dict | None = None, 
                    wave_after_low=float(deep_wave["after_low"]), wave_after_high=float(deep_wave["after_high"]),
                    wave_verdict=verdict_phrase(wave_verdict(deep_wave)),
                    wave_leader=str(deep_wave["leader"]),
-                   peak_position=float(peak["peak_position"]), delta_group_name=delta_group,
+                   peak_position=float(peak["peak_position"]), delta_group_name=group_phrase(delta_group),
                    peak_shape=peak_shape(float(peak["peak_position"])),
                    peaks_text="; ".join(f"{group} matrices at depth {text}" for group, text in peaks.items()),
                    qk_comp_spread=float(by_group.loc["Q/K", "compression_spread_max"]),
@@ -289,4 +300,7 @@ def run(profile: str = "cpu", depths=None, train_overrides: dict | None = None, 
                   delta_alpha_claim=exponent_claim)
     out = save(out_dir, tables, summary)
     return ChapterResult(tables, numbers, summary, out,
-                         extra=dict(chosen=chosen, prefactor=float(fit["prefactor"])))
+                         extra=dict(chosen=chosen, prefactor=float(fit["prefactor"]),
+                                    # the Δα figure: the runs b is fitted through, and b as the text gives it
+                                    runs_delta_alpha=lifecycle.run_delta_alpha(runs, alpha_estimator, delta_group),
+                                    fit_text=f"fit: b = {exponent_shown(exponent)}"))

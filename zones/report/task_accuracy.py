@@ -44,6 +44,7 @@ import numpy as np
 import pandas as pd
 
 from zones.analysis.accuracy import ALL, FULL, accuracy_intervals, power_rate, power_table
+from zones.analysis.unit_intervals import interval_side
 from zones.analysis.paired import mcnemar_power
 from zones.core.adapters import get_adapter
 from zones.core.checks import check_models
@@ -63,7 +64,7 @@ from zones.pruning import (
 )
 from zones.pruning.heal import DEFAULT_BRIDGES, DEFAULT_LR, DEFAULT_RANK, METHODS, heal
 from zones.report.common import ChapterResult, save
-from zones.report.format import fmt_interval, fmt_num, fmt_p
+from zones.report.format import fmt_interval, fmt_list, fmt_num, fmt_p, plural, seeds_phrase
 from zones.report.verdicts import LAST_N_KEEP_LAST, OURS, score_task_accuracy
 from zones.spectra import alpha_table
 
@@ -146,17 +147,66 @@ def findings(accuracy: pd.DataFrame, versus_full: pd.DataFrame, between: pd.Data
         out["verdict"] = str(v["verdict"])
         phrase = {"holds": "holds", "does not hold": "does not hold"}.get(v["verdict"], "is inconclusive at this budget")
         interval = fmt_interval(None, v["difference_low"], v["difference_high"], signed=True)
-        exact = (f"{int(v['b'])} examples only {OURS} answered right against {int(v['c'])} only {REFERENCE}, "
+        exact = (f"{plural(int(v['b']), 'example')} only {OURS} answered right against {int(v['c'])} only {REFERENCE}, "
                  f"{fmt_p(v['p_exact'])}" if np.isfinite([v["b"], v["c"]]).all() else "not run")
         out["verdict_text"] = (f"at k = {int(v['k'])} after {v['method']} healing, d = "
                                f"{fmt_num(v['difference'], 2, signed=True)} on {int(v['n'])} examples, bootstrap "
                                f"interval {interval}; the exact McNemar test, which decides: {exact}, so the claim "
                                f"{phrase}")
         out.update(power_numbers(v))
+        out["power_text"] = power_sentence(str(v["verdict"]), float(v["power"]), float(v["power_effect"]))
     else:
         out["verdict"], out["verdict_text"] = "not measured", f"not measured ({OURS} and {REFERENCE} not both run)"
-        out.update(power_numbers(dict(b=np.nan, c=np.nan, n=0, power_effect=POWER_EFFECT)))
+        out.update(power_numbers(dict(b=np.nan, c=np.nan, n=0, power_effect=POWER_EFFECT)),
+                   power_text=power_sentence("not measured", np.nan))
     return out
+
+
+CHANCE = 0.25   # four choices per question
+
+
+def chance_text(accuracy: pd.DataFrame, task: str = ALL, chance: float = CHANCE) -> str:
+    """Which variants answer ``task`` better than chance, judged by their intervals (rule: better
+    when the interval's lower end lies above ``chance``, worse when its upper end lies below it,
+    not shown otherwise), as one sentence."""
+    rows = accuracy[accuracy["task"] == task]
+    groups = {"above": [], "below": [], "straddles": [], "undefined": []}
+    for r in rows.itertuples():
+        groups[interval_side(r.accuracy_low, r.accuracy_high, chance)].append(
+            f"{r.strategy} ({_acc(r.accuracy, r.accuracy_low, r.accuracy_high)})")
+    parts = []
+    if groups["above"]:
+        parts.append(f"better than chance by their intervals: {fmt_list(groups['above'])}")
+    if groups["straddles"] + groups["undefined"]:
+        parts.append(f"not shown to beat chance (the interval includes {fmt_num(chance, 2)}): "
+                     f"{fmt_list(groups['straddles'] + groups['undefined'])}")
+    if groups["below"]:
+        parts.append(f"worse than chance: {fmt_list(groups['below'])}")
+    if not parts:
+        return "No variant was scored on these examples."
+    text = "; ".join(parts)
+    return text[0].upper() + text[1:] + "."
+
+
+POWER_ENOUGH = 0.8   # the power at which an inconclusive verdict starts to say something
+
+
+def power_sentence(verdict: str, power: float, effect: float = POWER_EFFECT) -> str:
+    """What the power says beside the verdict it stands next to (rule: a verdict that holds or
+    does not hold is decided whatever the power; an inconclusive one says little when the power
+    is under :data:`POWER_ENOUGH`, and at or above it is some evidence against a true difference
+    as large as ``effect``; without the test, no power)."""
+    if not np.isfinite(power):
+        return "The power is not computed: the exact test was not run."
+    shown, size = fmt_num(power, 2), fmt_num(effect, 2, signed=True)
+    if verdict in ("holds", "does not hold"):
+        return (f"The verdict ({verdict}) is decided by the exact test; the power says only how often a true "
+                f"difference of {size} would have been detected at this budget: {shown}.")
+    if power < POWER_ENOUGH:
+        return (f"An inconclusive verdict at a power this low ({shown}) says little about the claim; set `limit` "
+                f"for a power near {fmt_num(POWER_ENOUGH, 1)} or more.")
+    return (f"At a power of {shown} a true difference of {size} would usually have been detected, so this "
+            f"inconclusive verdict is some evidence against a difference that large.")
 
 
 def power_numbers(verdict: Mapping[str, Any], sizes: Sequence[int] = POWER_SIZES) -> dict[str, Any]:
@@ -242,7 +292,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
     numbers = dict(findings(found["accuracy"], found["versus_full"], found["between"], verdicts),
                    model_name=model, n_blocks=get_adapter(loaded.model).n_blocks, k=int(k), method=method,
                    task_rule=score_task_accuracy.rule,
-                   heal_tokens=heal_windows.n_scored_tokens, seeds=seeds, limit=limit, tasks=", ".join(tasks),
+                   heal_tokens=heal_windows.n_scored_tokens, seeds=seeds, seeds_phrase=seeds_phrase(seeds), limit=limit, tasks=", ".join(tasks),
                    n_tasks=len(tasks), n_variants=len(results), n_healed_from_cache=sum(r["from_cache"] for r in healing_log),
                    agreement_n=int(len(agreement)), agreement_max=f"{largest:.1e}",
                    agreement_tokens=int(agreement["n_tokens"].sum()) if len(agreement) else 0,
