@@ -413,3 +413,13 @@ def test_pooled_models_resample_each_models_windows_within_it():
     assert np.allclose(both.values(), np.concatenate([a.values(), b.values()]))
     counts = both.counts(np.random.default_rng(0), 50)
     assert (counts[:, :4].sum(1) == 4).all() and (counts[:, 4:].sum(1) == 6).all()   # within each model
+
+
+def test_one_seed_agrees_with_nothing():
+    # a depth with one run: no seed pair to agree, so no agreement words or spread (not "True" and 0)
+    from zones.analysis.pooled import rho_by_run, seed_agreement
+
+    run = pd.DataFrame(dict(depth=12, seed=0, model="D12 s0", layer=range(6), alpha=np.arange(6.0),
+                            delta_loss=np.arange(6.0)[::-1]))
+    agreement = seed_agreement(run, rho_by_run(run, n_resamples=50, n_permutations=50)).iloc[0]
+    assert agreement["n_seeds"] == 1 and pd.isna(agreement["same_costliest"]) and pd.isna(agreement["rho_spread"])

@@ -121,8 +121,8 @@ def rho_pooled(importance: pd.DataFrame, *, n_resamples: int = N_RESAMPLES, n_pe
 
 def seed_agreement(importance: pd.DataFrame, rho_runs: pd.DataFrame) -> pd.DataFrame:
     """Per depth: Spearman ρ between the seeds' ΔLoss profiles (block by block; the mean over
-    seed pairs, NaN with one seed), whether every seed's costliest block is the same, and the
-    spread of ρ(α, ΔLoss) between seeds (:func:`rho_by_run`). Columns ``depth, n_seeds,
+    seed pairs), whether every seed's costliest block is the same, and the spread of ρ(α, ΔLoss)
+    between seeds (:func:`rho_by_run`); all three NaN with one seed. Columns ``depth, n_seeds,
     profile_rho, costliest_blocks, same_costliest, rho_min, rho_max, rho_spread``."""
     rows = []
     for depth, part in importance.groupby("depth", sort=True):
@@ -132,8 +132,10 @@ def seed_agreement(importance: pd.DataFrame, rho_runs: pd.DataFrame) -> pd.DataF
                  for a, b in itertools.combinations(seeds, 2)]
         costliest = [int(profiles[s].idxmax()) for s in seeds]
         rhos = rho_runs.loc[rho_runs["depth"] == depth, "rho"]
+        several = len(seeds) > 1   # one seed agrees with nothing: its agreement is not a number
         rows.append(dict(depth=int(depth), n_seeds=len(seeds), profile_rho=float(np.mean(pairs)) if pairs else np.nan,
-                         costliest_blocks=", ".join(map(str, costliest)), same_costliest=len(set(costliest)) == 1,
+                         costliest_blocks=", ".join(map(str, costliest)),
+                         same_costliest=len(set(costliest)) == 1 if several else np.nan,
                          rho_min=float(rhos.min()), rho_max=float(rhos.max()),
-                         rho_spread=float(rhos.max() - rhos.min())))
+                         rho_spread=float(rhos.max() - rhos.min()) if several else np.nan))
     return pd.DataFrame(rows)

@@ -342,7 +342,9 @@ def _trained_direction_rows(tables: Tables) -> list[dict]:
                                *binding_limit("windows", low=low, high=high, tokens=int(r["pruning_tokens"]),
                                               estimate=-float(r["diff"]), threshold=0.0))
         ours = (f"Δloss({LAST_N_KEEP_LAST}) − Δloss({OURS}) at k = {int(r['k'])} of {int(r['blocks'])}: "
-                f"{fmt_num(-float(r['diff']), 3, signed=True)} nats (above 0: the ratio above 1)")
+                f"{fmt_num(-float(r['diff']), 3, signed=True)} nats ("
+                + ("Last-N lost more: the ratio is above 1)" if -float(r["diff"]) > 0 else
+                   "zone-aware lost as much or more: the ratio is not above 1)"))
         rows.append(_row(ours, fmt_interval(None, low, high), f"{r['model']} (vs {LAST_N_KEEP_LAST})",
                          str(r["corpus"]), "across_models", verdict))
     return rows
