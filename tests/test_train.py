@@ -283,23 +283,48 @@ def test_a_planted_pickle_in_the_training_cache_is_never_loaded(micro_corpus, tm
     assert run is not None and run.history["step"].tolist() == [0, 10, 20]
 
 
-def test_a_damaged_or_foreign_checkpoint_is_one_line_naming_the_file_and_the_remedy(micro_corpus):
+def test_a_damaged_or_foreign_checkpoint_is_one_line_naming_the_file(micro_corpus, capfd):
+    """A truncated checkpoint is one line naming it, and the run trains from step 0 (issue 55:
+    never resumed, nor a dead end); another run's checkpoint is refused, naming what to delete."""
     config = micro_config(micro_corpus, 2, seed=12, steps=30)
     with pytest.raises(TrainingInterrupted):
         train_model(config, progress=False, stop_after=15)
-    saved = next(partial_dir(config).glob("checkpoint.*"))
+    saved = partial_dir(config) / train.CHECKPOINT_FILE
     intact = saved.read_bytes()
     saved.write_bytes(intact[: len(intact) // 2])
-    with pytest.raises(RuntimeError) as err:
-        train_model(config, progress=False)
-    message = str(err.value)
-    assert str(saved) in message and f"delete {partial_dir(config)}" in message and "\n" not in message
+    capfd.readouterr()
+    run = train_model(config, progress=False)
+    said = [line for line in capfd.readouterr().err.splitlines() if str(saved) in line]
+    assert len(said) == 1 and "damaged" in said[0] and "from step 0" in said[0], said
+    assert run.history["step"].tolist() == [0, 10, 20, 30]
 
     other = micro_config(micro_corpus, 2, seed=13, steps=30)
     partial_dir(other).mkdir(parents=True)
     (partial_dir(other) / saved.name).write_bytes(intact)  # another run's checkpoint
     with pytest.raises(RuntimeError, match="belongs to another run; delete"):
         train_model(other, progress=False)
+
+
+def test_a_checkpoint_with_one_flipped_byte_is_named_and_the_run_trains_from_step_0(micro_corpus, tmp_path,
+                                                                                    monkeypatch, capfd):
+    """Issue 55: a flipped bit inside a checkpoint's tensors passed every check (safetensors reads
+    any bytes as numbers) and the run resumed from the damaged weights, silently. Now the
+    checkpoint carries the sha256 of its bytes: the damage is one line naming the file and the
+    run trains from step 0, to the same bits as a run never interrupted."""
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "cache"))
+    config = micro_config(micro_corpus, 2, seed=16, steps=20, eval_every=5, snapshot_every=10, checkpoint_every=20)
+    with pytest.raises(TrainingInterrupted):
+        train_model(config, progress=False, stop_after=10)
+    saved = partial_dir(config) / train.CHECKPOINT_FILE
+    data = bytearray(saved.read_bytes())
+    data[len(data) - 1000] ^= 0x01  # one low mantissa bit of a tensor: still a plausible number
+    saved.write_bytes(bytes(data))
+    capfd.readouterr()
+    run = train_model(config, progress=False)
+    said = [line for line in capfd.readouterr().err.splitlines() if str(saved) in line]
+    assert len(said) == 1 and "damaged" in said[0] and "step 0" in said[0], said
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "never-interrupted"))
+    assert _weights(run) == _weights(train_model(config, progress=False))
 
 
 def test_cli_train_refuses_bad_betas_in_one_line(capsys, micro_corpus, tmp_path):

@@ -445,7 +445,7 @@ def entry_lock(path: Path, shared: bool = False):
 def _damaged(path: Path, cause: str) -> CacheError:
     side = sidecar_path(path)
     return CacheError(f"cache entry {path} is damaged ({cause}); delete {path} and {side.name} "
-                      f"to recompute it")
+                      f"to recompute it", path=Path(path), cause=cause)
 
 
 def write_entry(path: Path, key_parts: dict[str, Any], data: bytes, **schema: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -26,6 +27,7 @@ from zones.series.config import TrainConfig
 from zones.series.io import (
     CHECKPOINT_FILE,
     HISTORY_COLUMNS,
+    DamagedCheckpoint,
     SNAPSHOT_COLUMNS,
     TrainedRun,
     is_finished,
@@ -139,7 +141,14 @@ class _Training:
             print(f"zones: ignoring {self.partial_dir / 'checkpoint.pt'} (pickled checkpoints are not loaded)")
         if not self.checkpoint.exists():
             return
-        saved = load_checkpoint(self.checkpoint, self.key, self.model, self.optimizer)
+        try:
+            saved = load_checkpoint(self.checkpoint, self.key, self.model, self.optimizer)
+        except DamagedCheckpoint as err:  # never resumed: the run starts again
+            print(f"zones: {err.reason}; training depth {self.config.depth}, seed {self.config.seed} from step 0",
+                  file=sys.stderr, flush=True)
+            shutil.rmtree(self.partial_dir, ignore_errors=True)
+            self.fresh_model()
+            return
         if keep_checkpoints and not saved.get("keep_checkpoints"):
             print(f"zones: the checkpoint in {self.partial_dir} kept no models before step {saved['step']}; "
                   f"training from step 0 to keep them all")
