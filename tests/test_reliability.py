@@ -677,6 +677,64 @@ def test_check_removed_refuses_bools_and_non_integers():
     assert check_removed(model, [np.int64(2), 0]) == [0, 2]
 
 
+def _random_windows(n_windows: int = 4, seq_len: int = 16):
+    from zones.core.data import make_windows
+
+    ids = np.random.default_rng(0).integers(0, 256, size=n_windows * seq_len * 4)
+    return make_windows(ids, seq_len, "eval", max_tokens=n_windows * (seq_len - 1))
+
+
+def test_block_lists_below_the_public_doors_go_through_the_one_validator():
+    """Issue 55: ``check_layers(model, [1.7])`` and ``[True]`` returned ``[1]``, ``[1, 1]`` was
+    taken as ``[1]``, and so did ``evaluate_removals`` and ``skip_blocks``: a wrong number
+    silently became another block. Now each is refused in one line naming it."""
+    from zones.measure.blocks import check_layers, skip_blocks
+    from zones.measure.scoring import evaluate_removals
+
+    model = tiny_model("llama")
+    for bad, expected in (([1.7], "1.7"), ([True], "True"), ([1, 1], "twice"), (["1"], "'1'"), ([9], "out of range")):
+        with pytest.raises((ValueError, IndexError), match=re.escape(expected)) as err:
+            check_layers(model, bad)
+        assert "\n" not in str(err.value)
+        with pytest.raises((ValueError, IndexError), match=re.escape(expected)):
+            with skip_blocks(model, bad):
+                pass
+        with pytest.raises((ValueError, IndexError), match=re.escape(expected)):
+            evaluate_removals(model, _random_windows(), [[0], bad], batch_size=2, progress=False)
+    assert check_layers(model, [np.int64(2), 0]) == [0, 2] and check_layers(model, []) == []
+    assert len(evaluate_removals(model, _random_windows(), [[], [np.int64(1)]], batch_size=2, progress=False)) == 2
+
+
+def test_evaluate_refuses_an_empty_list_of_models_instead_of_scoring_the_default_model(monkeypatch):
+    """Issue 55: ``zones.evaluate([], ...)`` evaluated smollm2-135m, a model nobody named."""
+    import zones
+    import zones.evaluate as command
+
+    monkeypatch.setattr(command, "load_model", lambda *a, **k: pytest.fail("no model is loaded"))
+    for models in ([], ()):
+        with pytest.raises(ValueError, match="models must be a model or a non-empty list"):
+            zones.evaluate(models, tasks="arc_easy")
+
+
+def test_a_predictor_of_the_wrong_shape_or_a_taken_name_is_refused():
+    """Issue 55: a predictor returning a 3×2 array for six blocks was flattened into six values;
+    a name already registered is refused unless ``replace=True``."""
+    from zones.analysis.predictors import PREDICTORS, predictor_table, register_predictor
+
+    ablation = pd.DataFrame(dict(layer=range(6), delta_loss=np.linspace(0.1, 0.6, 6)))
+    alphas = pd.DataFrame(columns=["layer", "role", "alpha_shape"])
+    try:
+        register_predictor("grid_55")(lambda inputs: np.arange(6.0).reshape(3, 2))
+        with pytest.raises(ValueError, match="predictor grid_55 gave an array of shape \\(3, 2\\)"):
+            predictor_table(ablation, alphas)
+        with pytest.raises(ValueError, match="already registered"):
+            register_predictor("grid_55")(lambda inputs: np.arange(6.0))
+        register_predictor("grid_55", replace=True)(lambda inputs: np.arange(6.0))
+        assert predictor_table(ablation, alphas)["grid_55"].tolist() == list(np.arange(6.0))
+    finally:
+        PREDICTORS.pop("grid_55", None)
+
+
 # --- every bad value named before any work ------------------------------------------------------------
 
 @pytest.mark.parametrize("argv, expected", [
