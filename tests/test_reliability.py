@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
 from pathlib import Path
@@ -1025,3 +1026,166 @@ def test_a_damaged_converted_model_is_named_once_on_stderr_before_it_is_converte
         assert load_model(str(tiny_gguf), device="cpu").fingerprint == fingerprint
         lines = [line for line in messages(capfd.readouterr().err) if "damaged" in line]
         assert len(lines) == 1 and str(named) in lines[0] and f"converting {tiny_gguf.name} again" in lines[0], lines
+
+
+# --- issue 55: nothing silently wrong, nothing left running ---------------------------------------------
+
+@pytest.fixture
+def no_study_work(monkeypatch):
+    """``zones study`` with its jobs replaced by a failure: a test that expects a refusal before
+    any work fails loudly if the study gets that far."""
+    import zones.study as study_module
+
+    def run_jobs(*args, **kwargs):
+        raise AssertionError("the study started its jobs")
+
+    monkeypatch.setattr(study_module, "run_jobs", run_jobs)
+
+
+def study_error(capfd, argv: list[str]) -> str:
+    """Run ``zones study ARGV``: one error line, exit 1; return the line."""
+    capfd.readouterr()
+    assert main(["study", *argv]) == 1
+    lines = messages(capfd.readouterr().err)
+    assert len(lines) == 1 and lines[0].startswith("zones study: error: "), lines
+    return lines[0]
+
+
+def test_study_only_refuses_an_unknown_chapter_naming_the_known_ones(tmp_path, capfd, tiny_model_dir, no_study_work):
+    """Before: ``zones study --only primr`` planned 0 jobs and said it had finished."""
+    line = study_error(capfd, ["--models", str(tiny_model_dir), "--only", "primr", "--out", str(tmp_path / "out")])
+    assert "unknown chapter primr" in line and "primer" in line and "alpha_profile" in line
+
+
+def test_a_smaller_plan_never_replaces_an_out_folders_record_of_a_study(tmp_path, capfd, no_study_work):
+    """Before: a study of one model written to the --out of a study of two replaced its
+    study-state.json (and then jobs.csv) with a record of one job, silently."""
+    from zones.study import STATE_FILE, plan
+
+    out = tmp_path / "out"
+    out.mkdir()
+    jobs = [dict(job=s.name, chapter=s.chapter, model=s.model, label=s.label, status="done")
+            for s in plan(["m1", "m2"], only=["alpha_profile"])]
+    record = dict(version=1, state="finished", command="zones study ...", jobs=jobs)
+    (out / STATE_FILE).write_text(json.dumps(record))
+    line = study_error(capfd, ["--models", "m1", "--only", "alpha_profile", "--out", str(out)])
+    assert str(out) in line and "2 jobs" in line and "alpha_profile · m2" in line and "another --out" in line
+    assert json.loads((out / STATE_FILE).read_text()) == record
+
+
+def test_study_checks_every_local_model_path_before_any_work(tmp_path, capfd, tiny_model_dir, no_study_work):
+    """Before: ``--models a,/missing/path`` ran a's jobs, then failed the missing one's."""
+    missing = [str(tmp_path / "missing-1"), str(tmp_path / "missing-2")]
+    line = study_error(capfd, ["--models", ",".join([str(tiny_model_dir), *missing]), "--only", "alpha_profile",
+                               "--out", str(tmp_path / "out")])
+    assert all(m in line for m in missing) and "do not exist" in line and str(tiny_model_dir) not in line
+
+
+@pytest.mark.parametrize("chapter, param, expected", [
+    ("layer_ablation", "alpha_role=zz", "parameter alpha_role must be a string from weighted, q, k"),
+    ("alpha_profile", "role=zz", "parameter role must be a string from q, k, v"),
+    ("alpha_profile", "no_such_thing=1", "unknown chapter parameter no_such_thing")])
+def test_a_bad_study_param_is_named_before_any_work(tmp_path, capfd, tiny_model_dir, no_study_work, chapter, param,
+                                                    expected):
+    """Before: ``--param alpha_role=zz`` reached the jobs, which failed with "no rows for role 'zz'"
+    (not naming the parameter). Unknown names were refused already, as in ``zones book``."""
+    line = study_error(capfd, ["--models", str(tiny_model_dir), "--only", chapter, "--param", param,
+                               "--out", str(tmp_path / "out")])
+    assert expected in line, line
+
+
+def test_a_token_budget_beyond_the_split_names_the_parameter_and_the_remedy():
+    """Before: "CorpusError: token budget 100000000 needs ..." named neither --eval-tokens (nor, in
+    the book and the study, --param eval_tokens) nor what to ask for instead."""
+    from zones.book import book_wording
+    from zones.core.data import CorpusError
+
+    with pytest.raises(CorpusError) as err:
+        _random_windows_budget(100_000_000)
+    assert "--eval-tokens 100000000" in str(err.value) and "ask for at most" in str(err.value)
+    worded = book_wording(str(err.value), {"eval_tokens": {}})
+    assert "--param eval_tokens=100000000" in worded
+
+
+def _random_windows_budget(max_tokens: int):
+    from zones.core.data import make_windows
+
+    return make_windows(np.random.default_rng(0).integers(0, 256, size=4000), 16, "eval", max_tokens=max_tokens)
+
+
+@pytest.mark.parametrize("jobs, field", [([dict(job="a", chapter="c", label="l")], "field status of jobs[0] is missing"),
+                                         (5, "field jobs is not a list"),
+                                         ([dict(job="a", chapter="c", label="l", status="done", seconds="x")],
+                                          "field seconds of jobs[0]")])
+def test_study_status_on_a_bad_state_file_names_the_file_and_the_field(tmp_path, capfd, jobs, field):
+    """Before: "zones study: error: 'status'" and "'int' object is not iterable"."""
+    from zones.study import STATE_FILE
+
+    path = tmp_path / STATE_FILE
+    path.write_text(json.dumps(dict(version=1, state="finished", jobs=jobs)))
+    line = study_error(capfd, ["--status", str(tmp_path)])
+    assert str(path) in line and field in line, line
+
+
+def test_a_truncated_summary_names_its_path():
+    """Before: "JSONDecodeError: Expecting ',' delimiter", without the file."""
+    import tempfile
+
+    from zones.report.common import read_summary
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "summary.json"
+        path.write_text('{"a": 1, "b": 2}'[:10])
+        with pytest.raises(ValueError) as err:
+            read_summary(folder)
+    assert str(path) in str(err.value) and "run its chapter again" in str(err.value)
+
+
+def test_a_pickle_behind_an_index_file_is_refused_without_torchs_advice(tmp_path, capfd, tiny_tokenizer):
+    """Before: a model.safetensors.index.json pointing to a pickle reached torch, whose refusal
+    ("Weights only load failed. This file can still be loaded ...") advises turning weights_only
+    off. Now one line of zones' own, and the pickle's code never runs."""
+    model = tiny_model("llama")
+    folder = save_model(tmp_path / "m", model, tiny_tokenizer)
+    (folder / "model.safetensors").unlink()
+    marker = tmp_path / "code-ran"
+
+    class Planted:
+        def __reduce__(self):
+            return open, (str(marker), "w")
+
+    torch.save({"planted": Planted(), **model.state_dict()}, folder / "weights-00001.bin")
+    index = dict(metadata={}, weight_map={name: "weights-00001.bin" for name in model.state_dict()})
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    for argv in (["alpha", "--model", str(folder)], ablate(folder, "stdlib")):
+        err = fails_cleanly(capfd, argv, tmp_path / "out", "never unpickles", "safetensors")
+        assert "can still be loaded" not in err and "weights_only" not in err
+    assert not marker.exists()
+
+
+def test_a_killed_studys_scratch_folders_are_removed_by_the_next_study(tmp_path, monkeypatch, tiny_model_dir):
+    """Before: a study killed while a job ran left its empty ``zones-study-*`` folder in the
+    temporary folder, for good. Now a job's scratch folder is named by the study's pid and the
+    next study removes those of dead processes (and a stopped study its own)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    import zones.study as study_module
+    from zones.core.executors import JobFailed
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    left = tmp_path / f"zones-study-{dead.pid}-abc123"
+    live = tmp_path / f"zones-study-{os.getpid()}-def456"
+    left.mkdir()
+    live.mkdir()
+
+    def run_jobs(*args, **kwargs):
+        raise JobFailed("stopped here")
+
+    monkeypatch.setattr(study_module, "run_jobs", run_jobs)
+    with pytest.raises(JobFailed):
+        study_module.study([str(tiny_model_dir)], only=["alpha_profile"], progress=False, log=lambda _: None)
+    assert not left.exists() and live.exists()

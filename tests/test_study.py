@@ -616,6 +616,7 @@ def test_a_job_that_fails_is_named_after_the_others_whose_tables_are_kept(tiny_m
     job failed and why."""
     monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "cache"))
     missing = str(tmp_path / "no-such-model")
+    os.mkdir(missing)  # a folder, but no model: a missing path is refused before any job (issue 55)
     lines = []
     with pytest.raises(JobFailed, match=r"1 of 2 jobs failed: alpha_profile · no-such-model \(.*; 1 attempt\)"):
         study([missing, str(tiny_model_dir)], dict(n_resamples=50), out_dir=tmp_path / "out", only=["alpha_profile"],
@@ -655,6 +656,7 @@ def test_a_signal_stops_the_study_with_one_line_and_keeps_what_finished(signum, 
 
     monkeypatch.setattr(study_module, "run_stage", run_stage)
     out = tmp_path / "out"
+    (tmp_path / "second").mkdir()  # a local path that exists: never loaded, its job is stopped first
     models = f"{tiny_model_dir},{tmp_path / 'second'}"
     argv = ["study", "--models", models, "--only", "alpha_profile", "--param", "n_resamples=50", "--out", str(out)]
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}  # Ray, if run earlier, installs its own
