@@ -712,3 +712,25 @@ def test_the_study_bar_counts_each_jobs_expected_work_in_reference_forwards(tiny
     with pytest.raises(JobFailed):
         study(models, params, only=["pruning", "sublayers"], root=ROOT, progress=False, log=lambda _: None)
     assert seen == dict(unit="RF", works=works)  # the bar's total: the jobs' expected work, not their count
+
+
+def test_a_second_signal_during_the_clean_stop_leaves_the_line_of_the_signal_that_ended_it(tiny_model_dir, tmp_path):
+    """Issue 55: after SIGINT the study restored the old handlers before it wrote its record and
+    said its line, so a SIGTERM meanwhile killed it at once (exit -15) with no line, or after a
+    line that named SIGINT. Now a second signal during the clean stop is ignored: the one line
+    names SIGINT and the exit status is 130."""
+    script = ("import os, signal, sys, time\nimport zones.study as s\n"
+              "def run_stage(stage, *args):\n    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(30)\n"
+              "s.run_stage = run_stage\nstop = s.Ledger.stop\n"
+              "def stop_slowly(self, signum):\n    os.kill(os.getpid(), signal.SIGTERM)\n    time.sleep(0.5)\n"
+              "    return stop(self, signum)\n"
+              "s.Ledger.stop = stop_slowly\nfrom zones.cli import main\n"
+              "sys.exit(main(['study', '--models', sys.argv[1], '--only', 'alpha_profile', '--out', sys.argv[2]]))\n")
+    env = dict(os.environ, ZONES_CACHE=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    done = subprocess.run([sys.executable, "-c", script, str(tiny_model_dir), str(tmp_path / "out")], env=env,
+                          capture_output=True, text=True, timeout=120)
+    stops = [line for line in done.stderr.splitlines() if "stopped by" in line]
+    assert done.returncode == 130, (done.returncode, done.stderr[-2000:])
+    assert len(stops) == 1 and "stopped by SIGINT" in stops[0], stops
+    assert json.loads((tmp_path / "out" / STATE_FILE).read_text())["stopped_by"] == "SIGINT"

@@ -530,8 +530,9 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
         f"{sum(works.values()):.3g} reference forwards of work (the bar's unit, RF){where}")
     started = time.time()
     here = Tally()
+    signals = _StopOnSignals()
     try:
-        with counting() as here, _StopOnSignals() as signals:
+        with counting() as here, signals:
             if executor == "ray":
                 ray_connect(ray_address)  # an address that does not answer fails before any work
                 signals.install()  # ray.init puts its own SIGTERM handler in place
@@ -558,6 +559,7 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
         if ledger.state != "stopped":
             log(f"zones study: {len(results)} of {len(jobs)} jobs in {time.time() - started:.0f} s; "
                 f"{tally.sentence()}; {stored} entries stored in this machine's cache ({present} already here)")
+        signals.restore()  # after the stop's line: a signal during the clean stop cannot end it unsaid
     ledger.end(failed=False)
     tables = {(s.chapter, s.label): results[s.name].tables for s in stages if results[s.name].tables}
     return StudyResult(ledger.table(), tally, stored, present, tables, None if out_dir is None else Path(out_dir))
@@ -596,11 +598,13 @@ class _Signalled(KeyboardInterrupt):
 
 class _StopOnSignals:
     """While the study runs (in the main thread), SIGINT and SIGTERM raise :class:`_Signalled`
-    (once: a second signal during the clean stop is ignored) instead of killing the process
-    silently; the handlers before are restored at the end. ``install()`` again after something
-    installed its own (``ray.init`` does)."""
+    (once: a second signal during the clean stop is ignored, until :meth:`restore`, which the
+    study calls once its stop line is said, so the line names the signal that ended it) instead
+    of killing the process silently; the handlers before are restored at the end.
+    ``install()`` again after something installed its own (``ray.init`` does)."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    active = False
 
     def __enter__(self):
         self.active = threading.current_thread() is threading.main_thread()
@@ -609,6 +613,13 @@ class _StopOnSignals:
             self.previous = {s: signal.getsignal(s) for s in self.SIGNALS}
             self.install()
         return self
+
+    def restore(self) -> None:
+        """The handlers from before the study, back (once)."""
+        if self.active:
+            self.active = False
+            for s, handler in self.previous.items():
+                signal.signal(s, handler)
 
     def install(self) -> None:
         if self.active:
@@ -621,9 +632,8 @@ class _StopOnSignals:
             raise _Signalled(signum)
 
     def __exit__(self, *exc):
-        if self.active:
-            for s, handler in self.previous.items():
-                signal.signal(s, handler)
+        if not self.raised:  # stopping on a signal: the handler stays, ignoring a second, until restore()
+            self.restore()
         return False
 
 
