@@ -959,7 +959,7 @@ def test_a_killed_training_writers_temporary_is_removed_by_the_next_run(tmp_path
     from zones.core.cache import cache_dir, mark_temporary
 
     assert main(train_argv(corpus_file, tmp_path / "first")) == 0
-    (run,) = [p for p in (cache_dir() / "train").iterdir() if not p.name.startswith(".")]
+    (run,) = [p for p in (cache_dir() / "train").iterdir() if not p.name.startswith(".") and p.suffix != ".lock"]
     shutil.rmtree(run)
     stale = run.parent / f".{run.name}.k1ll3d.tmp"  # a writer killed while writing the finished run
     stale.mkdir()
