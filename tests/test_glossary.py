@@ -340,7 +340,8 @@ def test_the_library_check_catches_the_old_keywords():
     found = problems("old.layer_alpha", None, signature_uses(layer_alpha), library=True)
     assert any("estimator is not in the glossary (zones/core/glossary.py): the glossary's name is alpha_estimator"
                in f for f in found), found
-    assert any("role defaults to 'weighted', but the glossary's cpu defaults of role are 'q'" in f for f in found), found
+    assert any("role defaults to 'weighted', but the glossary's cpu defaults of role are 'q'" in f
+               or "parameter role must be a string from q, k" in f and "got 'weighted'" in f for f in found), found
     found = problems("old.ablation_table", None, signature_uses(ablation_table), library=True)
     assert any(f.startswith("old.ablation_table: eval_tokens defaults to 3061") for f in found), found
     assert any(f.startswith("old.ablation_table: memory_budget defaults to 268435456") for f in found), found

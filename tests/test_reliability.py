@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
 from pathlib import Path
@@ -677,6 +678,64 @@ def test_check_removed_refuses_bools_and_non_integers():
     assert check_removed(model, [np.int64(2), 0]) == [0, 2]
 
 
+def _random_windows(n_windows: int = 4, seq_len: int = 16):
+    from zones.core.data import make_windows
+
+    ids = np.random.default_rng(0).integers(0, 256, size=n_windows * seq_len * 4)
+    return make_windows(ids, seq_len, "eval", max_tokens=n_windows * (seq_len - 1))
+
+
+def test_block_lists_below_the_public_doors_go_through_the_one_validator():
+    """Issue 55: ``check_layers(model, [1.7])`` and ``[True]`` returned ``[1]``, ``[1, 1]`` was
+    taken as ``[1]``, and so did ``evaluate_removals`` and ``skip_blocks``: a wrong number
+    silently became another block. Now each is refused in one line naming it."""
+    from zones.measure.blocks import check_layers, skip_blocks
+    from zones.measure.scoring import evaluate_removals
+
+    model = tiny_model("llama")
+    for bad, expected in (([1.7], "1.7"), ([True], "True"), ([1, 1], "twice"), (["1"], "'1'"), ([9], "out of range")):
+        with pytest.raises((ValueError, IndexError), match=re.escape(expected)) as err:
+            check_layers(model, bad)
+        assert "\n" not in str(err.value)
+        with pytest.raises((ValueError, IndexError), match=re.escape(expected)):
+            with skip_blocks(model, bad):
+                pass
+        with pytest.raises((ValueError, IndexError), match=re.escape(expected)):
+            evaluate_removals(model, _random_windows(), [[0], bad], batch_size=2, progress=False)
+    assert check_layers(model, [np.int64(2), 0]) == [0, 2] and check_layers(model, []) == []
+    assert len(evaluate_removals(model, _random_windows(), [[], [np.int64(1)]], batch_size=2, progress=False)) == 2
+
+
+def test_evaluate_refuses_an_empty_list_of_models_instead_of_scoring_the_default_model(monkeypatch):
+    """Issue 55: ``zones.evaluate([], ...)`` evaluated smollm2-135m, a model nobody named."""
+    import zones
+    import zones.evaluate as command
+
+    monkeypatch.setattr(command, "load_model", lambda *a, **k: pytest.fail("no model is loaded"))
+    for models in ([], ()):
+        with pytest.raises(ValueError, match="models must be a model or a non-empty list"):
+            zones.evaluate(models, tasks="arc_easy")
+
+
+def test_a_predictor_of_the_wrong_shape_or_a_taken_name_is_refused():
+    """Issue 55: a predictor returning a 3×2 array for six blocks was flattened into six values;
+    a name already registered is refused unless ``replace=True``."""
+    from zones.analysis.predictors import PREDICTORS, predictor_table, register_predictor
+
+    ablation = pd.DataFrame(dict(layer=range(6), delta_loss=np.linspace(0.1, 0.6, 6)))
+    alphas = pd.DataFrame(columns=["layer", "role", "alpha_shape"])
+    try:
+        register_predictor("grid_55")(lambda inputs: np.arange(6.0).reshape(3, 2))
+        with pytest.raises(ValueError, match="predictor grid_55 gave an array of shape \\(3, 2\\)"):
+            predictor_table(ablation, alphas)
+        with pytest.raises(ValueError, match="already registered"):
+            register_predictor("grid_55")(lambda inputs: np.arange(6.0))
+        register_predictor("grid_55", replace=True)(lambda inputs: np.arange(6.0))
+        assert predictor_table(ablation, alphas)["grid_55"].tolist() == list(np.arange(6.0))
+    finally:
+        PREDICTORS.pop("grid_55", None)
+
+
 # --- every bad value named before any work ------------------------------------------------------------
 
 @pytest.mark.parametrize("argv, expected", [
@@ -900,7 +959,7 @@ def test_a_killed_training_writers_temporary_is_removed_by_the_next_run(tmp_path
     from zones.core.cache import cache_dir, mark_temporary
 
     assert main(train_argv(corpus_file, tmp_path / "first")) == 0
-    (run,) = [p for p in (cache_dir() / "train").iterdir() if not p.name.startswith(".")]
+    (run,) = [p for p in (cache_dir() / "train").iterdir() if not p.name.startswith(".") and p.suffix != ".lock"]
     shutil.rmtree(run)
     stale = run.parent / f".{run.name}.k1ll3d.tmp"  # a writer killed while writing the finished run
     stale.mkdir()
@@ -967,3 +1026,166 @@ def test_a_damaged_converted_model_is_named_once_on_stderr_before_it_is_converte
         assert load_model(str(tiny_gguf), device="cpu").fingerprint == fingerprint
         lines = [line for line in messages(capfd.readouterr().err) if "damaged" in line]
         assert len(lines) == 1 and str(named) in lines[0] and f"converting {tiny_gguf.name} again" in lines[0], lines
+
+
+# --- issue 55: nothing silently wrong, nothing left running ---------------------------------------------
+
+@pytest.fixture
+def no_study_work(monkeypatch):
+    """``zones study`` with its jobs replaced by a failure: a test that expects a refusal before
+    any work fails loudly if the study gets that far."""
+    import zones.study as study_module
+
+    def run_jobs(*args, **kwargs):
+        raise AssertionError("the study started its jobs")
+
+    monkeypatch.setattr(study_module, "run_jobs", run_jobs)
+
+
+def study_error(capfd, argv: list[str]) -> str:
+    """Run ``zones study ARGV``: one error line, exit 1; return the line."""
+    capfd.readouterr()
+    assert main(["study", *argv]) == 1
+    lines = messages(capfd.readouterr().err)
+    assert len(lines) == 1 and lines[0].startswith("zones study: error: "), lines
+    return lines[0]
+
+
+def test_study_only_refuses_an_unknown_chapter_naming_the_known_ones(tmp_path, capfd, tiny_model_dir, no_study_work):
+    """Before: ``zones study --only primr`` planned 0 jobs and said it had finished."""
+    line = study_error(capfd, ["--models", str(tiny_model_dir), "--only", "primr", "--out", str(tmp_path / "out")])
+    assert "unknown chapter primr" in line and "primer" in line and "alpha_profile" in line
+
+
+def test_a_smaller_plan_never_replaces_an_out_folders_record_of_a_study(tmp_path, capfd, no_study_work):
+    """Before: a study of one model written to the --out of a study of two replaced its
+    study-state.json (and then jobs.csv) with a record of one job, silently."""
+    from zones.study import STATE_FILE, plan
+
+    out = tmp_path / "out"
+    out.mkdir()
+    jobs = [dict(job=s.name, chapter=s.chapter, model=s.model, label=s.label, status="done")
+            for s in plan(["m1", "m2"], only=["alpha_profile"])]
+    record = dict(version=1, state="finished", command="zones study ...", jobs=jobs)
+    (out / STATE_FILE).write_text(json.dumps(record))
+    line = study_error(capfd, ["--models", "m1", "--only", "alpha_profile", "--out", str(out)])
+    assert str(out) in line and "2 jobs" in line and "alpha_profile · m2" in line and "another --out" in line
+    assert json.loads((out / STATE_FILE).read_text()) == record
+
+
+def test_study_checks_every_local_model_path_before_any_work(tmp_path, capfd, tiny_model_dir, no_study_work):
+    """Before: ``--models a,/missing/path`` ran a's jobs, then failed the missing one's."""
+    missing = [str(tmp_path / "missing-1"), str(tmp_path / "missing-2")]
+    line = study_error(capfd, ["--models", ",".join([str(tiny_model_dir), *missing]), "--only", "alpha_profile",
+                               "--out", str(tmp_path / "out")])
+    assert all(m in line for m in missing) and "do not exist" in line and str(tiny_model_dir) not in line
+
+
+@pytest.mark.parametrize("chapter, param, expected", [
+    ("layer_ablation", "alpha_role=zz", "parameter alpha_role must be a string from weighted, q, k"),
+    ("alpha_profile", "role=zz", "parameter role must be a string from q, k, v"),
+    ("alpha_profile", "no_such_thing=1", "unknown chapter parameter no_such_thing")])
+def test_a_bad_study_param_is_named_before_any_work(tmp_path, capfd, tiny_model_dir, no_study_work, chapter, param,
+                                                    expected):
+    """Before: ``--param alpha_role=zz`` reached the jobs, which failed with "no rows for role 'zz'"
+    (not naming the parameter). Unknown names were refused already, as in ``zones book``."""
+    line = study_error(capfd, ["--models", str(tiny_model_dir), "--only", chapter, "--param", param,
+                               "--out", str(tmp_path / "out")])
+    assert expected in line, line
+
+
+def test_a_token_budget_beyond_the_split_names_the_parameter_and_the_remedy():
+    """Before: "CorpusError: token budget 100000000 needs ..." named neither --eval-tokens (nor, in
+    the book and the study, --param eval_tokens) nor what to ask for instead."""
+    from zones.book import book_wording
+    from zones.core.data import CorpusError
+
+    with pytest.raises(CorpusError) as err:
+        _random_windows_budget(100_000_000)
+    assert "--eval-tokens 100000000" in str(err.value) and "ask for at most" in str(err.value)
+    worded = book_wording(str(err.value), {"eval_tokens": {}})
+    assert "--param eval_tokens=100000000" in worded
+
+
+def _random_windows_budget(max_tokens: int):
+    from zones.core.data import make_windows
+
+    return make_windows(np.random.default_rng(0).integers(0, 256, size=4000), 16, "eval", max_tokens=max_tokens)
+
+
+@pytest.mark.parametrize("jobs, field", [([dict(job="a", chapter="c", label="l")], "field status of jobs[0] is missing"),
+                                         (5, "field jobs is not a list"),
+                                         ([dict(job="a", chapter="c", label="l", status="done", seconds="x")],
+                                          "field seconds of jobs[0]")])
+def test_study_status_on_a_bad_state_file_names_the_file_and_the_field(tmp_path, capfd, jobs, field):
+    """Before: "zones study: error: 'status'" and "'int' object is not iterable"."""
+    from zones.study import STATE_FILE
+
+    path = tmp_path / STATE_FILE
+    path.write_text(json.dumps(dict(version=1, state="finished", jobs=jobs)))
+    line = study_error(capfd, ["--status", str(tmp_path)])
+    assert str(path) in line and field in line, line
+
+
+def test_a_truncated_summary_names_its_path():
+    """Before: "JSONDecodeError: Expecting ',' delimiter", without the file."""
+    import tempfile
+
+    from zones.report.common import read_summary
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "summary.json"
+        path.write_text('{"a": 1, "b": 2}'[:10])
+        with pytest.raises(ValueError) as err:
+            read_summary(folder)
+    assert str(path) in str(err.value) and "run its chapter again" in str(err.value)
+
+
+def test_a_pickle_behind_an_index_file_is_refused_without_torchs_advice(tmp_path, capfd, tiny_tokenizer):
+    """Before: a model.safetensors.index.json pointing to a pickle reached torch, whose refusal
+    ("Weights only load failed. This file can still be loaded ...") advises turning weights_only
+    off. Now one line of zones' own, and the pickle's code never runs."""
+    model = tiny_model("llama")
+    folder = save_model(tmp_path / "m", model, tiny_tokenizer)
+    (folder / "model.safetensors").unlink()
+    marker = tmp_path / "code-ran"
+
+    class Planted:
+        def __reduce__(self):
+            return open, (str(marker), "w")
+
+    torch.save({"planted": Planted(), **model.state_dict()}, folder / "weights-00001.bin")
+    index = dict(metadata={}, weight_map={name: "weights-00001.bin" for name in model.state_dict()})
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    for argv in (["alpha", "--model", str(folder)], ablate(folder, "stdlib")):
+        err = fails_cleanly(capfd, argv, tmp_path / "out", "never unpickles", "safetensors")
+        assert "can still be loaded" not in err and "weights_only" not in err
+    assert not marker.exists()
+
+
+def test_a_killed_studys_scratch_folders_are_removed_by_the_next_study(tmp_path, monkeypatch, tiny_model_dir):
+    """Before: a study killed while a job ran left its empty ``zones-study-*`` folder in the
+    temporary folder, for good. Now a job's scratch folder is named by the study's pid and the
+    next study removes those of dead processes (and a stopped study its own)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    import zones.study as study_module
+    from zones.core.executors import JobFailed
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    left = tmp_path / f"zones-study-{dead.pid}-abc123"
+    live = tmp_path / f"zones-study-{os.getpid()}-def456"
+    left.mkdir()
+    live.mkdir()
+
+    def run_jobs(*args, **kwargs):
+        raise JobFailed("stopped here")
+
+    monkeypatch.setattr(study_module, "run_jobs", run_jobs)
+    with pytest.raises(JobFailed):
+        study_module.study([str(tiny_model_dir)], only=["alpha_profile"], progress=False, log=lambda _: None)
+    assert not left.exists() and live.exists()

@@ -616,6 +616,7 @@ def test_a_job_that_fails_is_named_after_the_others_whose_tables_are_kept(tiny_m
     job failed and why."""
     monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "cache"))
     missing = str(tmp_path / "no-such-model")
+    os.mkdir(missing)  # a folder, but no model: a missing path is refused before any job (issue 55)
     lines = []
     with pytest.raises(JobFailed, match=r"1 of 2 jobs failed: alpha_profile · no-such-model \(.*; 1 attempt\)"):
         study([missing, str(tiny_model_dir)], dict(n_resamples=50), out_dir=tmp_path / "out", only=["alpha_profile"],
@@ -655,6 +656,7 @@ def test_a_signal_stops_the_study_with_one_line_and_keeps_what_finished(signum, 
 
     monkeypatch.setattr(study_module, "run_stage", run_stage)
     out = tmp_path / "out"
+    (tmp_path / "second").mkdir()  # a local path that exists: never loaded, its job is stopped first
     models = f"{tiny_model_dir},{tmp_path / 'second'}"
     argv = ["study", "--models", models, "--only", "alpha_profile", "--param", "n_resamples=50", "--out", str(out)]
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}  # Ray, if run earlier, installs its own
@@ -710,3 +712,25 @@ def test_the_study_bar_counts_each_jobs_expected_work_in_reference_forwards(tiny
     with pytest.raises(JobFailed):
         study(models, params, only=["pruning", "sublayers"], root=ROOT, progress=False, log=lambda _: None)
     assert seen == dict(unit="RF", works=works)  # the bar's total: the jobs' expected work, not their count
+
+
+def test_a_second_signal_during_the_clean_stop_leaves_the_line_of_the_signal_that_ended_it(tiny_model_dir, tmp_path):
+    """Issue 55: after SIGINT the study restored the old handlers before it wrote its record and
+    said its line, so a SIGTERM meanwhile killed it at once (exit -15) with no line, or after a
+    line that named SIGINT. Now a second signal during the clean stop is ignored: the one line
+    names SIGINT and the exit status is 130."""
+    script = ("import os, signal, sys, time\nimport zones.study as s\n"
+              "def run_stage(stage, *args):\n    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(30)\n"
+              "s.run_stage = run_stage\nstop = s.Ledger.stop\n"
+              "def stop_slowly(self, signum):\n    os.kill(os.getpid(), signal.SIGTERM)\n    time.sleep(0.5)\n"
+              "    return stop(self, signum)\n"
+              "s.Ledger.stop = stop_slowly\nfrom zones.cli import main\n"
+              "sys.exit(main(['study', '--models', sys.argv[1], '--only', 'alpha_profile', '--out', sys.argv[2]]))\n")
+    env = dict(os.environ, ZONES_CACHE=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    done = subprocess.run([sys.executable, "-c", script, str(tiny_model_dir), str(tmp_path / "out")], env=env,
+                          capture_output=True, text=True, timeout=120)
+    stops = [line for line in done.stderr.splitlines() if "stopped by" in line]
+    assert done.returncode == 130, (done.returncode, done.stderr[-2000:])
+    assert len(stops) == 1 and "stopped by SIGINT" in stops[0], stops
+    assert json.loads((tmp_path / "out" / STATE_FILE).read_text())["stopped_by"] == "SIGINT"

@@ -283,23 +283,48 @@ def test_a_planted_pickle_in_the_training_cache_is_never_loaded(micro_corpus, tm
     assert run is not None and run.history["step"].tolist() == [0, 10, 20]
 
 
-def test_a_damaged_or_foreign_checkpoint_is_one_line_naming_the_file_and_the_remedy(micro_corpus):
+def test_a_damaged_or_foreign_checkpoint_is_one_line_naming_the_file(micro_corpus, capfd):
+    """A truncated checkpoint is one line naming it, and the run trains from step 0 (issue 55:
+    never resumed, nor a dead end); another run's checkpoint is refused, naming what to delete."""
     config = micro_config(micro_corpus, 2, seed=12, steps=30)
     with pytest.raises(TrainingInterrupted):
         train_model(config, progress=False, stop_after=15)
-    saved = next(partial_dir(config).glob("checkpoint.*"))
+    saved = partial_dir(config) / train.CHECKPOINT_FILE
     intact = saved.read_bytes()
     saved.write_bytes(intact[: len(intact) // 2])
-    with pytest.raises(RuntimeError) as err:
-        train_model(config, progress=False)
-    message = str(err.value)
-    assert str(saved) in message and f"delete {partial_dir(config)}" in message and "\n" not in message
+    capfd.readouterr()
+    run = train_model(config, progress=False)
+    said = [line for line in capfd.readouterr().err.splitlines() if str(saved) in line]
+    assert len(said) == 1 and "damaged" in said[0] and "from step 0" in said[0], said
+    assert run.history["step"].tolist() == [0, 10, 20, 30]
 
     other = micro_config(micro_corpus, 2, seed=13, steps=30)
     partial_dir(other).mkdir(parents=True)
     (partial_dir(other) / saved.name).write_bytes(intact)  # another run's checkpoint
     with pytest.raises(RuntimeError, match="belongs to another run; delete"):
         train_model(other, progress=False)
+
+
+def test_a_checkpoint_with_one_flipped_byte_is_named_and_the_run_trains_from_step_0(micro_corpus, tmp_path,
+                                                                                    monkeypatch, capfd):
+    """Issue 55: a flipped bit inside a checkpoint's tensors passed every check (safetensors reads
+    any bytes as numbers) and the run resumed from the damaged weights, silently. Now the
+    checkpoint carries the sha256 of its bytes: the damage is one line naming the file and the
+    run trains from step 0, to the same bits as a run never interrupted."""
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "cache"))
+    config = micro_config(micro_corpus, 2, seed=16, steps=20, eval_every=5, snapshot_every=10, checkpoint_every=20)
+    with pytest.raises(TrainingInterrupted):
+        train_model(config, progress=False, stop_after=10)
+    saved = partial_dir(config) / train.CHECKPOINT_FILE
+    data = bytearray(saved.read_bytes())
+    data[len(data) - 1000] ^= 0x01  # one low mantissa bit of a tensor: still a plausible number
+    saved.write_bytes(bytes(data))
+    capfd.readouterr()
+    run = train_model(config, progress=False)
+    said = [line for line in capfd.readouterr().err.splitlines() if str(saved) in line]
+    assert len(said) == 1 and "damaged" in said[0] and "step 0" in said[0], said
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "never-interrupted"))
+    assert _weights(run) == _weights(train_model(config, progress=False))
 
 
 def test_cli_train_refuses_bad_betas_in_one_line(capsys, micro_corpus, tmp_path):
@@ -599,3 +624,145 @@ def test_runs_are_given_to_workers_longest_first_to_the_least_loaded():
     assert [[(c.depth, c.seed) for c in q] for q in queues] == [[(16, 0)], [(12, 0), (8, 0), (8, 1)]]
     assert [[c.depth for c in q] for q in assign(series_configs("cpu"), 1)] == [[16, 12, 8, 8]]
     assert len(assign(series_configs("cpu", depths=[8]), 8)) == 2  # never more workers than runs
+
+
+# --- nothing left running (issue 55) ----------------------------------------------------------------
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux: read from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _python_env(tmp_path) -> dict:
+    import os
+
+    root = str(Path(__file__).resolve().parents[1])
+    return dict(os.environ, ZONES_CACHE=str(tmp_path / "cache"),
+                PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
+def test_pool_workers_stop_when_their_parent_is_killed(micro_corpus, tmp_path):
+    """Before: ``kill -9`` of a process training runs side by side left its worker processes
+    training on, for as long as their runs took. Now each worker watches its parent and stops."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    configs = [micro_config(micro_corpus, 2, steps=20000, seed=seed, eval_every=20000, snapshot_every=20000,
+                            checkpoint_every=20000).as_dict() for seed in (21, 22)]
+    script = ("import json, sys\nfrom zones.series import TrainConfig, train_runs\n"
+              "train_runs([TrainConfig(**c) for c in json.loads(sys.argv[1])], progress=False, workers=2)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script, json.dumps(configs)], env=_python_env(tmp_path),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(workers) < 2 and time.monotonic() < deadline and parent.poll() is None:
+            time.sleep(0.2)
+            workers = _children(parent.pid)
+        assert len(workers) == 2, "the workers did not start"
+        time.sleep(1.0)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 15
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [w for w in workers if _alive(w)], "workers kept running after their parent was killed"
+    finally:
+        for pid in workers:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        if parent.poll() is None:
+            parent.kill()
+
+
+def test_a_second_trainer_of_a_run_waits_for_the_first_and_loads_its_run(micro_corpus, tmp_path, monkeypatch,
+                                                                           capfd):
+    """Before: two processes training the same run trained it side by side, each writing the same
+    checkpoint. Now a run being trained holds its lock: a second trainer says so, waits, and loads
+    the finished run without training a step."""
+    import subprocess
+    import sys
+    import time
+
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "cache"))
+    config = micro_config(micro_corpus, 2, seed=23, steps=40, eval_every=20, snapshot_every=20, checkpoint_every=20)
+    marker = tmp_path / "training"
+    script = ("import json, pathlib, sys, time\nfrom zones.series import TrainConfig, train_model\n"
+              "marker = pathlib.Path(sys.argv[2])\n"
+              "def on_step(step, loss):\n    marker.touch()\n    time.sleep(0.05)\n"
+              "train_model(TrainConfig(**json.loads(sys.argv[1])), progress=False, on_step=on_step)\n")
+    first = subprocess.Popen([sys.executable, "-c", script, json.dumps(config.as_dict()), str(marker)],
+                             env=_python_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < deadline and first.poll() is None:
+            time.sleep(0.1)
+        assert marker.exists(), first.stderr.read().decode()[-2000:] if first.poll() is not None else "no step"
+        capfd.readouterr()
+        steps: list[int] = []
+        run = train_model(config, progress=False, on_step=lambda step, loss: steps.append(step))
+        assert first.wait(timeout=60) == 0
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert steps == [], "the run was trained twice at once"
+    said = [line for line in capfd.readouterr().err.splitlines() if "another process" in line]
+    assert len(said) == 1 and "waiting" in said[0], said
+    assert run.history["step"].tolist() == [0, 20, 40]
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
+def test_a_killed_worker_is_named_with_its_own_cause_not_a_warning_it_printed(micro_corpus, tmp_path, monkeypatch):
+    """Before: a worker killed by a signal was reported with the last line of its output, which
+    was Python's warning "RuntimeWarning: 'zones.series.pool' found in sys.modules ..." printed
+    at its start. Now the workers start without that warning and a killed one is named by the
+    signal that ended it."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from zones.series import train_runs
+
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "cache"))
+    configs = [micro_config(micro_corpus, 2, steps=20000, seed=seed, eval_every=20000, snapshot_every=20000,
+                            checkpoint_every=20000) for seed in (24, 25)]
+
+    def kill_the_workers() -> None:
+        deadline, workers = time.monotonic() + 60, []
+        while len(workers) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            workers = [pid for pid in _children(os.getpid()) if "pool" in Path(f"/proc/{pid}/cmdline").read_text()]
+        time.sleep(4)  # past their imports: the warning, if any, is printed
+        for pid in workers:
+            os.kill(pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_the_workers)
+    killer.start()
+    try:
+        with pytest.raises(RuntimeError) as err:
+            train_runs(configs, progress=False, workers=2)
+    finally:
+        killer.join()
+    message = str(err.value)
+    assert "killed by SIGKILL" in message and "Warning" not in message, message

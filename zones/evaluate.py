@@ -26,6 +26,7 @@ import pandas as pd
 
 from zones import callable_module
 from zones.core.cache import refreshing, write_table
+from zones.core.checks import check_models
 from zones.core.data import corpus_windows
 from zones.core.glossary import add_flag
 from zones.core.models import DEFAULT_MODEL, load_model
@@ -79,10 +80,10 @@ def evaluation(args) -> dict[str, pd.DataFrame]:
     """Evaluate every variant on the tasks (module docstring), printing each one's accuracy:
     ``tasks``, ``examples`` and, with two variants or more, ``differences`` (the tables
     ``zones evaluate`` writes, by name; ``zones.evaluate(...)`` in Python returns ``tasks``)."""
+    models = [args.model] if args.model else [DEFAULT_MODEL] if args.models is None else check_models(args.models)
     require_lm_eval()  # before loading anything
     tasks = check_tasks(args.tasks)
     limit = check_limit(args.limit)
-    models = [args.model] if args.model else (args.models or [DEFAULT_MODEL])
     common = dict(limit=limit, batch_size=args.batch_size, dtype=args.dtype, include_path=args.include_path,
                   refresh=args.refresh)
     tables, examples = [], []

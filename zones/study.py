@@ -56,6 +56,7 @@ import inspect
 import json
 import os
 import shlex
+import shutil
 import signal
 import socket
 import sys
@@ -201,6 +202,22 @@ def parse_models(models: str | Sequence[str]) -> list[str]:
     return names
 
 
+def looks_local(name: str) -> bool:
+    """A model name written as a local path (absolute, ``./``, ``../``, ``~``, or a ``.gguf``
+    file), not an alias or a hub id (``org/name``)."""
+    return name.startswith(("/", "./", "../", "~")) or name.endswith(".gguf") or os.path.isabs(name)
+
+
+def check_local_models(models: Sequence[str]) -> None:
+    """Refuse, before any work, the models written as local paths that are not there (every
+    one of them, in one line)."""
+    missing = [m for m in models if looks_local(m) and not os.path.exists(os.path.expanduser(m))]
+    if missing:
+        raise StudyError(f"--models names {'paths' if len(missing) > 1 else 'a path'} that {'do' if len(missing) > 1 else 'does'} "
+                         f"not exist: {', '.join(missing)}; fix {'them' if len(missing) > 1 else 'it'} "
+                         f"(a local model directory or .gguf file) or leave {'them' if len(missing) > 1 else 'it'} out")
+
+
 def _train_configs(params: dict[str, Any]) -> list:
     """The training runs a chapter reading the depth series uses (its ``profile``, ``depths``,
     ``seeds`` when it has them, ``train_overrides``)."""
@@ -227,8 +244,15 @@ def chapter_parameters(root: Path, names: Sequence[str], parameters: dict[str, A
 
 
 def _chapters(root: Path | None, only: Sequence[str] | None) -> tuple[Path, list[str]]:
+    """The project's root and the chapters the study runs (``only``: these, each checked against
+    the study's chapters, as ``zones book --only`` checks the book's)."""
     root = project_root(root)
-    return root, [n for n in chapters(root) if n not in RUN_LAST + ABOUT_THE_BOOK and (not only or n in only)]
+    names = [n for n in chapters(root) if n not in RUN_LAST + ABOUT_THE_BOOK]
+    unknown = [n for n in dict.fromkeys(only or []) if n not in names]
+    if unknown:
+        raise StudyError(f"--only names unknown chapter{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+                         f"the study's chapters are {', '.join(names)}")
+    return root, [n for n in names if not only or n in only]
 
 
 def book_calls(models: Sequence[str], parameters: dict[str, Any] | None = None, root: Path | None = None,
@@ -357,6 +381,22 @@ def run_stage(stage: Stage, inputs: Sequence[CapturedEntry] = (), carry: bool = 
         return _run_stage(stage, inputs, carry)
 
 
+SCRATCH_PREFIX = "zones-study-"  # + the pid of the process running the job: a job's scratch folder in the temp folder
+
+
+def remove_scratch(pids: Sequence[int] | None = None) -> list[Path]:
+    """Remove the jobs' scratch folders (``zones-study-PID-*`` in the temporary folder) that a
+    killed study left: those whose process is gone, and those of ``pids`` (this process's, once its
+    study stopped). A live study's are kept. Returns the folders removed."""
+    removed = []
+    for path in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*"):
+        pid = path.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
+        if path.is_dir() and pid.isdigit() and (int(pid) in (pids or ()) or not pid_alive(int(pid))):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 def _run_stage(stage: Stage, inputs: Sequence[CapturedEntry], carry: bool) -> StageResult:
     from transformers.utils import logging as transformers_logging
 
@@ -367,7 +407,8 @@ def _run_stage(stage: Stage, inputs: Sequence[CapturedEntry], carry: bool) -> St
     bars = transformers_logging.is_progress_bar_enabled()
     transformers_logging.disable_progress_bar()  # one bar, the study's, over the jobs
     try:
-        with tempfile.TemporaryDirectory(prefix="zones-study-") as out, capture(carry) as captured:
+        with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-") as out, \
+                capture(carry) as captured:
             if stage.chapter == TRAIN:
                 from zones.series import train_model
 
@@ -443,6 +484,10 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
     check_executor(executor)
     stages = plan(models, parameters, root=root, only=only, budget=budget, from_text=from_text)
     models = parse_models(models)
+    check_local_models(models)
+    if out_dir is not None:
+        check_record(out_dir, stages)
+    remove_scratch()  # what killed studies left in the temporary folder
     carry = executor != "local"  # local jobs write this process's cache already
     by_name = {stage.name: stage for stage in stages}
     results: dict[str, StageResult] = {}
@@ -485,8 +530,9 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
         f"{sum(works.values()):.3g} reference forwards of work (the bar's unit, RF){where}")
     started = time.time()
     here = Tally()
+    signals = _StopOnSignals()
     try:
-        with counting() as here, _StopOnSignals() as signals:
+        with counting() as here, signals:
             if executor == "ray":
                 ray_connect(ray_address)  # an address that does not answer fails before any work
                 signals.install()  # ray.init puts its own SIGTERM handler in place
@@ -499,6 +545,7 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
                 raise JobFailed(study_wording(str(err), stages)) from None
     except KeyboardInterrupt as err:  # SIGINT or SIGTERM: one line, what finished and how to resume
         signum = getattr(err, "signum", signal.SIGINT)
+        remove_scratch([os.getpid()])  # the jobs cut off here: their scratch folders
         line = ledger.stop(signum)
         log(line)
         raise StudyStopped(line, signum) from None
@@ -512,6 +559,7 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
         if ledger.state != "stopped":
             log(f"zones study: {len(results)} of {len(jobs)} jobs in {time.time() - started:.0f} s; "
                 f"{tally.sentence()}; {stored} entries stored in this machine's cache ({present} already here)")
+        signals.restore()  # after the stop's line: a signal during the clean stop cannot end it unsaid
     ledger.end(failed=False)
     tables = {(s.chapter, s.label): results[s.name].tables for s in stages if results[s.name].tables}
     return StudyResult(ledger.table(), tally, stored, present, tables, None if out_dir is None else Path(out_dir))
@@ -550,11 +598,13 @@ class _Signalled(KeyboardInterrupt):
 
 class _StopOnSignals:
     """While the study runs (in the main thread), SIGINT and SIGTERM raise :class:`_Signalled`
-    (once: a second signal during the clean stop is ignored) instead of killing the process
-    silently; the handlers before are restored at the end. ``install()`` again after something
-    installed its own (``ray.init`` does)."""
+    (once: a second signal during the clean stop is ignored, until :meth:`restore`, which the
+    study calls once its stop line is said, so the line names the signal that ended it) instead
+    of killing the process silently; the handlers before are restored at the end.
+    ``install()`` again after something installed its own (``ray.init`` does)."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    active = False
 
     def __enter__(self):
         self.active = threading.current_thread() is threading.main_thread()
@@ -563,6 +613,13 @@ class _StopOnSignals:
             self.previous = {s: signal.getsignal(s) for s in self.SIGNALS}
             self.install()
         return self
+
+    def restore(self) -> None:
+        """The handlers from before the study, back (once)."""
+        if self.active:
+            self.active = False
+            for s, handler in self.previous.items():
+                signal.signal(s, handler)
 
     def install(self) -> None:
         if self.active:
@@ -575,9 +632,8 @@ class _StopOnSignals:
             raise _Signalled(signum)
 
     def __exit__(self, *exc):
-        if self.active:
-            for s, handler in self.previous.items():
-                signal.signal(s, handler)
+        if not self.raised:  # stopping on a signal: the handler stays, ignoring a second, until restore()
+            self.restore()
         return False
 
 
@@ -705,6 +761,29 @@ class Ledger:
             write_table(self.table(), self.out_dir / "jobs.csv")
 
 
+def check_record(out_dir: str | Path, stages: Sequence[Stage]) -> None:
+    """Refuse to write a study's record (``STATE_FILE``, ``jobs.csv``) over the record in
+    ``out_dir`` of a study with jobs this plan lacks: that study's record would be lost without a
+    word. A record this plan covers (a rerun, a resumed study, a larger plan) is replaced; an
+    unreadable one too."""
+    planned = {stage.name for stage in stages}
+    try:
+        record = read_state(out_dir)
+    except StudyError:
+        return  # none, or not readable: nothing the study could keep
+    recorded = [job.get("job") for job in record["jobs"] if isinstance(job, dict)]
+    dropped = [name for name in recorded if name not in planned]
+    if dropped:
+        path = Path(out_dir) / STATE_FILE
+        raise StudyError(f"{out_dir} holds the record ({STATE_FILE}, jobs.csv) of a study of {len(recorded)} jobs, "
+                         f"{len(dropped)} of which this plan of {len(planned)} lacks ({', '.join(dropped[:3])}"
+                         f"{', ...' if len(dropped) > 3 else ''}); write to another --out, or delete {path} to "
+                         f"replace that record")
+
+
+JOB_FIELDS = dict(job=str, chapter=str, label=str, status=str)  # what --status reads of each job in the state file
+
+
 def read_state(out_dir: str | Path) -> dict:
     """The state file of the study in ``out_dir`` (``StudyError`` when there is none or it is not one)."""
     path = Path(out_dir) / STATE_FILE
@@ -718,6 +797,26 @@ def read_state(out_dir: str | Path) -> dict:
                          f"again") from None
     if not isinstance(record, dict) or record.get("version") != STATE_VERSION or "jobs" not in record:
         raise StudyError(f"{path} is not a state file of this zones version; run the study again to rewrite it")
+    remedy = "run the study again to rewrite it"
+    if not isinstance(record["jobs"], list):
+        raise StudyError(f"{path}: field jobs is not a list of jobs; {remedy}")
+    for k, job in enumerate(record["jobs"]):
+        if not isinstance(job, dict):
+            raise StudyError(f"{path}: jobs[{k}] is not a job record; {remedy}")
+        for name, kind in JOB_FIELDS.items():
+            if not isinstance(job.get(name), kind):
+                what = "is missing" if name not in job else f"is {job[name]!r}, not a {kind.__name__}"
+                raise StudyError(f"{path}: field {name} of jobs[{k}] {what}; {remedy}")
+        for name in ("seconds", "started", "computed"):
+            value = job.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise StudyError(f"{path}: field {name} of jobs[{k}] is {value!r}, not a number; {remedy}")
+        if job["status"] not in STATUSES:
+            raise StudyError(f"{path}: field status of jobs[{k}] is {job['status']!r}, not one of "
+                             f"{', '.join(STATUSES)}; {remedy}")
+    for name in ("pid", "updated", "started"):
+        if name in record and record[name] is not None and not isinstance(record[name], (int, float)):
+            raise StudyError(f"{path}: field {name} is {record[name]!r}, not a number; {remedy}")
     return record
 
 

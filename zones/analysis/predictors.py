@@ -181,7 +181,10 @@ def _per_block(values, layers: pd.Index, name: str) -> np.ndarray:
     lacks are NaN), anything else must hold one number per block."""
     if isinstance(values, pd.Series):
         return values.reindex(layers).to_numpy(dtype=float)
-    array = np.asarray(values, dtype=float).reshape(-1)
+    array = np.asarray(values, dtype=float)
+    if array.ndim != 1:
+        raise ValueError(f"predictor {name} gave an array of shape {array.shape}, not one value per block "
+                         f"({len(layers)} blocks); return a 1-D sequence in block order (or a Series indexed by layer)")
     if len(array) != len(layers):
         raise ValueError(f"predictor {name} gave {len(array)} values for {len(layers)} blocks; return one per "
                          f"block (or a Series indexed by layer)")

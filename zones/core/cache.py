@@ -426,16 +426,24 @@ def written_before_refresh(path: Path) -> bool:
 # --- verified entries ------------------------------------------------------------------------------
 
 @contextlib.contextmanager
-def entry_lock(path: Path, shared: bool = False):
-    """Hold a lock on ``path``'s entry (shared for reading, exclusive for writing); the OS
-    releases it if the process dies. Without ``fcntl`` (not POSIX) it does nothing."""
+def entry_lock(path: Path, shared: bool = False, on_wait: Callable[[], None] | None = None):
+    """Hold a lock on ``path``'s entry (shared for reading, exclusive for writing; the file
+    ``path.with_suffix(".lock")``); the OS releases it if the process dies. ``on_wait()`` is
+    called once when another process holds it (then this one waits). Without ``fcntl`` (not
+    POSIX) it does nothing."""
     if fcntl is None:  # pragma: no cover - not POSIX
         yield
         return
     lock = Path(path).with_suffix(".lock")
     lock.parent.mkdir(parents=True, exist_ok=True)
     with open(lock, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+        try:
+            fcntl.flock(handle, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(handle, mode)
         try:
             yield
         finally:
@@ -445,7 +453,7 @@ def entry_lock(path: Path, shared: bool = False):
 def _damaged(path: Path, cause: str) -> CacheError:
     side = sidecar_path(path)
     return CacheError(f"cache entry {path} is damaged ({cause}); delete {path} and {side.name} "
-                      f"to recompute it")
+                      f"to recompute it", path=Path(path), cause=cause)
 
 
 def write_entry(path: Path, key_parts: dict[str, Any], data: bytes, **schema: Any) -> None:

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["check_int", "check_float", "check_choice", "check_probability", "check_models", "model_identity",
+__all__ = ["check_int", "check_float", "check_choice", "check_probability", "check_blocks", "check_models",
+           "model_identity",
            "duplicate_models", "duplicate_text", "DuplicateModelError"]
 
 
@@ -109,6 +110,25 @@ def check_choice(value: Any, name: str, choices: Iterable[Any]) -> Any:
         listed = ", ".join(_shown(option) for option in options)
         raise _fail(name, f"one of {listed}", value)
     return value
+
+
+def check_blocks(value: Any, name: str = "blocks", n_blocks: int | None = None) -> list[int]:
+    """Return the block indices in ``value`` as a sorted list of python ``int``: a list, tuple,
+    set or array (not a string) of integers (:func:`check_int`: no bools, no floats such as
+    ``1.7``), each named once, each ``>= 0`` and, with ``n_blocks``, below it (``IndexError``
+    otherwise, naming the model's blocks). An empty list is allowed (no block)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise _fail(name, "a list of block indices", value)
+    blocks = [check_int(b, f"a block index of {name}") for b in value]
+    twice = sorted({b for b in blocks if blocks.count(b) > 1})
+    if twice:
+        raise ValueError(f"{name} names block{'s' if len(twice) > 1 else ''} {', '.join(map(str, twice))} twice; "
+                         f"name each block once")
+    outside = sorted(b for b in blocks if b < 0 or n_blocks is not None and b >= n_blocks)
+    if outside:
+        have = f"the model has blocks 0..{n_blocks - 1}" if n_blocks is not None else "blocks are numbered from 0"
+        raise IndexError(f"block index {outside} out of range: {have}")
+    return sorted(blocks)
 
 
 def model_identity(name: str) -> str:

@@ -325,9 +325,11 @@ def make_windows(token_ids: np.ndarray, seq_len: int, split: str = "eval",
         if n_take < 1:
             raise ValueError(f"max_tokens={max_tokens} is less than one window ({seq_len - 1} scored tokens)")
         if n_take > len(pool):
+            budget = f"--{split}-tokens {max_tokens}" if split in ("eval", "calibration") else f"{max_tokens}"
             raise CorpusError(
-                f"token budget {max_tokens} needs {n_take} windows of {seq_len}, but the {split!r} split "
-                f"has only {len(pool)} ({len(pool) * (seq_len - 1)} scored tokens)")
+                f"token budget {budget} needs {n_take} windows of {seq_len}, but the {split!r} split "
+                f"has only {len(pool)} ({len(pool) * (seq_len - 1)} scored tokens); ask for at most "
+                f"{len(pool) * (seq_len - 1)} tokens, or use a larger corpus")
     chosen = nested_order(len(pool))[:n_take]
     taken = pool[chosen]
     ids = torch.from_numpy(taken.copy())

@@ -73,6 +73,10 @@ class _Missing:
 _MISSING = _Missing()
 
 
+# every matrix role of the supported families (zones.core.adapters: Llama's gated MLP, GPT-NeoX and GPT-2's)
+MATRIX_ROLES = ("q", "k", "v", "o", "mlp_gate", "mlp_up", "mlp_down", "mlp_in", "mlp_out")
+
+
 @dataclass(frozen=True)
 class Term:
     """One parameter: ``type`` (see ``TYPES``; ``tokens`` is a token budget: an int, or None
@@ -247,9 +251,10 @@ TERMS: dict[str, Term] = _terms(
     # alpha_role is which α a block gets (a role's, or the weighted mean); role only ever names a matrix
     Term("alpha_role", "str", "the α a block gets: weighted (the parameter-weighted mean over its matrices) or "
          "one matrix's role (q, k, ...); the pruning strategies read q, the paper's", {"cpu": by("weighted", pruning="q",
-                                                                                              prune="q")}),
+                                                                                              prune="q")},
+         choices=("weighted", *MATRIX_ROLES)),
     Term("role", "str", "one matrix of each block, by its role (q, k, v, o, mlp_*): the one drawn in detail "
-         "(never weighted: that is an alpha_role)", {"cpu": "q"}),
+         "(never weighted: that is an alpha_role)", {"cpu": "q"}, choices=MATRIX_ROLES),
     # --- the primer's random matrices and pictures ----------------------------------------------
     Term("position", "float", "where in depth a matrix is taken, from 0 (the first block) to 1 (the last)",
          {"cpu": 0.5}, minimum=0),

@@ -289,6 +289,19 @@ def check_saved_version(saved: str | None, config_file) -> None:
             f"transformers, or re-save the model with transformers {transformers.__version__}")
 
 
+def is_pickle_refusal(err: BaseException) -> bool:
+    """torch refused to unpickle a file with ``weights_only=True`` (its message goes on to advise
+    turning ``weights_only`` off, which zones never passes on)."""
+    return type(err).__name__ == "UnpicklingError" or "Weights only load failed" in str(err)
+
+
+def pickle_refused(where) -> str:
+    """The one line for a pickle that is not plain tensors (one behind an index file, say)."""
+    return (f"{where}: its weights are a pickle holding more than tensors, which zones never unpickles (it could "
+            f"run code); convert them to safetensors where you trust the file, e.g. "
+            f"model.save_pretrained(dir, safe_serialization=True)")
+
+
 def check_model_dir(path: Path) -> None:
     """Refuse, in one line, a local model directory that cannot be loaded honestly."""
     config_file = path / "config.json"
@@ -462,6 +475,8 @@ def load_model(name: str = DEFAULT_MODEL, *, device: str | None = None,
                                 if _readable_safetensors(f)), Path(source)) if local else where
                 raise ModelLoadError(f"{damaged} is damaged ({_one_line(err)}); re-download or "
                                      f"re-save the model") from err
+            if is_pickle_refusal(err):  # torch's own words advise weights_only=False: never passed on
+                raise ModelLoadError(pickle_refused(where)) from None
             raise ModelLoadError(f"could not load {where}: {_one_line(err)}") from err
         if not allow_mismatch:
             check_loading_info(source, info)

@@ -24,6 +24,7 @@ from typing import Any, Iterator
 import torch
 
 from zones.core.adapters import Adapter, adapter_for_model_type
+from zones.core.models import is_pickle_refusal, pickle_refused
 
 SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
                       "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
@@ -145,6 +146,8 @@ class WeightReader:
             try:
                 handle = SafetensorsFile(path) if path.suffix == ".safetensors" else load_bin(path)
             except Exception as err:
+                if is_pickle_refusal(err):  # torch's advice to turn weights_only off is never passed on
+                    raise CheckpointError(pickle_refused(path)) from None
                 raise CheckpointError(f"cannot read the weights {path} ({type(err).__name__}: {err}); "
                                       f"the file is damaged or incomplete: download or save it again") from None
             for name in handle.keys():

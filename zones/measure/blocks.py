@@ -21,18 +21,15 @@ import torch
 from torch import nn
 
 from zones.core.adapters import get_adapter
+from zones.core.checks import check_blocks
 from zones.core.progress import count_module
 
 
-def check_layers(model: nn.Module, layers: Iterable[int], adapter=None) -> list[int]:
-    """Validate block indices against the model; return them sorted and unique. ``adapter``:
+def check_layers(model: nn.Module, layers: Iterable[int], adapter=None, name: str = "blocks") -> list[int]:
+    """Validate block indices against the model (``zones.core.checks.check_blocks``: integers,
+    not bools or floats, each once, each a block of the model); return them sorted. ``adapter``:
     the model's, when the caller has it (``zones.measure.subject``); else it is looked up."""
-    n = (adapter or get_adapter(model)).n_blocks
-    layers = sorted({int(i) for i in layers})
-    bad = [i for i in layers if not 0 <= i < n]
-    if bad:
-        raise IndexError(f"block index {bad} out of range: the model has blocks 0..{n - 1}")
-    return layers
+    return check_blocks(layers, name, (adapter or get_adapter(model)).n_blocks)
 
 
 @contextmanager

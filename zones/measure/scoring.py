@@ -56,7 +56,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from zones.core.checks import check_int
+from zones.core.checks import check_blocks, check_int
 from zones.core.data import Windows
 from zones.core.progress import add_flops, matmul_flops, module_weights
 from zones.measure.blocks import BlockTrace
@@ -523,7 +523,7 @@ def evaluate_removals(model: nn.Module | Subject, windows: Windows, removals: Se
     windows, in the order given (an empty set is the full model): :func:`score_windows` with
     its per-window NLL sums kept in each result (``window_nll``, ``window_tokens``)."""
     subject = as_subject(model, dtype)
-    sets = [sorted({int(b) for b in r}) for r in removals]  # checked against the model by score_windows
+    sets = [check_blocks(r, f"removals[{j}]", subject.n_blocks) for j, r in enumerate(removals)]
     nll = score_windows(subject, windows, sets, batch_size=batch_size, cache=cache, progress=progress, desc=desc,
                         traces=traces)["nll"]
     tokens = np.full(windows.n_windows, windows.seq_len - 1, dtype=np.int64)

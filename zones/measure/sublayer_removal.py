@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from zones.core.adapters import get_adapter
-from zones.core.checks import check_choice
+from zones.core.checks import check_choice, check_int
 from zones.measure.blocks import BlockTrace, skip_blocks
 
 PARTS = ("attn", "mlp")
@@ -52,11 +52,11 @@ def normalize_removal(removal: Iterable, n_blocks: int) -> Removal:
         removal = parse_removal(removal)
     pairs = set()
     for item in removal:
-        if isinstance(item, (int, np.integer)) and not isinstance(item, bool):
-            pairs.update((int(item), p) for p in PARTS)
+        if isinstance(item, (tuple, list)) and len(item) == 2:
+            layer, part = item
+            pairs.add((check_int(layer, "a removal's block index", min=0), check_part(part)))
             continue
-        layer, part = item
-        pairs.add((int(layer), check_part(part)))
+        pairs.update((check_int(item, "a removal's block index", min=0), p) for p in PARTS)
     bad = sorted({layer for layer, _ in pairs if not 0 <= layer < n_blocks})
     if bad:
         raise IndexError(f"block index {bad} out of range: the model has blocks 0..{n_blocks - 1}")

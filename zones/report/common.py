@@ -95,6 +95,10 @@ def save(out_dir: str | os.PathLike, tables: Mapping[str, pd.DataFrame], summary
     return out
 
 
+class SummaryError(ValueError):
+    """A ``summary.json`` that cannot be read (cut short, edited): the message names it."""
+
+
 class StaleSummaryError(ValueError):
     """A ``summary.json`` written under a name the glossary has retired: its chapter must run again."""
 
@@ -104,7 +108,13 @@ def read_summary(folder: str | os.PathLike) -> dict:
     (``zones.core.glossary.RETIRED``: an older version's name) is an error naming the chapter to
     run again, never a value read under the wrong name or a default read in its place."""
     path = Path(folder) / "summary.json"
-    summary = json.loads(path.read_text()) if path.exists() else {}
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    except (ValueError, UnicodeDecodeError) as err:  # a cut or edited file: named, never a bare JSONDecodeError
+        raise SummaryError(f"{path} is not valid JSON ({err}); run its chapter again to rewrite it") from None
+    if not isinstance(summary, dict):
+        raise SummaryError(f"{path} holds a {type(summary).__name__}, not a summary; run its chapter again to "
+                           f"rewrite it")
     stale = sorted(set(summary) & set(RETIRED))
     if stale:
         raise StaleSummaryError(f"{path} was written by an older zones ({', '.join(stale)} is now "

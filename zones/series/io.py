@@ -14,17 +14,22 @@ import numpy as np
 import pandas as pd
 import torch
 from safetensors import safe_open
+from safetensors.torch import load as safetensors_tensors
 from safetensors.torch import save as safetensors_bytes
 from torch import nn
 
 from zones.core.cache import (
+    CacheError,
     atomic_directory,
     atomic_write_bytes,
     atomic_write_text,
     cache_dir,
     cache_key,
+    read_entry,
     read_table,
+    sidecar_path,
     verify_manifest,
+    write_entry,
     write_manifest,
     write_table,
 )
@@ -133,13 +138,24 @@ def _json_default(value):
     raise TypeError(f"cannot store {type(value).__name__} in a checkpoint")
 
 
+class DamagedCheckpoint(RuntimeError):
+    """A run's checkpoint whose bytes fail their checksum, or that cannot be read or verified:
+    never resumed. ``reason``: what is wrong, naming the file (one line)."""
+
+    def __init__(self, path: Path, reason: str):
+        self.path, self.reason = Path(path), reason
+        super().__init__(f"{reason}; delete {Path(path).parent} to train this run from step 0")
+
+
 def write_checkpoint(path: Path, key: dict, model: nn.Module, optimizer: torch.optim.Optimizer,
                      state: dict) -> None:
     """Weights, optimizer state and the run's state so far, in one safetensors file.
 
     The run's identity (``key``), its state (step, logs) and the optimizer's non-tensor
     state live as JSON in the file's header, so a reader checks the identity before it
-    reads a single tensor. Written with ``zones.core.cache.atomic_write_bytes``: old or new, never half.
+    reads a single tensor. Written with ``zones.core.cache.write_entry`` (atomically, with the
+    sha256 of its bytes in the sidecar ``checkpoint.json``), so one flipped byte is found on
+    reading.
     """
     saved = optimizer.state_dict()
     tensors = {f"model.{name}": t.detach().contiguous().cpu() for name, t in model.state_dict().items()}
@@ -152,29 +168,46 @@ def write_checkpoint(path: Path, key: dict, model: nn.Module, optimizer: torch.o
                 scalars[f"{index}.{name}"] = value
     header = dict(key=key, state=state, param_groups=saved["param_groups"], optimizer_scalars=scalars)
     data = safetensors_bytes(tensors, metadata={"zones": json.dumps(header, default=_json_default)})
-    atomic_write_bytes(path, data)
+    write_entry(path, key, data, format="zones training checkpoint")
+
+
+def _checkpoint_header(data: bytes) -> dict:
+    """The ``zones`` header of a safetensors file's bytes (8-byte length, then the JSON header)."""
+    length = int.from_bytes(data[:8], "little")
+    return json.loads(json.loads(data[8:8 + length])["__metadata__"]["zones"])
 
 
 def load_checkpoint(path: Path, key: dict, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
     """Restore ``model`` and ``optimizer`` from ``write_checkpoint``'s file and return the run's
-    state. The run identity is checked before any tensor is read; a checkpoint of another run
-    or a damaged file is one clear error naming the file and what to delete."""
-    remedy = f"delete {path.parent} to train this run from step 0"
+    state. The run identity is checked before any tensor is read (a checkpoint of another run is
+    a ``RuntimeError`` naming the file and what to delete); a file whose bytes differ from the
+    sha256 recorded beside it, that has no checksum, or that cannot be read is a
+    :class:`DamagedCheckpoint`, never resumed."""
+    path = Path(path)
 
-    def damaged(err: Exception) -> RuntimeError:
+    def damaged(err: Exception) -> DamagedCheckpoint:
         first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
-        return RuntimeError(f"checkpoint {path} is damaged or incomplete ({type(err).__name__}: {first}); {remedy}")
+        return DamagedCheckpoint(path, f"checkpoint {path} is damaged or incomplete ({type(err).__name__}: {first})")
 
     try:
         with safe_open(str(path), framework="pt", device="cpu") as handle:
-            header = json.loads((handle.metadata() or {})["zones"])
-            same_run = header.get("key") == key
-            tensors = {name: handle.get_tensor(name) for name in handle.keys()} if same_run else {}
+            same_run = json.loads((handle.metadata() or {})["zones"]).get("key") == key
     except Exception as err:  # noqa: BLE001 - a truncated file, a foreign file, a bad header
         raise damaged(err) from None
     if not same_run:
-        raise RuntimeError(f"checkpoint {path} belongs to another run; {remedy}")
+        raise RuntimeError(f"checkpoint {path} belongs to another run; delete {path.parent} to train this run "
+                           f"from step 0")
     try:
+        found = read_entry(path, key)
+    except CacheError as err:
+        cause = err.cause or str(err).split("; delete")[0]
+        raise DamagedCheckpoint(path, f"checkpoint {path} is damaged ({cause})") from None
+    if found is None:
+        raise DamagedCheckpoint(path, f"checkpoint {path} has no checksum beside it ({sidecar_path(path).name}: "
+                                      f"written by an older zones, or cut short) and cannot be verified")
+    data = found[0]
+    try:
+        header, tensors = _checkpoint_header(data), safetensors_tensors(data)
         model.load_state_dict({n[len("model."):]: t for n, t in tensors.items() if n.startswith("model.")})
         entries: dict[int, dict] = {}
         for name, value in [*((n[len("optimizer."):], t) for n, t in tensors.items() if n.startswith("optimizer.")),

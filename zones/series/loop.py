@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -16,7 +17,7 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-from zones.core.cache import cache_dir, cache_key
+from zones.core.cache import cache_dir, cache_key, entry_lock
 from zones.core.checks import check_int
 from zones.core.data import load_corpus
 from zones.core.hardware import check_precision, torch_threads
@@ -26,6 +27,7 @@ from zones.series.config import TrainConfig
 from zones.series.io import (
     CHECKPOINT_FILE,
     HISTORY_COLUMNS,
+    DamagedCheckpoint,
     SNAPSHOT_COLUMNS,
     TrainedRun,
     is_finished,
@@ -139,7 +141,14 @@ class _Training:
             print(f"zones: ignoring {self.partial_dir / 'checkpoint.pt'} (pickled checkpoints are not loaded)")
         if not self.checkpoint.exists():
             return
-        saved = load_checkpoint(self.checkpoint, self.key, self.model, self.optimizer)
+        try:
+            saved = load_checkpoint(self.checkpoint, self.key, self.model, self.optimizer)
+        except DamagedCheckpoint as err:  # never resumed: the run starts again
+            print(f"zones: {err.reason}; training depth {self.config.depth}, seed {self.config.seed} from step 0",
+                  file=sys.stderr, flush=True)
+            shutil.rmtree(self.partial_dir, ignore_errors=True)
+            self.fresh_model()
+            return
         if keep_checkpoints and not saved.get("keep_checkpoints"):
             print(f"zones: the checkpoint in {self.partial_dir} kept no models before step {saved['step']}; "
                   f"training from step 0 to keep them all")
@@ -256,6 +265,18 @@ def discard_run(final_dir: Path) -> None:
     shutil.rmtree(partial_path(final_dir), ignore_errors=True)
 
 
+def run_lock(final_dir: Path, config: TrainConfig):
+    """The lock a run is trained under (``zones.core.cache.entry_lock``: the file
+    ``<run>.lock`` beside its folder, released by the OS if the trainer dies): a second trainer
+    of the same run says so on stderr and waits for the first, then finds the run finished
+    (or resumes its checkpoint, if the first failed)."""
+    def waiting() -> None:
+        print(f"zones: depth {config.depth}, seed {config.seed} ({final_dir.name}) is being trained by another "
+              f"process; waiting for it to finish", file=sys.stderr, flush=True)
+
+    return entry_lock(final_dir, on_wait=waiting)
+
+
 def train_model(config: TrainConfig, *, device: str | None = None, refresh: bool = False,
                 progress: bool = True, stop_after: int | None = None,
                 on_step: Callable[[int, float], None] | None = None,
@@ -282,20 +303,21 @@ def train_model(config: TrainConfig, *, device: str | None = None, refresh: bool
     refresh_caches = refresh  # asked for: the tokenizer and token caches are replaced too
     final_dir = cache_dir() / "train" / cache_key(key)
     partial_dir = partial_path(final_dir)
-    if keep_checkpoints and is_finished(final_dir) and not (final_dir / "checkpoints").is_dir():
-        print(f"zones: the cached run {final_dir} kept no checkpoints; training it again to keep them")
-        refresh = True
-    if refresh:
-        discard_run(final_dir)
-    if is_finished(final_dir):
+    with run_lock(final_dir, config):  # one trainer of a run at a time: a second waits, then loads it
+        if keep_checkpoints and is_finished(final_dir) and not (final_dir / "checkpoints").is_dir():
+            print(f"zones: the cached run {final_dir} kept no checkpoints; training it again to keep them")
+            refresh = True
+        if refresh:
+            discard_run(final_dir)
+        if is_finished(final_dir):
+            return load_run(final_dir)
+        with torch_threads(config.threads):  # part of the run: a CPU run's bits depend on it
+            training = _Training(config, key, partial_dir, device, keep_checkpoints, refresh_caches)
+            _run_loop(training, progress, stop_after, on_step)
+        history = pd.DataFrame(training.state["history"], columns=HISTORY_COLUMNS)
+        snapshots = pd.DataFrame(training.state["snapshots"], columns=SNAPSHOT_COLUMNS)
+        kept = partial_dir / "checkpoints" if training.keep else None
+        write_run(final_dir, key, config, training.model, training.tokenizer, history, snapshots,
+                  training.summary(history), kept=kept)
+        shutil.rmtree(partial_dir, ignore_errors=True)
         return load_run(final_dir)
-    with torch_threads(config.threads):  # part of the run: a CPU run's bits depend on it
-        training = _Training(config, key, partial_dir, device, keep_checkpoints, refresh_caches)
-        _run_loop(training, progress, stop_after, on_step)
-    history = pd.DataFrame(training.state["history"], columns=HISTORY_COLUMNS)
-    snapshots = pd.DataFrame(training.state["snapshots"], columns=SNAPSHOT_COLUMNS)
-    kept = partial_dir / "checkpoints" if training.keep else None
-    write_run(final_dir, key, config, training.model, training.tokenizer, history, snapshots,
-              training.summary(history), kept=kept)
-    shutil.rmtree(partial_dir, ignore_errors=True)
-    return load_run(final_dir)

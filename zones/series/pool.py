@@ -5,8 +5,10 @@ A run's bits depend on its config alone (its ``threads`` included), never on how
 trained beside it, so ``train_runs(configs)`` gives the runs ``train_model`` gives one by one.
 Why processes: a tiny model's step is many small operations, so two threads speed one step up
 by only 1.4–1.7× (depth 8–16 of the cpu profile) while two runs side by side, one thread each,
-train at almost twice the rate of one. Each worker is a fresh ``python -m zones.series.pool``
-(no ``fork`` of a process holding OpenMP threads, no re-import of the caller's script) given
+train at almost twice the rate of one. Each worker is a fresh Python process running
+:func:`_worker` (``WORKER_CODE``: no ``fork`` of a process holding OpenMP threads, no re-import
+of the caller's script, and not ``-m zones.series.pool``, whose module the package has already
+imported, which Python warns of); it stops when this process dies (:func:`watch_parent`), given
 its runs up front, the longest first to the least loaded worker (:func:`assign`); it trains
 them through ``train_model``, so the cache, checkpoints and resumption are the same, and
 reports the work each counted (``zones.core.progress``), which this process adds to its own.
@@ -15,11 +17,14 @@ reports the work each counted (``zones.core.progress``), which this process adds
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Sequence
@@ -39,6 +44,9 @@ from zones.series.tokenizer import tokenizer_and_tokens
 
 POLL_SECONDS = 0.2  # how often the workers are looked at
 WORK_LINE = "zones.series.pool counted "  # a worker's line after each run: the work it counted
+WORKER_CODE = "import sys; from zones.series.pool import _worker; _worker(sys.argv[1:])"  # python -c WORKER_CODE
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent dies (Linux)
+PARENT_GONE = 3  # a worker's exit status when it stopped because its parent died
 
 
 def expected_flops(config: TrainConfig) -> float:
@@ -117,8 +125,8 @@ def _train_side_by_side(configs: list[TrainConfig], device: str, keep_checkpoint
         try:
             for k, queue in enumerate(queues):
                 log = Path(folder) / f"worker-{k}.log"
-                command = [sys.executable, "-m", "zones.series.pool", device, "keep" if keep_checkpoints else "-",
-                           *(json.dumps(c.as_dict()) for c in queue)]
+                command = [sys.executable, "-c", WORKER_CODE, str(os.getpid()), device,
+                           "keep" if keep_checkpoints else "-", *(json.dumps(c.as_dict()) for c in queue)]
                 with open(log, "wb") as out:
                     running.append((queue, subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env),
                                     log))
@@ -138,10 +146,9 @@ def _train_side_by_side(configs: list[TrainConfig], device: str, keep_checkpoint
                         continue
                     running.remove(item)
                     if process.returncode != 0 or len(counted) < len(queue):
-                        last = text.strip().splitlines()[-1] if text.strip() else "no output"
                         which = _label(queue[len(counted)]) if len(counted) < len(queue) else _label(queue[-1])
                         failures.append(f"training {which} failed in its worker process "
-                                        f"(exit {process.returncode}): {last}")
+                                        f"(exit {process.returncode}): {worker_cause(text, process.returncode)}")
         finally:
             for _, process, _ in running:  # interrupted: the checkpoints they wrote resume them
                 process.terminate()
@@ -151,16 +158,59 @@ def _train_side_by_side(configs: list[TrainConfig], device: str, keep_checkpoint
         raise RuntimeError("; ".join(failures))
 
 
+def worker_cause(text: str, returncode: int | None) -> str:
+    """Why a worker failed, from its output and exit status: the last line of its last traceback
+    (the exception), else the signal that killed it, else its last line; never a warning it
+    printed on the way."""
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    if starts:
+        tail = [line for line in lines[starts[-1]:] if line.strip() and not line.startswith((" ", "\t"))]
+        if len(tail) > 1:
+            return tail[-1].strip()
+    if returncode is not None and returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    if returncode == PARENT_GONE:
+        return "its parent process died"
+    shown = [line.strip() for line in lines if line.strip() and not line.startswith(WORK_LINE)]
+    return shown[-1] if shown else "no output"
+
+
+def watch_parent(parent: int) -> None:
+    """Stop this process when process ``parent`` (the one that started it) dies, even by
+    ``kill -9``: on Linux the kernel sends it SIGTERM (``prctl(PR_SET_PDEATHSIG)``); everywhere,
+    a daemon thread sees its parent's id change (it is adopted) and exits with ``PARENT_GONE``."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        except (OSError, AttributeError):  # no libc to call: the thread below suffices
+            pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(POLL_SECONDS)
+        os._exit(PARENT_GONE)
+
+    if os.getppid() != parent:  # it died before we could watch it
+        os._exit(PARENT_GONE)
+    threading.Thread(target=watch, name="zones-watch-parent", daemon=True).start()
+
+
 def _worker(argv: list[str]) -> None:
-    """Runs in this process, one after the other (``python -m zones.series.pool DEVICE keep|-
-    CONFIG...``, each config as JSON); after each it prints the work it counted, in reference
-    forwards (``WORK_LINE`` and the number)."""
-    device, keep = argv[0], argv[1] == "keep"
-    for fields in argv[2:]:
+    """Runs in this process, one after the other (``python -c WORKER_CODE PARENT_PID DEVICE
+    keep|- CONFIG...``, each config as JSON), while its parent lives (:func:`watch_parent`);
+    after each it prints the work it counted, in reference forwards (``WORK_LINE`` and the
+    number)."""
+    watch_parent(int(argv[0]))
+    device, keep = argv[1], argv[2] == "keep"
+    for fields in argv[3:]:
         restart()
         train_model(TrainConfig(**json.loads(fields)), device=device, progress=False, keep_checkpoints=keep)
         print(f"{WORK_LINE}{work_done()!r}", flush=True)
 
 
-if __name__ == "__main__":
-    _worker(sys.argv[1:])
+if __name__ == "__main__":  # python -m zones.series.pool DEVICE keep|- CONFIG...: started by hand
+    _worker([str(os.getppid()), *sys.argv[1:]])
