@@ -1113,7 +1113,8 @@ def _random_windows_budget(max_tokens: int):
     return make_windows(np.random.default_rng(0).integers(0, 256, size=4000), 16, "eval", max_tokens=max_tokens)
 
 
-@pytest.mark.parametrize("jobs, field", [([dict(job="a", chapter="c", label="l")], "field status of jobs[0] is missing"),
+@pytest.mark.parametrize("jobs, field", [([dict(job="a", chapter="c", label="l")],
+                                          "field status of jobs[0] is missing"),
                                          (5, "field jobs is not a list"),
                                          ([dict(job="a", chapter="c", label="l", status="done", seconds="x")],
                                           "field seconds of jobs[0]")])

@@ -213,9 +213,10 @@ def check_local_models(models: Sequence[str]) -> None:
     one of them, in one line)."""
     missing = [m for m in models if looks_local(m) and not os.path.exists(os.path.expanduser(m))]
     if missing:
-        raise StudyError(f"--models names {'paths' if len(missing) > 1 else 'a path'} that {'do' if len(missing) > 1 else 'does'} "
-                         f"not exist: {', '.join(missing)}; fix {'them' if len(missing) > 1 else 'it'} "
-                         f"(a local model directory or .gguf file) or leave {'them' if len(missing) > 1 else 'it'} out")
+        many = len(missing) > 1
+        raise StudyError(f"--models names {'paths' if many else 'a path'} that {'do' if many else 'does'} not exist: "
+                         f"{', '.join(missing)}; fix {'them' if many else 'it'} (a local model directory or .gguf "
+                         f"file) or leave {'them' if many else 'it'} out")
 
 
 def _train_configs(params: dict[str, Any]) -> list:

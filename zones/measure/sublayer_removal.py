@@ -25,7 +25,6 @@ import contextlib
 import weakref
 from typing import Iterable, Iterator
 
-import numpy as np
 import pandas as pd
 import torch
 from torch import nn
