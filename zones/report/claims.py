@@ -679,8 +679,7 @@ def _badge(verdict: str) -> str:
 def summary_markdown(scores: pd.DataFrame, link_prefix: str = "chapters/", tables: Tables | None = None) -> str:
     """The front page's verdict list (MyST Markdown): the paper's claims, then the book's own
     claims beyond the paper, one line per claim with a badge for its outcome, the verdict per
-    model, what the verdict alone does not say (the rows' notes) and a link to the chapter that
-    measured it (``{doc}`` links relative to the including page: ``link_prefix`` + chapter)."""
+    model and a link to the chapter that measured it (the notes are the scorecard's) (``{doc}`` links relative to the including page: ``link_prefix`` + chapter)."""
     outcomes = claim_outcomes(scores)
 
     def lines(source: str) -> list[str]:
@@ -690,8 +689,8 @@ def summary_markdown(scores: pd.DataFrame, link_prefix: str = "chapters/", table
             # link only a chapter that ran: a book built without it has no such page to link
             where = f"{{doc}}`{r.chapter} <{link_prefix}{r.chapter}>`" if measured else f"the {r.chapter} chapter"
             detail = r.verdicts if r.outcome == "mixed" else f"on {r.models}" if measured else "no chapter ran"
-            note = "" if not r.notes else f"; but {r.notes}" if r.outcome in (HOLDS, "mixed") else f"; {r.notes}"
-            found.append(f"- {_badge(r.outcome)} **{r.claim}**: {detail}{note} ({where})")
+            # one line a claim: the figures, intervals and notes are the scorecard's
+            found.append(f"- {_badge(r.outcome)} **{r.claim}**: {detail} ({where})")
         return found
 
     def verb(n: int, one: str, many: str) -> str:   # "1 holds", "2 hold"
@@ -764,7 +763,10 @@ def _one_number(scores: pd.DataFrame, claim: str) -> str:
     if rows.empty:
         return ""
     r = rows.iloc[0]
-    return f" ({str(r['model']).split(' (vs ')[0]}: {str(r['interval']).split(' (')[0]})"   # no nested brackets
+    figure = str(r["interval"]).split(" (")[0]   # no brackets within brackets
+    if not any(c.isdigit() for c in figure):   # an interval named, not given: our figure's first clause says it
+        figure = str(r["ours"]).split("; ")[0].split(" (")[0]
+    return f" ({str(r['model']).split(' (vs ')[0]}: {figure})"
 
 
 def _pruning_sentence(tables: Tables) -> str:
