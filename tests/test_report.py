@@ -743,13 +743,13 @@ def test_the_front_page_states_scale_what_fails_and_what_the_pruning_gain_is_mad
               "pruning": {"share": share, "pairwise": pairwise, "summary": {}}}
     found = claims.findings(scores, tables)
     assert_front_page_limits(found)
-    assert "SmolLM2-135M (135 M parameters, Q4_1 weights)" in found and "2 runs trained here" in found
+    assert "SmolLM2-135M (135 M parameters, Q4_1 weights)" in found and "2 runs trained here (0.53–3.43 M" in found
     assert "the paper's models have 30–285 M parameters" in found
     assert "1 does not: α rises with depth (SmolLM2-135M: fitted rise +0.014" in found
     # the α-free rule with the largest share, and every strategy (not a recipe ablation) ahead of zone-aware
-    assert "protect_spread, a rule without α, reaches 0.982 [0.962, 1.00" in found
+    assert "protect_spread, without α, reaches 0.982 [0.962, 1.00" in found
     assert "greedy, block_influence and ablation_rank beat zone-aware" in found and "one_zone" not in found
-    assert "1 is not comparable: Last-N's pruned model collapses" in found
+    assert "1 is not comparable: pruned Last-N is worse than a uniform guess" in found
     assert "1 is undecided or differs between models (few training runs; toy scale)" in found
     assert "+0.046])" in found and "(minimum effect" not in found   # the one number, no brackets within brackets
 
@@ -953,3 +953,11 @@ def test_a_share_of_a_gain_that_may_be_zero_is_no_number():
     table = pruning.share_table(shares)
     assert table["share"].tolist() == ["0.50 [0.30, 0.70]", "no number"]
     assert pruning.share_text(shares.iloc[:0]).startswith("The share of zone-aware's advantage was not computed")
+
+
+def test_a_front_page_sentence_too_long_loses_its_asides_not_its_verdict():
+    long = ("4 are undecided or differ between models (few blocks, few eval tokens, few training runs, undefined "
+            "statistics; toy scale); 2 are not comparable: pruned Last-N is worse than a uniform guess (Δloss 16 nats).")
+    cut = claims._fit(long)
+    assert len(cut.split()) <= claims.FRONT_LIMITS["sentence_words"]
+    assert cut.startswith("4 are undecided or differ between models;") and "not comparable" in cut

@@ -750,23 +750,28 @@ def _scale_sentence(tables: Tables) -> str:
     if series is not None and not series.empty:
         sizes, tokens = series["parameters"].astype(float), series["tokens_seen"].astype(float)
         span = lambda v: _millions(v.min()) if v.min() == v.max() else f"{v.min() / 1e6:.2g}–{_millions(v.max())}"
-        trained = (f"{len(series)} run{'s' if len(series) != 1 else ''} trained here ({span(sizes)} parameters, "
-                   f"{span(tokens)} tokens)")
+        trained = f"{len(series)} run{'s' if len(series) != 1 else ''} trained here ({span(sizes)}, {span(tokens)} tokens)"
     models = " and ".join(m for m in (first, trained) if m) or "no model"
     dtype = ablation.get("dtype", _summary(tables, "pruning").get("dtype", "float32"))
-    return f"Scale: {models}, scored in {dtype}; the paper's models have {PAPER_SIZES} parameters."
+    return f"Scale: {models}, in {dtype}; the paper's models have {PAPER_SIZES} parameters."
 
 
 def _one_number(scores: pd.DataFrame, claim: str) -> str:
-    """The figure of a claim's first row that decided it (the model and its interval)."""
-    rows = scores[(scores["claim"] == claim) & (scores["verdict"] == FAILS)]
-    if rows.empty:
-        return ""
-    r = rows.iloc[0]
-    figure = str(r["interval"]).split(" (")[0]   # no brackets within brackets
-    if not any(c.isdigit() for c in figure):   # an interval named, not given: our figure's first clause says it
-        figure = str(r["ours"]).split("; ")[0].split(" (")[0]
-    return f" ({str(r['model']).split(' (vs ')[0]}: {figure})"
+    """The interval of a claim's first failing row that gives one ("" when none does), with its model."""
+    for r in scores[(scores["claim"] == claim) & (scores["verdict"] == FAILS)].itertuples():
+        figure = str(r.interval).split(" (")[0]   # no brackets within brackets
+        if "[" in figure and any(c.isdigit() for c in figure):
+            return f" ({str(r.model).split(' (vs ')[0]}: {figure})"
+    return ""
+
+
+def _fit(sentence: str, words: int = FRONT_LIMITS["sentence_words"]) -> str:
+    """A sentence cut to ``words``: its bracketed asides dropped, last first, until it fits."""
+    while len(sentence.split()) > words and " (" in sentence:
+        start = sentence.rindex(" (")
+        end = sentence.find(")", start)
+        sentence = sentence[:start] + sentence[end + 1:] if end > 0 else sentence[:start]
+    return sentence
 
 
 def _pruning_sentence(tables: Tables) -> str:
@@ -782,7 +787,7 @@ def _pruning_sentence(tables: Tables) -> str:
     at = valid[valid["k"] == valid["k"].max()]
     top = at.loc[at["share"].idxmax()]
     k = int(top["k"])
-    said = (f"Pruning at k = {k}: {top['baseline']}, a rule without α, reaches "
+    said = (f"Pruning at k = {k}: {top['baseline']}, without α, reaches "
             f"{fmt_interval(top['share'], top['share_low'], top['share_high'])} of zone-aware's gain over Last-N")
     ahead = _ahead_of_ours(tables, k)
     if ahead:
@@ -818,8 +823,8 @@ def _undecided_sentence(scores: pd.DataFrame, outcomes: pd.DataFrame) -> str:
                      f"between models"
                      + (f" ({', '.join(found)}; toy scale)" if found else ""))
     if not apart.empty:
-        parts.append(f"{len(apart)} {'is' if len(apart) == 1 else 'are'} not comparable: Last-N's pruned model "
-                     f"collapses below a uniform guess")
+        parts.append(f"{len(apart)} {'is' if len(apart) == 1 else 'are'} not comparable: pruned Last-N is worse "
+                     f"than a uniform guess")
     return _capital("; ".join(parts)) + "."
 
 
@@ -838,13 +843,12 @@ def findings(scores: pd.DataFrame, tables: Tables) -> str:
     sentences = [_scale_sentence(tables),
                  f"Of the paper's {len(paper)} claims, {len(held)} {'holds' if len(held) == 1 else 'hold'}"
                  + (f": {_listed_or_none(held)}." if held else ".")]
-    if failed:
-        shown = [_short(c) + _one_number(scores, c) for c in failed[:2]]
-        more = f", and {len(failed) - 2} more" if len(failed) > 2 else ""
-        sentences.append(f"{len(failed)} {'does' if len(failed) == 1 else 'do'} not: "
-                         f"{_listed_or_none(shown)}{more}.")
+    if failed:   # every failed claim by name, the number that shows it for the first that has one
+        numbered = next((c for c in failed if _one_number(scores, c)), None)
+        names = [_short(c) + (_one_number(scores, c) if c == numbered else "") for c in failed]
+        sentences.append(f"{len(failed)} {'does' if len(failed) == 1 else 'do'} not: {_listed_or_none(names)}.")
     sentences += [s for s in (_pruning_sentence(tables), _undecided_sentence(scores, paper)) if s]
-    return " ".join(sentences[:FRONT_LIMITS["sentences"]])
+    return " ".join(_fit(s) for s in sentences[:FRONT_LIMITS["sentences"]])
 
 
 def _standalone(claim: str) -> str:
