@@ -483,7 +483,7 @@ def test_scorecard_page_scores_the_tables_the_chapters_wrote(tiny_model_dir, tmp
     assert front.count("\n- ") == len(claims.REGISTRY) and "zones-badge" in front and "{doc}`pruning" in front
     # ... led by what was found, read from the same tables: the model, the precision, the claims that hold
     found = front.split("\n\n")[0]
-    assert found.startswith("**What was found.** Scale: tiny") and "scored in float32" in found
+    assert found.startswith("**What was found.** Scale: tiny") and "in float32" in found
     outcomes = pd.read_csv(results / "claims" / "outcomes.csv")
     held = outcomes[(outcomes["source"] == claims.PAPER_SOURCE) & (outcomes["outcome"] == claims.HOLDS)]
     assert f"claims, {len(held)} hold" in found and all(c in found for c in held["claim"])
@@ -701,7 +701,7 @@ def test_score_claims_reads_every_chapter_table(tmp_path):
     assert "1 is inconclusive" in front   # counts agree with their verb
     found = claims.findings(scores, tables)   # the front page's sentences
     assert_front_page_limits(found)
-    assert found.startswith("Scale: m, scored in float32;") and "Of the paper's 10 claims, 2 hold: α predicts importance" in found
+    assert found.startswith("Scale: m, in float32;") and "Of the paper's 10 claims, 2 hold: α predicts importance" in found
     assert "do not: " in found and "(trained depth 4: " in found      # what fails, with the number that shows it
     cards = claims.scorecard_html(scores)._repr_html_()
     assert cards.count("<tr>") == len(scores) + 1 and 'data-label="verdict"' in cards and "<caption>" in cards
