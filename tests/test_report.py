@@ -961,3 +961,16 @@ def test_a_front_page_sentence_too_long_loses_its_asides_not_its_verdict():
     cut = claims._fit(long)
     assert len(cut.split()) <= claims.FRONT_LIMITS["sentence_words"]
     assert cut.startswith("4 are undecided or differ between models;") and "not comparable" in cut
+
+
+def test_a_ratio_is_comparable_unless_an_arm_is_no_better_than_a_uniform_guess():
+    import math as m
+
+    v = 49_152   # SmolLM2's vocabulary: ln V = 10.8 nats
+    assert verdicts.collapsed_arms({"last_n": 3.5, "zone_aware": 3.1}, v) == ""          # both in the paper's regime
+    assert verdicts.collapsed_arms({"last_n": 17.4, "zone_aware": 5.7}, v).startswith("last_n collapses")
+    assert verdicts.collapsed_arms({"last_n": 17.4}, None) == ""                        # unknown vocabulary: no claim
+    apart = verdicts.score_ratio_magnitude(4e4, 4e5, ratio=1e5, collapsed="last_n collapses")
+    assert apart == verdicts.APART and "collapses" in apart.why
+    assert verdicts.score_ratio_magnitude(1.5, 3.0, ratio=2.0) == claims.HOLDS   # comparable arms: read as before
+    assert m.log(v) < 17.4

@@ -400,7 +400,7 @@ def collapsed_arms(losses: Mapping[str, float], vocab_size: int | None) -> str:
     uniform = math.log(float(vocab_size))
     gone = [f"{name} collapses (its loss {fmt_num(loss, 3)} nats ≥ ln V = {fmt_num(uniform, 3)})"
             for name, loss in losses.items() if finite(loss) and loss >= uniform]
-    return fmt_list(gone)
+    return fmt_list(gone) if gone else ""
 
 
 def strict_ratio_magnitude(low: float, high: float) -> str:
