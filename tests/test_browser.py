@@ -131,8 +131,18 @@ AUDIT = r"""() => {
   const plain = find(/(?<![\p{L}\p{N}_])\p{L}_[\p{L}\p{N}{(](?![\p{L}\p{N}])|[\p{L}\p{N})\]]\^[\p{L}\p{N}({−\-]/u);
 
   // tables: cells whose boxes overlap, or whose texts touch their neighbour's
-  const textBox = (cell) => { const range = document.createRange(); range.selectNodeContents(cell);
-      const r = range.getBoundingClientRect(); return r.width > 0 && r.height > 0 ? r : null; };
+  // the box of a cell's visible text: a closed <details>' body is laid out but not shown, and a range over the
+  // whole cell would count it (the scorecard's collapsed details)
+  const textBox = (cell) => { let top = Infinity, left = Infinity, bottom = -Infinity, right = -Infinity;
+      const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+      for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+        const hidden = n.parentElement.closest('details:not([open])');
+        if (hidden && !n.parentElement.closest('summary')) continue;
+        const range = document.createRange(); range.selectNodeContents(n);
+        for (const q of range.getClientRects()) { if (q.width <= 0 || q.height <= 0) continue;
+          top = Math.min(top, q.top); left = Math.min(left, q.left); bottom = Math.max(bottom, q.bottom);
+          right = Math.max(right, q.right); } }
+      return bottom > top ? {top, left, bottom, right} : null; };
   const tables = [];
   for (const table of article.querySelectorAll('table')) {
     if (hidden(table)) continue;
