@@ -291,8 +291,15 @@ def check_saved_version(saved: str | None, config_file) -> None:
 
 def is_pickle_refusal(err: BaseException) -> bool:
     """torch refused to unpickle a file with ``weights_only=True`` (its message goes on to advise
-    turning ``weights_only`` off, which zones never passes on)."""
-    return type(err).__name__ == "UnpicklingError" or "Weights only load failed" in str(err)
+    turning ``weights_only`` off, which zones never passes on), here or in the errors that caused
+    this one (transformers 4.57 wraps it in an OSError about TF 2.0 checkpoints)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if type(err).__name__ == "UnpicklingError" or "Weights only load failed" in str(err):
+            return True
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return False
 
 
 def pickle_refused(where) -> str:
