@@ -15,7 +15,7 @@ import pandas as pd
 from scipy.stats import rankdata
 
 from zones.analysis.importance import Correlation, _corr_rows, spearman, spearman_rho, window_noise
-from zones.measure.bootstrap import LEVEL, N_PERMUTATIONS, N_RESAMPLES, expanded_level
+from zones.measure.bootstrap import LEVEL, N_PERMUTATIONS, N_RESAMPLES, percentile_tails
 
 RHO_RUN_COLUMNS = ["depth", "seed", "model", "n_blocks", "rho", "ci_low", "ci_high", "half_width", "p_value"]
 POOLED_COLUMNS = ["depth", "n_runs", "n_blocks", "rho", "ci_low", "ci_high", "half_width", "p_value"]
@@ -69,8 +69,8 @@ def clustered_spearman(part: pd.DataFrame, *, n_resamples: int = N_RESAMPLES, n_
     draws = [np.concatenate([members[i] for i in rng.integers(0, len(members), len(members))])
              for _ in range(n_resamples)]
     boots = _resampled_rho(a, d, draws)
-    tail = (1 - expanded_level(LEVEL, len(members))) / 2 * 100   # few positions: read wider, as everywhere
-    low, high = (np.nanpercentile(boots, [tail, 100 - tail]) if np.isfinite(boots).sum() >= n_resamples // 2
+    tails = percentile_tails(LEVEL, len(members))   # few positions: read wider, as everywhere
+    low, high = (np.nanpercentile(boots, tails) if np.isfinite(boots).sum() >= n_resamples // 2
                  else (nan, nan))
     perm = np.tile(np.arange(n), (n_permutations, 1))
     depth, layer, model = (part[c].to_numpy() for c in ("depth", "layer", "model"))

@@ -54,7 +54,7 @@ from scipy.stats import rankdata
 from zones.analysis.profile import quadratic, std_ratio
 from zones.analysis.unit_intervals import slope_interval
 from zones.core.checks import check_float, check_int
-from zones.measure.bootstrap import LEVEL, expanded_level
+from zones.measure.bootstrap import LEVEL, percentile_tails
 
 N_DRAWS = 200          # simulated data sets per cell: a share's standard error is at most 0.035
 SIMULATED_RESAMPLES = 400      # bootstrap resamples per simulated interval
@@ -135,9 +135,8 @@ def _percentiles(boot: np.ndarray, n: int | None) -> tuple[np.ndarray, np.ndarra
     """The 95% percentile interval of ``n`` resampled units along the last axis, read at the level
     the chapters read it (``zones.measure.bootstrap.expanded_level``; ``n=None``: at 95% itself, as
     the stratified intervals of the wave are), NaN resamples left out."""
-    tail = (1 - (LEVEL if n is None else expanded_level(LEVEL, n))) / 2 * 100
     with np.errstate(invalid="ignore"):
-        low, high = np.nanpercentile(boot, [tail, 100 - tail], axis=-1)
+        low, high = np.nanpercentile(boot, percentile_tails(LEVEL, n), axis=-1)
     return low, high
 
 

@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 import numpy as np
 from scipy import stats
 
-from zones.measure.bootstrap import LEVEL, N_RESAMPLES, expanded_level, paired_bootstrap
+from zones.measure.bootstrap import LEVEL, N_RESAMPLES, paired_bootstrap, percentile_tails
 
 NAN = float("nan")
 
@@ -221,6 +221,5 @@ def unit_window_bootstrap(columns: Sequence[np.ndarray], statistic: Callable[...
             boot.append(statistic(*(np.take_along_axis(v, blocks, -1) for v in values), axis=-1))
     boot = np.concatenate(boot)
     defined = np.isfinite(boot)
-    tail = (1 - expanded_level(level, n)) / 2 * 100   # few blocks: read wider, as a t interval is
-    low, high = np.percentile(np.where(defined, boot, 0.0), [tail, 100 - tail])
+    low, high = np.percentile(np.where(defined, boot, 0.0), percentile_tails(level, n))   # few blocks: wider
     return UnitInterval(estimate, float(low), float(high), float(1 - defined.mean()))

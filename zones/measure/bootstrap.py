@@ -84,6 +84,13 @@ def expanded_level(level: float, n: int) -> float:
     return float(2 * scipy.stats.norm.cdf(q) - 1)
 
 
+def percentile_tails(level: float, n: int | None) -> tuple[float, float]:
+    """The two percentiles (0–100) a ``level`` interval over ``n`` resampled units is read at:
+    :func:`expanded_level` of ``n``, or ``level`` itself when ``n`` is None."""
+    tail = (1 - (level if n is None else expanded_level(level, n))) / 2 * 100
+    return tail, 100 - tail
+
+
 def seeded(function: Callable[..., Any], *args: Any, seed: int, **kwargs: Any) -> Any:
     """Call a ``scipy.stats`` resampling function (``bootstrap``, ``permutation_test``, ...) with
     the generator ``numpy.random.default_rng(seed)``, passed as ``rng`` (scipy >= 1.15) or as
