@@ -23,9 +23,20 @@ import time
 import torch
 
 from zones.core.hardware import cpu_capability, native_bf16
+from zones.series.loop import _autocast
 from zones.series import build_model, flops_per_token, make_optimizer, parameter_count, profile_config
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def _value(text: str):
+    """A --set value: an int, a float, or the text itself (precision=bf16)."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def matmul_gflops(n: int = 2048, repeats: int = 5, clock: str = "wall") -> float:
@@ -40,9 +51,12 @@ def matmul_gflops(n: int = 2048, repeats: int = 5, clock: str = "wall") -> float
     return 2 * n ** 3 / best / 1e9
 
 
-def train_step(model, optimizer, batch) -> None:
-    """One optimizer step as the training loop takes it: forward, backward, clip, AdamW."""
-    model(input_ids=batch, labels=batch).loss.backward()
+def train_step(model, optimizer, batch, precision: str = "fp32") -> None:
+    """One optimizer step as the training loop takes it: forward (bf16 autocast for ``precision``
+    ``"bf16"``, as ``zones.series.loop``), backward, clip, AdamW."""
+    with _autocast(torch.device("cpu"), precision):
+        loss = model(input_ids=batch, labels=batch).loss
+    loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -57,7 +71,7 @@ def step_seconds(config, steps: int, fused: bool, clock: str = "wall") -> float:
     times = []
     for i in range(steps + 2):
         start = CLOCKS[clock]()
-        train_step(model, optimizer, batch)
+        train_step(model, optimizer, batch, config.precision)
         if i >= 2:  # the first two steps allocate
             times.append(CLOCKS[clock]() - start)
     return min(times)  # the least disturbed step: other processes share these cores
@@ -106,7 +120,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    overrides = {k: (float(v) if "." in v else int(v)) for k, v in (s.split("=", 1) for s in args.set)}
+    overrides = {k: _value(v) for k, v in (s.split("=", 1) for s in args.set)}
     print(f"CPU capability {cpu_capability()}, native bf16: {native_bf16('cpu')}, torch threads "
           f"{torch.get_num_threads()}, torch {torch.__version__}")
     before = matmul_gflops(clock=args.clock)

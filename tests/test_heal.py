@@ -117,6 +117,38 @@ def test_the_one_bridge_pulls_the_last_hidden_state_towards_the_full_models(one_
     assert error(result.model) < error(pruned_copy(model, removed).eval())
 
 
+def test_the_held_out_loss_shows_a_bridge_that_fits_its_own_tokens(one_thread):
+    """A d×d bridge fitted on one window learns that window: its loss there falls while the loss
+    on calibration windows it never saw rises; the result says so (a bug the referee found: the
+    bridge's fit was scored on its own tokens only)."""
+    windows = calibration(n=12)
+    model = trained_tiny("llama", windows.take(0, 6), n_layers=5)
+    fit, held_out = windows.take(0, 1), windows.take(6)
+    assert fit.fingerprint not in (windows.fingerprint, held_out.fingerprint)
+    few = heal(model, [1, 3], fit, method="bridge", tokens=23, progress=False, cache=False, held_out=held_out,
+               ridge=1e-6)
+    direct = evaluate_loss(pruned_copy(model, [1, 3]), held_out, 4).loss
+    assert few.held_out_before == pytest.approx(direct, abs=1e-5)
+    assert few.held_out_after == pytest.approx(evaluate_loss(few.model, held_out, 4).loss, abs=1e-5)
+    assert few.calibration_after < few.calibration_before   # on its own tokens it looks like a repair
+    assert few.held_out_rise > 0 and any("raised the held-out calibration loss" in n for n in few.notes)
+    enough = heal(model, [1, 3], windows.take(0, 6), method="bridge", tokens=6 * 23, progress=False, cache=False,
+                  held_out=held_out, ridge=1e-6)
+    assert enough.held_out_rise < 0 and not any("held-out" in n for n in enough.notes)   # six windows: a repair
+    assert few.record()["held_out_loss_after"] == few.held_out_after
+    with pytest.raises(HealError, match="shares 1 of its"):
+        heal(model, [1, 3], fit, method="bridge", tokens=23, progress=False, cache=False, held_out=windows.take(0, 1))
+    plain = heal(model, [1, 3], fit, method="bridge", tokens=23, progress=False, cache=False)
+    assert np.isnan(plain.held_out_before) and np.isnan(plain.held_out_rise)
+
+
+def test_the_held_out_note_names_a_rise_only():
+    from zones.pruning.heal import held_out_note
+
+    assert held_out_note(4.46, 4.43, 2040) == []
+    assert "4.4600 -> 4.5300 nats on 2040 tokens" in held_out_note(4.46, 4.53, 2040)[0]
+
+
 def test_the_glossary_names_the_bridges_heal_knows():
     from zones.core.glossary import HEALING_BRIDGES, default
 
@@ -218,8 +250,8 @@ def test_healing_chapter_on_a_tiny_model(tiny_model_dir, tmp_path, one_thread):
     from zones.report import healing as chapter
 
     result = chapter.run(models=str(tiny_model_dir), seq_len=32, eval_tokens=6 * 31, calibration_tokens=2 * 31,
-                         heal_tokens=4 * 31, k_values=[1, 2], seeds=2, methods=["bridge"], batch_size=4,
-                         out_dir=str(tmp_path / "healing"), progress=False)
+                         heal_tokens=4 * 31, heal_holdout_tokens=3 * 31, k_values=[1, 2], seeds=2,
+                         methods=["bridge"], batch_size=4, out_dir=str(tmp_path / "healing"), progress=False)
     delta, comparison = result["delta"], result["comparison"]
     assert set(delta["stage"]) == {"pruned", "bridge"} and set(delta["k"]) == {1, 2}
     healing = result["healing"]
@@ -243,6 +275,10 @@ def test_healing_chapter_on_a_tiny_model(tiny_model_dir, tmp_path, one_thread):
     assert healed.rows({}) == []
     assert (tmp_path / "healing" / "summary.json").exists()
     assert result.numbers["verdict_text"].startswith("after bridge healing, d at every k (k = 1: ")
+    # every healed model scored on calibration windows no healing saw, before and after
+    assert healing[["held_out_before", "held_out_after"]].notna().all().all()
+    assert result.numbers["held_out_tokens"] == 3 * 31
+    assert "held-out calibration tokens" in result.numbers["held_out_text"]
 
 
 def test_healings_passes_are_counted_from_the_shapes(monkeypatch, one_thread):

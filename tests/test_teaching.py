@@ -78,18 +78,21 @@ def test_without_a_class_build_the_page_shows_the_last_builds_measured_times(tmp
 
 
 def test_a_chapter_without_a_time_says_why_and_the_columns_name_the_budget(tmp_path, monkeypatch):
-    from zones.book import RUN_LAST, _store_timing
+    from zones.book import _store_timing, chapters, execution_order
     from zones.report import teaching
 
-    assert set(teaching.RUN_AFTER_PAGE) == set(RUN_LAST)   # the chapters zones.book runs after this page
+    assert execution_order(chapters(ROOT))[-1] == teaching.PAGE   # every other chapter is timed when it runs
     monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "cache"))
     _store_timing({"models": ["tiny-for-teaching"]}, "primer", 60.0)
     result = teaching.run(timed_budget="class", chapters=["primer", "claims", "across_models", "teaching", "pruning"],
                           out_dir=str(tmp_path / "out"))
     notes = dict(zip(result["times"]["chapter"], result["times"]["note"]))
     assert notes["primer"] == "" and notes["teaching"].startswith("this page")
-    assert notes["claims"].startswith("runs after this page") and notes["across_models"] == notes["claims"]
+    assert notes["claims"].startswith("not measured") and notes["across_models"] == notes["claims"]
     assert notes["pruning"].startswith("not measured")
+    _store_timing({"models": ["tiny-for-teaching"]}, "teaching", 2.0)   # an earlier build timed this page
+    again = teaching.run(timed_budget="class", chapters=["primer", "teaching"], out_dir=str(tmp_path / "out"))
+    assert again["times"]["seconds"].tolist() == [60.0, 2.0] and set(again["times"]["note"]) == {""}
     shown = result["times_shown"]   # a cpu build's times under a page that asked for class: labelled cpu
     assert "seconds (cpu budget)" in shown.columns and "seconds" not in shown.columns
 

@@ -12,7 +12,8 @@ silently), and every value is checked against its type in ``zones.core.glossary`
 (``zones.core.glossary.preset``), under the parameters given explicitly; a ``class`` build says so
 at the top of every page. ``run_notebook`` is the one way the project executes a chapter (the
 book, the tests); ``lab_folder`` writes the chapters with a budget's values for JupyterLab.
-Chapters that read the others' tables or cache (``RUN_LAST``: across_models, then the claims scorecard) execute after them,
+Chapters that read the others' tables or cache (``RUN_LAST``: across_models, the claims scorecard, then the teachers'
+page, which reads every chapter's time) execute after them,
 wherever ``_toc.yml`` places them.
 
 The terminal shows one progress bar over the chapters, with the time elapsed and an
@@ -81,7 +82,9 @@ from zones.core.progress import PROGRESS_ENV, RUNNING_CAP, clock, quiet_nested_b
 from zones.figures import BOOK_MODE_ENV, write_vega_bundle
 from zones.kernel import ChapterKernel
 
-RUN_LAST = ("across_models", "claims")  # chapters that read what the other chapters wrote (tables, cache)
+# chapters that read what the other chapters wrote: tables and cache (across_models, the claims scorecard),
+# then the teachers' page, which reads every chapter's time in the build record (its own from an earlier build)
+RUN_LAST = ("across_models", "claims", "teaching")
 MATHJAX_PACKAGE = "django-static-mathjax"
 MATHJAX_FILE = "tex-svg-full.js"  # TeX input, SVG output, every extension: no fonts or extensions to fetch
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -147,7 +150,7 @@ def chapters(root: Path) -> list[str]:
 
 def execution_order(names: list[str]) -> list[str]:
     """``names`` in table-of-contents order, but the ``RUN_LAST`` chapters after all others, in
-    ``RUN_LAST``'s order (the scorecard last)."""
+    ``RUN_LAST``'s order (the teachers' page last)."""
     return [n for n in names if n not in RUN_LAST] + [n for n in RUN_LAST if n in names]
 
 

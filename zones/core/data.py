@@ -83,6 +83,14 @@ class Windows:
     def n_scored_tokens(self) -> int:
         return self.n_windows * (self.seq_len - 1)
 
+    def take(self, start: int, stop: int | None = None) -> "Windows":
+        """Windows ``start:stop`` of these, with a fingerprint of their own (so that a part and the
+        whole are never taken for the same windows by a cache); a window appears in one part only."""
+        ids = self.input_ids[start:stop]
+        if len(ids) == 0:
+            raise ValueError(f"windows {start}:{stop} of {self.n_windows} {self.split!r} windows are empty")
+        return Windows(ids, self.corpus, self.split, _fingerprint(self.fingerprint, f"{start}:{stop}"))
+
 
 def _fingerprint(*parts: str) -> str:
     digest = hashlib.sha256()

@@ -65,7 +65,7 @@ from zones.core.checks import check_choice, check_float, check_int
 from zones.core.data import Windows
 from zones.core.glossary import default
 from zones.core.progress import count_module, count_training
-from zones.measure.scoring import evaluate_loss
+from zones.measure.scoring import evaluate_loss, evaluate_removals
 from zones.measure.store import VERSION as LOSSES_VERSION  # the scored losses' arithmetic: part of every key
 from zones.measure.store import chunk_digest
 from zones.measure.subject import Subject, as_subject
@@ -106,6 +106,8 @@ class HealResult:
     ``loss`` (mean calibration loss, nats: the training batch's for LoRA steps; the whole
     calibration set for step 0 and the last row). ``parameters``: the repair's trainable
     parameters, its capacity (LoRA's adapter weights; d² per bridge fitted, kept or dropped).
+    ``held_out_before``/``held_out_after``: the mean loss on calibration windows the healing never
+    saw (``heal(held_out=...)``), before and after; NaN when none were given.
     """
 
     model: nn.Module
@@ -120,6 +122,14 @@ class HealResult:
     notes: list[str] = field(default_factory=list)
     from_cache: bool = False
     parameters: int = 0
+    held_out_before: float = float("nan")
+    held_out_after: float = float("nan")
+
+    @property
+    def held_out_rise(self) -> float:
+        """The held-out calibration loss after healing minus before (nats; NaN without held-out
+        windows): above 0, the repair fitted its own calibration tokens rather than the text."""
+        return self.held_out_after - self.held_out_before
 
     def record(self) -> dict:
         """The ``healing`` entry of the exported provenance: what was used (``tokens``: the
@@ -127,6 +137,7 @@ class HealResult:
         return dict(method=self.method, tokens=self.tokens, tokens_budget=self.key["tokens"], seed=self.seed,
                     calibration=self.key["windows"], calibration_windows=self.key["n_windows"],
                     calibration_loss_before=self.calibration_before, calibration_loss_after=self.calibration_after,
+                    held_out_loss_before=self.held_out_before, held_out_loss_after=self.held_out_after,
                     notes=self.notes, parameters=self.parameters,
                     **{k: self.key[k] for k in ("lr", "rank", "ridge", "bridges") if k in self.key})
 
@@ -164,13 +175,32 @@ def check_options(*, method: str = "lora", tokens=DEFAULT_TOKENS, lr=DEFAULT_LR,
         raise HealError(str(err)) from None
 
 
-def _check(method: str, tokens, calibration: Windows, heal_batch_size, **options) -> None:
+def _check(method: str, tokens, calibration: Windows, heal_batch_size, held_out: Windows | None = None,
+           **options) -> None:
     check_options(method=method, tokens=tokens, heal_batch_size=heal_batch_size, **options)
-    if not isinstance(calibration, Windows):
-        raise TypeError(f"calibration must be zones.core.data.Windows, not {type(calibration).__name__}")
-    if calibration.split != "calibration":
-        raise HealError(f"healing reads the calibration split only, not {calibration.split!r} windows "
-                        f"(the eval windows must stay unseen); pass corpus_windows(..., split='calibration')")
+    for name, windows in (("calibration", calibration), ("held_out", held_out)):
+        if windows is None and name == "held_out":
+            continue
+        if not isinstance(windows, Windows):
+            raise TypeError(f"{name} must be zones.core.data.Windows, not {type(windows).__name__}")
+        if windows.split != "calibration":
+            raise HealError(f"healing reads the calibration split only, not {windows.split!r} windows as {name} "
+                            f"(the eval windows must stay unseen); pass corpus_windows(..., split='calibration')")
+    if held_out is not None:
+        seen = {tuple(row) for row in calibration.input_ids.tolist()}
+        shared = sum(tuple(row) in seen for row in held_out.input_ids.tolist())
+        if shared or held_out.seq_len != calibration.seq_len:
+            raise HealError(f"held_out shares {shared} of its {held_out.n_windows} windows with the calibration "
+                            f"windows healing fits on (or another seq_len); hold out other windows, e.g. "
+                            f"windows.take(n_heal) beside windows.take(0, n_heal)")
+
+
+def held_out_note(before: float, after: float, n_tokens: int) -> list[str]:
+    """The note a healing run carries when it raised the loss on calibration tokens it never saw."""
+    if not after > before:
+        return []
+    return [f"the repair raised the held-out calibration loss ({before:.4f} -> {after:.4f} nats on {n_tokens} "
+            f"tokens it never saw): it fitted its own calibration tokens; heal on more tokens"]
 
 
 def _to_bytes(obj) -> bytes:
@@ -443,7 +473,7 @@ def heal(model: nn.Module, removed: Sequence[int], calibration: Windows, *, meth
          tokens: int = DEFAULT_TOKENS, seed: int = 0, lr: float = DEFAULT_LR, rank: int = DEFAULT_RANK,
          ridge: float = DEFAULT_RIDGE, bridges: str = DEFAULT_BRIDGES, heal_batch_size: int = DEFAULT_HEAL_BATCH_SIZE,
          save_every: int = 25, cache: bool = True, refresh: bool = False, progress: bool = True,
-         fingerprint: str | None = None) -> HealResult:
+         fingerprint: str | None = None, held_out: Windows | None = None) -> HealResult:
     """Remove ``removed`` from a copy of ``model`` and heal it on ``calibration`` (module docstring).
 
     ``model`` itself is never changed. ``tokens`` is the budget: LoRA trains on that many
@@ -453,10 +483,31 @@ def heal(model: nn.Module, removed: Sequence[int], calibration: Windows, *, meth
     at its last block (the same capacity for every removal set), or ``"per_span"``, one per
     removed span (unequal capacity; module docstring). ``HealResult.tokens`` is the number used
     (:func:`tokens_used`), and a note says when it differs from the budget. ``refresh=True`` heals again, ignoring (and
-    replacing) the cached result and any LoRA checkpoint. Returns a :class:`HealResult` whose
-    ``model`` is a plain transformers model (adapters merged, bridges folded).
+    replacing) the cached result and any LoRA checkpoint. ``held_out``: calibration windows that
+    share none with ``calibration``, scored before and after healing (``HealResult.held_out_*``,
+    each from the per-window loss store when ``cache``); a note says when healing raised that
+    loss. Returns a :class:`HealResult` whose ``model`` is a plain transformers model (adapters
+    merged, bridges folded).
     """
-    _check(method, tokens, calibration, heal_batch_size, lr=lr, rank=rank, ridge=ridge, seed=seed, bridges=bridges)
+    _check(method, tokens, calibration, heal_batch_size, held_out, lr=lr, rank=rank, ridge=ridge, seed=seed,
+           bridges=bridges)
+    result = _heal(model, removed, calibration, method=method, tokens=tokens, seed=seed, lr=lr, rank=rank,
+                   ridge=ridge, bridges=bridges, heal_batch_size=heal_batch_size, save_every=save_every, cache=cache,
+                   refresh=refresh, progress=progress, fingerprint=fingerprint)
+    if held_out is not None:
+        full = as_subject(model, fingerprint=result.key["model"])
+        before = evaluate_removals(full, held_out, [result.removed], batch_size=heal_batch_size, progress=False,
+                                   cache=cache)[0].loss
+        after = evaluate_loss(result.model, held_out, heal_batch_size, cache=cache).loss
+        result.held_out_before, result.held_out_after = float(before), float(after)
+        result.notes += held_out_note(before, after, held_out.n_scored_tokens)
+    return result
+
+
+def _heal(model: nn.Module, removed: Sequence[int], calibration: Windows, *, method: str, tokens: int, seed: int,
+          lr: float, rank: int, ridge: float, bridges: str, heal_batch_size: int, save_every: int, cache: bool,
+          refresh: bool, progress: bool, fingerprint: str | None) -> HealResult:
+    """:func:`heal` on checked options, without the held-out scores."""
     removed = check_removed(model, removed)
     full = as_subject(model, fingerprint=fingerprint)   # the door: the source model, wrapped once
     full.check_fit(calibration)

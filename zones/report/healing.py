@@ -61,6 +61,7 @@ DEFAULT_SEEDS = default("seeds", context="healing")
 DEFAULT_METHODS = tuple(default("methods"))
 DEFAULT_EVAL_TOKENS = default("eval_tokens", context="healing")   # the eval set's first batch: the pruning chapter's sets there are read, not scored
 DEFAULT_HEAL_TOKENS = default("heal_tokens", context="healing")
+DEFAULT_HOLDOUT_TOKENS = default("heal_holdout_tokens", context="healing")
 DEFAULT_DTYPE = default("dtype")   # the scoring precision (benchmarks/bench_dtype.py decides whether "auto" may be)
 
 
@@ -129,6 +130,27 @@ def capacity_text(healing_log: pd.DataFrame, bridges: str, hidden_size: int, hea
     return "; ".join(parts) or "no healing ran"
 
 
+def held_out_text(healing_log: pd.DataFrame, holdout_tokens: int) -> str:
+    """Whether the repair fitted its own tokens, in words, from ``healing.csv`` (``method,
+    held_out_before, held_out_after`` per healed model): how many healed models' loss on the
+    calibration tokens no healing saw fell, and the largest change."""
+    parts = []
+    for method, rows in healing_log.groupby("method", sort=False):
+        rise = rows["held_out_after"] - rows["held_out_before"]
+        worst = rise.idxmax()
+        fell = int((rise < 0).sum())
+        change = f"{float(rise[worst]):+.3f} nats ({rows.loc[worst, 'held_out_before']:.3f} → " \
+                 f"{rows.loc[worst, 'held_out_after']:.3f})"
+        if fell == len(rows):
+            parts.append(f"{method}: the loss on {fmt_int(holdout_tokens)} held-out calibration tokens fell for all "
+                         f"{len(rows)} healed models (the smallest fall {change})")
+        else:
+            parts.append(f"{method}: the loss on {fmt_int(holdout_tokens)} held-out calibration tokens rose for "
+                         f"{len(rows) - fell} of the {len(rows)} healed models (the largest rise {change}): the "
+                         f"repair fitted its own calibration tokens, so heal on more")
+    return "; ".join(parts) or "no healing ran"
+
+
 def findings(delta: pd.DataFrame, gain: pd.DataFrame, comparison: pd.DataFrame, verdicts: pd.DataFrame,
              methods: Sequence[str], bridges: str = DEFAULT_BRIDGES) -> dict[str, Any]:
     """The numbers and sentences the page glues (with ``bridges="per_span"`` the verdict says
@@ -188,14 +210,15 @@ def damage_and_repair(delta: pd.DataFrame, gain: pd.DataFrame) -> tuple[pd.DataF
 
 def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
         eval_tokens: int = DEFAULT_EVAL_TOKENS, calibration_tokens: int = DEFAULT_CALIBRATION_TOKENS,
-        heal_tokens: int = DEFAULT_HEAL_TOKENS, k_values: Sequence[int] = DEFAULT_K, seeds: int = DEFAULT_SEEDS,
+        heal_tokens: int = DEFAULT_HEAL_TOKENS, heal_holdout_tokens: int = DEFAULT_HOLDOUT_TOKENS, k_values: Sequence[int] = DEFAULT_K, seeds: int = DEFAULT_SEEDS,
         strategies: Sequence[str] = DEFAULT_STRATEGIES, methods: Sequence[str] = DEFAULT_METHODS,
         batch_size: int = 8, lr: float = DEFAULT_LR, rank: int = DEFAULT_RANK, bridges: str = DEFAULT_BRIDGES,
         out_dir: str = "results/healing", *, dtype: str = DEFAULT_DTYPE, progress: bool | None = None) -> ChapterResult:
     """The chapter: plan, heal, score → ``arms.csv`` (strategy, seed, k, removed), ``window_losses.csv``
     (per stage, removal set and eval window), ``delta.csv``, ``gain.csv``, ``comparison.csv``
     (``zones.pruning.compare.healing_intervals``), ``verdict.csv`` (:func:`verdict_table`), ``healing.csv`` (the
-    calibration loss before and after each healing, and the repair's trainable parameters) and ``summary.json``.
+    calibration loss before and after each healing, on its own tokens and on ``heal_holdout_tokens`` held-out
+    calibration tokens it never saw, and the repair's trainable parameters) and ``summary.json``.
     ``bridges``: ``"one"`` (matched: one d×d bridge per pruned model) or ``"per_span"`` (unequal
     capacity; ``zones.pruning.heal``). ``models``: a list (or
     one model); this chapter shows the first in detail. ``dtype``: the scoring precision of the
@@ -219,7 +242,11 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
     text = load_corpus(corpus)
     eval_windows = corpus_windows(text, loaded.tokenizer, seq_len, "eval", eval_tokens)
     calibration = corpus_windows(text, loaded.tokenizer, seq_len, "calibration", calibration_tokens)
+    # the first windows heal; the next ones (nested: the same whatever the budget) are held out to check the repair
+    # (the heal windows are the task-accuracy chapter's and zones heal's: its healed models are reused)
     heal_windows = corpus_windows(text, loaded.tokenizer, seq_len, "calibration", heal_tokens)
+    held_out = corpus_windows(text, loaded.tokenizer, seq_len, "calibration",
+                              heal_windows.n_scored_tokens + heal_holdout_tokens).take(heal_windows.n_windows)
     ctx = PruningContext(subject, calibration, alpha=alpha_table(loaded.model), batch_size=batch_size,
                          progress=progress)
     arms = plan_arms(ctx, strategies, k_values, seeds)
@@ -236,12 +263,13 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
     for method in methods:
         for s in sets:
             healed = heal(loaded.model, as_list(s), heal_windows, method=method, tokens=heal_tokens, lr=lr, rank=rank,
-                          bridges=bridges, progress=progress, fingerprint=loaded.fingerprint)
+                          bridges=bridges, progress=progress, fingerprint=loaded.fingerprint, held_out=held_out)
             result = evaluate_loss(healed.model, eval_windows, batch_size, dtype=subject.dtype, cache=True)
             long += [dict(stage=method, removed=s, window=w, nll=float(v), n_tokens=n_tok)
                      for w, v in enumerate(result.window_nll)]
             healing_log.append(dict(method=method, removed=s, calibration_before=healed.calibration_before,
-                                    calibration_after=healed.calibration_after, parameters=healed.parameters,
+                                    calibration_after=healed.calibration_after, held_out_before=healed.held_out_before,
+                                    held_out_after=healed.held_out_after, parameters=healed.parameters,
                                     notes="; ".join(healed.notes)))
             del healed
     window_losses = pd.DataFrame(long)
@@ -252,6 +280,9 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
     numbers = dict(findings(found["delta"], found["gain"], found["comparison"], verdicts, methods, bridges),
                    capacity_text=capacity_text(pd.DataFrame(healing_log), bridges, hidden_size,
                                                heal_windows.n_scored_tokens, rank),
+                   held_out_text=held_out_text(pd.DataFrame(healing_log), held_out.n_scored_tokens),
+                   held_out_tokens=held_out.n_scored_tokens, held_out_rose=int(sum(
+                       r["held_out_after"] > r["held_out_before"] for r in healing_log)),
                    hidden_size=hidden_size, bridges=bridges,
                    model_name=model, n_blocks=get_adapter(loaded.model).n_blocks,
                    base_loss=fmt_num(scored[0].loss, 4), n_windows=eval_windows.n_windows,

@@ -32,21 +32,18 @@ from zones.report.format import fmt_num
 TIMINGS_KIND = "book_timings"   # the parts' ``kind`` of zones.book's timing entries
 TIME_COLUMNS = ["chapter", "seconds", "minutes", "share", "note"]
 PAGE = "teaching"   # this page: it reads the record while it runs, so its own time is not in it yet
-# chapters the book runs after every other (zones.book.RUN_LAST, which this floor cannot import;
-# tests/test_teaching.py holds the two equal): when this page runs, this build has not timed them yet
-RUN_AFTER_PAGE = ("across_models", "claims")
+# zones.book runs this page after every other chapter (its RUN_LAST, which this floor cannot import; tests/
+# test_teaching.py holds it last), so this build's record holds every other chapter's time when it runs
 
 
 def time_note(chapter: str, measured: bool) -> str:
     """Why a chapter has no time in the record this page reads (``""`` when it has one): this page
-    itself, a chapter the build runs after this page (it reads the others' tables and cache), or
-    one the record does not hold."""
+    itself on the first build of its parameters (a later build reads the time the earlier one
+    recorded), or a chapter the record does not hold."""
     if measured:
         return ""
     if chapter == PAGE:
-        return "this page: still running when it reads the record"
-    if chapter in RUN_AFTER_PAGE:
-        return "runs after this page (it reads the other chapters' tables), so not yet timed when this page runs"
+        return "this page: still running when it reads the record (the next build shows its time)"
     return "not measured: no build here has run it"
 
 
