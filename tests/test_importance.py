@@ -423,3 +423,20 @@ def test_one_seed_agrees_with_nothing():
                             delta_loss=np.arange(6.0)[::-1]))
     agreement = seed_agreement(run, rho_by_run(run, n_resamples=50, n_permutations=50)).iloc[0]
     assert agreement["n_seeds"] == 1 and pd.isna(agreement["same_costliest"]) and pd.isna(agreement["rho_spread"])
+
+
+def test_a_blocks_place_in_the_ranking_is_resolved_only_when_its_interval_is_small_against_the_gap():
+    """Mid-depth ΔLoss values 0.002 apart with ±0.003 of window noise do not decide a ranking (issue 51)."""
+    from zones.analysis.importance import ranking_resolution
+    from zones.report.layer_ablation import ranking_text
+
+    table = pd.DataFrame(dict(layer=[0, 1, 2, 3], delta_loss=[2.0, 0.010, 0.008, 0.5],
+                              delta_loss_low=[1.9, 0.007, 0.005, 0.45], delta_loss_high=[2.1, 0.013, 0.011, 0.55]))
+    found = ranking_resolution(table)
+    assert found["layer"].tolist() == [0, 3, 1, 2] and found["rank"].tolist() == [1, 2, 3, 4]
+    assert found["resolved"].tolist() == [True, True, False, False]
+    assert found["gap"].tolist() == pytest.approx([1.5, 0.49, 0.002, 0.002])
+    text = ranking_text(found, 3060)
+    assert "2 of the 4 blocks" in text and "blocks 0, 3" in text and "about 20× the tokens" in text
+    bare = ranking_resolution(table.drop(columns=["delta_loss_low", "delta_loss_high"]))
+    assert bare["resolved"].isna().all() and "not measured" in ranking_text(bare, 3060)

@@ -184,4 +184,4 @@ def test_the_depth_series_chapters_ask_for_the_same_trained_runs(monkeypatch):
         with pytest.raises(Exception):  # the chapter stops at its first use of an untrained run
             call()
     assert asked["lifecycle"] <= asked["depth_series"] == asked["sublayers"]
-    assert len(asked["depth_series"]) == 4  # D8 with two seeds, D12 and D16 with one
+    assert len(asked["depth_series"]) == 9  # three seeds at each of D8, D12 and D16

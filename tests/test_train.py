@@ -124,12 +124,12 @@ def test_learning_rate_warms_up_then_decays_to_its_floor():
 
 def test_profiles_and_parameter_counts():
     cpu = train.series_configs("cpu")
-    assert [(c.depth, c.seed) for c in cpu] == [(8, 0), (8, 1), (12, 0), (16, 0)]
-    assert [c.hidden_size for c in cpu[1:]] == [64, 96, 128]
-    assert train.profile_seeds("cpu", 8) == (0, 1) and train.profile_seeds("paper", 16) == (0,)
+    assert [(c.depth, c.seed) for c in cpu] == [(d, s) for d in (8, 12, 16) for s in (0, 1, 2)]   # 3 + 3 + 3 runs
+    assert [c.hidden_size for c in cpu[::3]] == [64, 96, 128]
+    assert train.profile_seeds("cpu", 8) == (0, 1, 2) and train.profile_seeds("paper", 16) == (0,)
     paper = train.series_configs("paper")
     assert [(c.depth, c.hidden_size, c.n_heads) for c in paper] == [(8, 512, 8), (12, 768, 12), (16, 1024, 16)]
-    for config in cpu[::2][:2]:
+    for config in cpu[::3][:2]:
         model = train.build_model(config)
         assert train.parameter_count(config) == sum(p.numel() for p in model.parameters())
         assert model.config.num_hidden_layers == config.depth

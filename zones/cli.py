@@ -305,7 +305,7 @@ def train_arguments(p: argparse.ArgumentParser) -> None:
     add_flag(p, "depths", "train", help="comma-separated depths, e.g. 8,12,16 (default: the profile's)")
     seeds = p.add_mutually_exclusive_group()
     add_flag(seeds, "seeds", "train", help="training seeds of every depth, a count: seeds 0..N-1 (default: the "
-                                           "profile's; cpu: 2 for D8, 1 for D12 and D16)")
+                                           "profile's; cpu: 3 at every depth)")
     add_flag(seeds, "seed", "train", help="train this one seed at every depth")
     add_flag(p, "profile", "train", help="cpu: D8/D12/D16 at width 8·depth, minutes on two cores; paper: "
                                          "D8/D12/D16 at width 64·depth, bf16, for a GPU; class: a tiny series")

@@ -441,6 +441,30 @@ def delta_loss_bounds(table: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     return nan, nan
 
 
+RESOLVED_SHARE = 1 / 3   # a block's place is resolved when its half-width is at most this share of the gap
+
+
+def ranking_resolution(table: pd.DataFrame) -> pd.DataFrame:
+    """Whether each block's place in the ranking by ΔLoss rests on window noise: blocks ranked
+    by ΔLoss (largest first), ``gap`` to the nearest-ranked block (the smaller of the gaps above
+    and below), ``half_width`` of its ΔLoss interval, and ``resolved``: half-width ≤
+    :data:`RESOLVED_SHARE` × gap (NaN without intervals). Columns ``layer, rank, delta_loss,
+    gap, half_width, resolved``."""
+    low, high = delta_loss_bounds(table)
+    ranked = pd.DataFrame(dict(layer=table["layer"].astype(int).to_numpy(),
+                               delta_loss=table["delta_loss"].astype(float).to_numpy(),
+                               half_width=((high - low) / 2).to_numpy()))
+    ranked = ranked.sort_values("delta_loss", ascending=False, ignore_index=True)
+    values = ranked["delta_loss"].to_numpy()
+    above = np.r_[np.inf, values[:-1] - values[1:]]
+    below = np.r_[values[:-1] - values[1:], np.inf]
+    ranked["gap"] = np.minimum(above, below)
+    ranked["rank"] = np.arange(1, len(ranked) + 1)
+    resolved = ranked["half_width"] <= RESOLVED_SHARE * ranked["gap"]
+    ranked["resolved"] = resolved.where(ranked["half_width"].notna())
+    return ranked[["layer", "rank", "delta_loss", "gap", "half_width", "resolved"]]
+
+
 def holm(p_values) -> list[float]:
     """Holm–Bonferroni adjusted p-values (same order as given; NaN stays NaN): the i-th smallest
     of m p-values is multiplied by m − i + 1, then made monotone and capped at 1."""

@@ -11,11 +11,19 @@ import math
 
 import pandas as pd
 
-from zones.analysis.importance import delta_loss_bounds, importance_frame, measure_models
+import numpy as np
+
+from zones.analysis.importance import (
+    RESOLVED_SHARE,
+    delta_loss_bounds,
+    importance_frame,
+    measure_models,
+    ranking_resolution,
+)
 from zones.core.progress import bars_shown
 from zones.measure.ablation import CHAPTER_DTYPE, DEFAULT_EVAL_TOKENS
 from zones.report.common import NAN, ChapterResult, precision_text, save
-from zones.report.format import fmt_interval
+from zones.report.format import fmt_int, fmt_interval
 from zones.report.verdicts import first_blocks_matter_most
 
 
@@ -112,6 +120,27 @@ def first_blocks_sentence(result: dict) -> str:
     return head
 
 
+def ranking_text(resolution: pd.DataFrame, n_tokens: int) -> str:
+    """How much of the ranking by ΔLoss window noise can move, from :func:`ranking_resolution`:
+    the blocks whose place is resolved, and for the rest the token budget that would resolve the
+    median one (a half-width shrinks as 1/√tokens)."""
+    judged = resolution.dropna(subset=["resolved"])
+    if judged.empty:
+        return "The table has no intervals, so whether window noise orders the blocks is not measured."
+    resolved = judged[judged["resolved"].astype(bool)]
+    rest = judged[~judged["resolved"].astype(bool)]
+    word = "block" if len(resolved) == 1 else "blocks"
+    named = f": {word} {', '.join(map(str, resolved['layer'].tolist()))}" if len(resolved) else ""
+    text = (f"On {fmt_int(n_tokens)} eval tokens, {len(resolved)} of the {len(judged)} blocks hold a place in the "
+            f"ranking by ΔLoss that window noise cannot move (an interval half-width at most a third of the gap "
+            f"to the nearest-ranked block){named}.")
+    if len(rest):
+        need = float(np.median((rest["half_width"] / (RESOLVED_SHARE * rest["gap"])) ** 2))
+        text += (f" The other {len(rest)} are ordered by noise as much as by importance: the median one would need "
+                 f"about {need:.0f}× the tokens to hold its place.")
+    return text
+
+
 def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256, eval_tokens: int | None = DEFAULT_EVAL_TOKENS,
         batch_size: int = 8, alpha_estimator: str = "alpha_shape", alpha_role: str = "weighted",
         out_dir: str = "results/layer_ablation", *, dtype: str = CHAPTER_DTYPE,
@@ -141,6 +170,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256, ev
                 n_not_raising_text="; ".join(f"{m['model']}: {m['n_not_raising']} of {m['n_blocks']}"
                                              for m in per_model),
                 first_blocks_text=" ".join(f"{m['model']}: {m['first_blocks_text']}" for m in per_model),
+                ranking_text=ranking_text(ranking_resolution(results[0].ablation), first["n_tokens"]),
                 precision=precision_text(dtype, results[0].dtype))
     summary = dict(corpus=corpus, seq_len=seq_len, eval_tokens=eval_tokens, alpha_estimator=alpha_estimator,
                    alpha_role=alpha_role, dtype=results[0].dtype, models=per_model)

@@ -67,7 +67,7 @@ MAX_FALSE_ALARM = 0.05   # a rule that says "holds" more often than this where t
 BLOCKS = (8, 12, 16, 30)        # the trained runs' depths and SmolLM2's
 WINDOWS = (8, 12, 64)           # the pruning and healing chapters' eval windows (cpu), the ablation's, the gpu budget
 N_DRAWS = POWER_DRAWS             # per cell (the scorecard quotes the same cells)
-RUNS = ({8: 2, 12: 1, 16: 1}, {8: 2, 12: 2, 16: 2}, {8: 3, 12: 3, 16: 3})   # the cpu series, then more seeds
+RUNS = ({8: 2, 12: 1, 16: 1}, {8: 2, 12: 2, 16: 2}, {8: 3, 12: 3, 16: 3})   # earlier cpu series, 2 each, the cpu series
 RUN_SD = (EXPONENT_RUN_SD, 0.15)   # run-to-run sd of log Δα: the cpu build's two D8 runs differ by 0.08 (sd ≈ 0.05)
 WINDOW_LOG_SD, ARM_CORR = 0.5, 0.5   # a window's ΔPPL: log-sd (the cpu build's SmolLM2 windows vary by about half
                                      # their mean), and the correlation of the two arms' logs on one window

@@ -13,8 +13,8 @@ One call trains one model and watches its spectra form::
 One module per job:
 
 * ``config``: ``TrainConfig`` (every field checked with ``zones.core.checks``), the profiles
-  ``cpu`` (the default: depths 8, 12, 16 at 8·depth wide, two seeds for D8 and one for D12 and D16, trained with the
-  chapter's ablation in about five minutes on two CPU cores) and ``paper`` (depths 8, 12, 16 at
+  ``cpu`` (the default: depths 8, 12, 16 at 8·depth wide, three seeds at every depth, trained with the
+  chapter's ablation in about ten minutes on two CPU cores) and ``paper`` (depths 8, 12, 16 at
   64·depth, bf16, for a GPU) and ``class`` (depths 4, 6, 8: a class build), ``series_configs``,
   ``parameter_count``, ``flops_per_token``.
 * ``tokenizer``: a byte-level BPE tokenizer trained on the corpus and the corpus's ids, both
