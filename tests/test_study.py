@@ -734,3 +734,89 @@ def test_a_second_signal_during_the_clean_stop_leaves_the_line_of_the_signal_tha
     assert done.returncode == 130, (done.returncode, done.stderr[-2000:])
     assert len(stops) == 1 and "stopped by SIGINT" in stops[0], stops
     assert json.loads((tmp_path / "out" / STATE_FILE).read_text())["stopped_by"] == "SIGINT"
+
+
+# --- budgets that fit the model (issue 53) -------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def four_block_dir(tmp_path_factory, tiny_tokenizer) -> Path:
+    """A saved tiny Llama of 4 blocks and 48 positions: the class budget's k_max=3, k_values=[2, 3]
+    and seq_len=64 do not fit it."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tiny_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=48)
+    path = tmp_path_factory.mktemp("four-blocks")
+    AutoModelForCausalLM.from_config(config).save_pretrained(path, safe_serialization=True)
+    tiny_tokenizer.save_pretrained(path)
+    return path
+
+
+def test_parameters_a_model_cannot_take_are_clipped_to_it_and_said(four_block_dir, tiny_model_dir):
+    """Before, the class budget's k_max=3 failed pruning, healing and task accuracy on a 4-block model
+    ("k_max=3 is too large ... at most 2 of this model's 4 blocks"), and seq_len=256 a model of 128
+    positions. Now each job's parameters are clipped to its model, and the job says so."""
+    from zones.study import fit_to_model
+
+    stages = {s.name: s for s in plan([str(four_block_dir), str(tiny_model_dir)], root=ROOT, budget="class",
+                                      only=["pruning", "healing"])}
+    four, six = Path(four_block_dir).name, Path(tiny_model_dir).name
+    assert stages[f"pruning · {four}"].kwargs["k_max"] == 2 and stages[f"pruning · {four}"].kwargs["seq_len"] == 48
+    assert stages[f"healing · {four}"].kwargs["k_values"] == [2]
+    assert stages[f"pruning · {four}"].fitted == ("k_max=3 → 2 (at most 2 of its 4 blocks may go)",
+                                                  "seq_len=64 → 48 (its 48 positions)")
+    assert stages[f"pruning · {six}"].kwargs["k_max"] == 3 and stages[f"pruning · {six}"].fitted == ()
+    assert fit_to_model(dict(k_max=1, seq_len=16), str(four_block_dir)) == (dict(k_max=1, seq_len=16), ())
+    assert fit_to_model(dict(k_max=9), "no/such-model-here") == (dict(k_max=9), ())  # bounds unknown: as given
+
+
+def installed_copy(tmp_path: Path) -> Path:
+    """The zones package alone, as an install puts it in site-packages (no checkout around it: no
+    _toc.yml, no notebooks/): the folder to put on PYTHONPATH."""
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "zones", site / "zones", ignore=shutil.ignore_patterns("__pycache__"))
+    return site
+
+
+def test_a_study_runs_from_any_folder_on_an_installed_zones_and_fits_the_class_budget_to_a_4_block_model(
+        tmp_path, tiny_tokenizer, micro_corpus):
+    """Issue 53: from any folder but the checkout the study stopped at "no _toc.yml with a notebooks/
+    folder here or above: run from the zones checkout"; the class budget failed pruning, healing and
+    task accuracy on the class profile's 4-block model (k_max=3, k_values=[2, 3]); lm-eval printed
+    "fatal: not a git repository" outside a repository. Now: rc 0, the clipping said in the jobs'
+    lines and recorded in jobs.csv, the tables where --out says, no git noise."""
+    from transformers import AutoModelForCausalLM
+
+    from tests.conftest import _tiny_config
+
+    model = tmp_path / "four"
+    AutoModelForCausalLM.from_config(_tiny_config("llama", 4, len(tiny_tokenizer))).save_pretrained(model)
+    tiny_tokenizer.save_pretrained(model)
+    work = tmp_path / "work"
+    work.mkdir()
+    env = dict(os.environ, ZONES_CACHE=str(tmp_path / "cache"), PYTHONPATH=str(installed_copy(tmp_path)),
+               GIT_CEILING_DIRECTORIES=str(tmp_path))
+    only = ["pruning", "healing", "task_accuracy"]
+    done = subprocess.run([sys.executable, "-m", "zones.cli", "study", "--models", str(model), "--budget", "class",
+                           "--only", *only, "--param", f"corpus={micro_corpus}", "--out", "out"],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "not a git repository" not in done.stdout + done.stderr
+    assert "fitted to its model: k_max=3 → 2 (at most 2 of its 4 blocks may go)" in done.stderr
+    jobs = pd.read_csv(work / "out" / "jobs.csv", keep_default_na=False).set_index("chapter")
+    assert jobs["status"].tolist() == ["done"] * 3
+    assert jobs.loc["healing", "fitted"] == "k_values=[2, 3] → [2] (at most 2 of its 4 blocks may go)"
+    assert (work / "out" / "pruning" / "four" / "pruning.csv").exists()
+    assert pd.read_csv(work / "out" / "pruning" / "four" / "pruning.csv")["k"].max() == 2
+
+
+def test_the_shipped_chapters_equal_the_notebooks(tmp_path):
+    """The study's copy of the chapters' parameters cells (``zones/chapters.json``, shipped with the
+    package) is the notebooks'; refresh it with ``python -c "from zones.study import write_packaged;
+    write_packaged()"``."""
+    from zones.study import PACKAGED, write_packaged
+
+    assert json.loads(PACKAGED.read_text()) == write_packaged(ROOT, tmp_path / "chapters.json"), \
+        "zones/chapters.json is stale: python -c 'from zones.study import write_packaged; write_packaged()'"

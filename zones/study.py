@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import importlib
 import inspect
 import json
@@ -137,6 +138,7 @@ class Stage:
     label: str
     kwargs: dict
     after: tuple[str, ...] = ()
+    fitted: tuple[str, ...] = ()  # the parameters clipped to what this model allows (fit_to_model), in words
 
     @property
     def name(self) -> str:
@@ -173,9 +175,10 @@ class StudyResult:
 
 # --- the chapters' calls: zones.report.<chapter>.run with the chapter's parameters ------------------------
 
-def chapter_defaults(source: Path, declared: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The values of a chapter's parameters cell (``declared``: its ``declared_parameters``)."""
-    declared = declared_parameters(source) if declared is None else declared
+def chapter_defaults(source: Path | str, declared: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The values of a chapter's parameters cell (``source``: its notebook, or its name when
+    ``declared``, its ``declared_parameters``, is given)."""
+    declared = declared_parameters(Path(source)) if declared is None else declared
     values = {}
     for name, info in declared.items():
         try:
@@ -231,24 +234,74 @@ def _train_configs(params: dict[str, Any]) -> list:
                           **dict(params.get("train_overrides") or {}))
 
 
-def chapter_parameters(root: Path, names: Sequence[str], parameters: dict[str, Any],
+def chapter_parameters(root: Path | None, names: Sequence[str], parameters: dict[str, Any],
                        budget: str = DEFAULT_BUDGET, from_text: bool = False) -> dict[str, dict[str, Any]]:
     """Each chapter's parameter values as ``zones book`` gives them: its parameters cell, then the
     ``budget``'s values (the glossary's presets), then those of ``parameters`` it declares
     (``from_text``: YAML texts, as ``--param`` gives them). A parameter no chapter declares, or a
     value that does not fit its type, is refused before anything runs."""
-    declared = {n: declared_parameters(chapter_source(root, n)) for n in names}
+    declared = {n: chapter_declared(root, n) for n in names}
     parameters = check_parameters(parameters, declared, from_text=from_text)
     budget = check_value("budget", budget)
-    return {n: {**chapter_defaults(chapter_source(root, n), declared[n]), **preset(budget, n, declared[n]),
+    return {n: {**chapter_defaults(n, declared[n]), **preset(budget, n, declared[n]),
                 **{k: v for k, v in parameters.items() if k in declared[n]}} for n in names}
 
 
-def _chapters(root: Path | None, only: Sequence[str] | None) -> tuple[Path, list[str]]:
-    """The project's root and the chapters the study runs (``only``: these, each checked against
-    the study's chapters, as ``zones book --only`` checks the book's)."""
-    root = project_root(root)
-    names = [n for n in chapters(root) if n not in RUN_LAST + ABOUT_THE_BOOK]
+PACKAGED = Path(__file__).with_name("chapters.json")  # the chapters and their parameters cells, shipped with zones
+
+
+def study_root(root: Path | None = None) -> Path | None:
+    """Where the study reads the chapters and their parameters: ``root`` when given; else the
+    checkout this zones package lives in (its ``_toc.yml`` and ``notebooks/``); else None, the
+    copy shipped with the package (``PACKAGED``, :func:`write_packaged`). Never the current folder:
+    a study runs the same from any folder."""
+    if root is not None:
+        return project_root(root)
+    checkout = Path(__file__).resolve().parents[1]
+    if (checkout / "_toc.yml").exists() and (checkout / "notebooks").is_dir():
+        return checkout
+    return None
+
+
+def packaged_chapters() -> dict[str, Any]:
+    """The shipped copy: ``{"chapters": [names in the table of contents' order], "declared": {name:
+    its declared_parameters}}``."""
+    try:
+        return json.loads(PACKAGED.read_text())
+    except (OSError, ValueError) as err:
+        raise StudyError(f"{PACKAGED} cannot be read ({type(err).__name__}); reinstall zones") from None
+
+
+def chapter_names(root: Path | None) -> list[str]:
+    """The book's chapters in table-of-contents order: ``root``'s, or the shipped copy's (None)."""
+    return chapters(root) if root is not None else list(packaged_chapters()["chapters"])
+
+
+def chapter_declared(root: Path | None, name: str) -> dict[str, Any]:
+    """Chapter ``name``'s ``declared_parameters``: from ``root``'s notebook, or the shipped copy (None)."""
+    if root is not None:
+        return declared_parameters(chapter_source(root, name))
+    declared = packaged_chapters()["declared"]
+    if name not in declared:
+        raise StudyError(f"{PACKAGED} lacks chapter {name}; reinstall zones")
+    return declared[name]
+
+
+def write_packaged(root: Path | None = None, path: Path = PACKAGED) -> dict[str, Any]:
+    """Write the shipped copy from the checkout's chapters (``make`` keeps it current;
+    ``tests/test_study.py`` checks it equals the notebooks)."""
+    root = project_root(root or Path(__file__).resolve().parents[1])
+    names = chapters(root)
+    record = dict(chapters=names, declared={n: declared_parameters(chapter_source(root, n)) for n in names})
+    atomic_write_text(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return record
+
+
+def _chapters(root: Path | None, only: Sequence[str] | None) -> tuple[Path | None, list[str]]:
+    """Where the chapters are read (``study_root``) and the chapters the study runs (``only``: these,
+    each checked against the study's chapters, as ``zones book --only`` checks the book's)."""
+    root = study_root(root)
+    names = [n for n in chapter_names(root) if n not in RUN_LAST + ABOUT_THE_BOOK]
     unknown = [n for n in dict.fromkeys(only or []) if n not in names]
     if unknown:
         raise StudyError(f"--only names unknown chapter{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
@@ -306,8 +359,9 @@ def plan(models: Sequence[str], parameters: dict[str, Any] | None = None, root: 
             if index > 0 and configs and name not in SERIES_IN_EVERY_JOB:  # the series' part: once, in the first job
                 given[SERIES_PARAMETER] = None
             shared = tuple(f"{other} · {labels[model]}" for other in SHARES.get(name, ()) if other in names)
-            stages.append(Stage(name, model, labels[model], chapter_arguments(name, given),
-                                shared + (series if index == 0 else ())))
+            kwargs, fitted = fit_to_model(chapter_arguments(name, given), model)
+            stages.append(Stage(name, model, labels[model], kwargs, shared + (series if index == 0 else ()),
+                                fitted))
     return list(trains.values()) + stages
 
 
@@ -316,17 +370,75 @@ def plan(models: Sequence[str], parameters: dict[str, Any] | None = None, root: 
 REFERENCE_WEIGHTS = 30 * BLOCK_WEIGHTS + HEAD_WEIGHTS  # SmolLM2-135M's matrices: the book's costs are for it
 
 
+@functools.lru_cache(maxsize=None)
+def model_config(model: str | None):
+    """A model's ``config.json`` as transformers reads it (a directory, or a hub id in this machine's
+    hub cache; nothing downloaded); None for no model, a built-in alias or a ``.gguf`` file (read
+    once converted) and a model whose config is not here."""
+    if model is None or model in BUILTIN_MODELS or str(model).endswith(".gguf"):
+        return None
+    try:
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(model, local_files_only=True)
+    except Exception:  # noqa: BLE001 - a hint for the plan only: a model it cannot read is planned as given
+        return None
+
+
+FITTED = ("k_max", "k_values", "seq_len")  # the chapter parameters a model bounds: blocks removed, tokens per window
+
+
+def model_bounds(model: str | None) -> tuple[int | None, int | None]:
+    """``(blocks, positions)`` of a model from its ``model_config`` (None where unknown)."""
+    config = model_config(model)
+    if config is None:
+        return None, None
+    found = [next((getattr(config, key) for key in keys if isinstance(getattr(config, key, None), int)), None)
+             for keys in (("num_hidden_layers", "n_layer", "num_layers"), ("max_position_embeddings", "n_positions"))]
+    return found[0], found[1]
+
+
+def removable_blocks(n_blocks: int) -> int:
+    """How many of ``n_blocks`` blocks every block strategy may remove (at least two remain, protected
+    ends never go: ``zones.pruning.Strategy.max_k``)."""
+    from zones.pruning import BLOCK, get_strategy, strategy_names
+
+    return min(get_strategy(name).max_k(n_blocks) for name in strategy_names(BLOCK))
+
+
+def fit_to_model(kwargs: dict[str, Any], model: str | None) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """``kwargs`` with the ``FITTED`` parameters that cannot apply to ``model`` clipped to what fits
+    (``k_max`` and every ``k_values`` entry to the blocks every strategy may remove, ``seq_len`` to
+    the model's positions), and each change in words (``k_max=3 → 2 (at most 2 of its 4 blocks may
+    go)``). A model whose bounds are unknown, or that has no block to spare, is left as given."""
+    blocks, positions = model_bounds(model)
+    fitted, notes = dict(kwargs), []
+    cap = removable_blocks(blocks) if blocks else 0
+    why = f"at most {cap} of its {blocks} blocks may go"
+    if cap >= 1 and isinstance(kwargs.get("k_max"), int) and kwargs["k_max"] > cap:
+        fitted["k_max"] = cap
+        notes.append(f"k_max={kwargs['k_max']} → {cap} ({why})")
+    values = kwargs.get("k_values")
+    if cap >= 1 and isinstance(values, (list, tuple)) and any(int(k) > cap for k in values):
+        fitted["k_values"] = sorted({min(int(k), cap) for k in values})
+        notes.append(f"k_values={list(values)} → {fitted['k_values']} ({why})")
+    if positions and isinstance(kwargs.get("seq_len"), int) and kwargs["seq_len"] > positions:
+        fitted["seq_len"] = positions
+        notes.append(f"seq_len={kwargs['seq_len']} → {positions} (its {positions} positions)")
+    return fitted, tuple(notes)
+
+
 def model_scale(model: str | None) -> float:
     """A model's matrix weights over SmolLM2-135M's (a chapter's work grows with them): from its
-    ``config.json`` (a directory, or a hub id in this machine's hub cache), built on the meta device
-    (no weights read); 1.0 for SmolLM2-135M itself and for a model whose config is not here."""
-    if model is None or model in BUILTIN_MODELS or str(model).endswith(".gguf"):
+    ``model_config``, built on the meta device (no weights read); 1.0 for SmolLM2-135M itself and
+    for a model whose config is not here."""
+    config = model_config(model)
+    if config is None:
         return 1.0
     try:
         import torch
-        from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM
 
-        config = AutoConfig.from_pretrained(model, local_files_only=True)
         with torch.device("meta"):
             built = AutoModelForCausalLM.from_config(config)
         return max(module_weights(built), 1) / REFERENCE_WEIGHTS
@@ -348,7 +460,7 @@ def stage_work(stage: Stage, budget: str = DEFAULT_BUDGET, root: Path | None = N
         weights = config.depth * (4 + 2 * m) * d * d + config.vocab_size * d  # blocks' matrices and the head
         step = training_flops(weights, config.batch_size * config.seq_len, parameter_count(config))
         return config.steps * step / REFERENCE_FLOPS
-    declared = declared_parameters(chapter_source(project_root(root), stage.chapter))
+    declared = chapter_declared(study_root(root), stage.chapter)
     tokens = budget_scale(stage.chapter, declared, stage.kwargs, base=measured_budget(stage.chapter, budget))
     forwards = expected_forwards(stage.chapter, budget, tokens) or expected_forwards(stage.chapter)
     scale = (scales or {}).get(stage.model) if stage.model is not None else 1.0
@@ -572,7 +684,7 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
 STATE_FILE = "study-state.json"  # OUT/study-state.json: every job's status, rewritten as jobs start and finish
 STATE_VERSION = 1
 JOB_COLUMNS = ["job", "chapter", "model", "label", "status", "node", "seconds", "cpus", "gpus", "read", "computed",
-               "retries", "error"]
+               "retries", "fitted", "error"]  # fitted: the parameters clipped to the model (fit_to_model), in words
 STATUSES = ("done", "running", "failed", "waiting")  # the order --status lists them in
 
 
@@ -691,7 +803,7 @@ class Ledger:
         self.state = "running"
         self.stopped_by: str | None = None
         self.rows = {s.name: dict(job=s.name, chapter=s.chapter, model=s.model or "", label=s.label,
-                                  status="waiting") for s in stages}
+                                  status="waiting", fitted="; ".join(s.fitted)) for s in stages}
         self.begun: dict[str, float] = {}
         self.save()
 
@@ -715,15 +827,20 @@ class Ledger:
                 atomic_write_bytes(folder / name, data)
         self.save(jobs=True)
         how = "from cache" if result.tally.n_computed == 0 else "computed"
-        self.log(f"done {stage.name} in {duration(result.seconds)} ({how}); {self.count('done')} of "
-                 f"{len(self.rows)} jobs done")
+        self.log(f"done {stage.name} in {duration(result.seconds)} ({how}){self._fitted(stage.name)}; "
+                 f"{self.count('done')} of {len(self.rows)} jobs done")
+
+    def _fitted(self, name: str) -> str:
+        """``, fitted to its model: k_max=3 → 2 (...)`` when the job's parameters were clipped."""
+        fitted = self.rows[name]["fitted"]
+        return f", fitted to its model: {fitted}" if fitted else ""
 
     def fail(self, name: str, why: str, attempts: int) -> None:
         row = self.rows[name]
         row.update(status="failed", seconds=round(time.time() - self.begun.get(name, time.time()), 2),
                    retries=self._retries(name), error=why)
         self.save(jobs=True)
-        self.log(f"failed {name} ({why}; {attempts} attempt{'s' if attempts > 1 else ''})")
+        self.log(f"failed {name} ({why}; {attempts} attempt{'s' if attempts > 1 else ''}){self._fitted(name)}")
 
     def stop(self, signum: int) -> str:
         """The study was stopped: jobs cut off are waiting again; the line that says so."""
