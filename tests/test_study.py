@@ -639,8 +639,10 @@ def test_a_job_that_fails_is_named_after_the_others_whose_tables_are_kept(tiny_m
 def test_a_signal_stops_the_study_with_one_line_and_keeps_what_finished(signum, tiny_model_dir, tmp_path, monkeypatch,
                                                                          capsys, one_thread):
     """Before, SIGTERM killed the local study silently (and SIGINT left a bare "interrupted") with
-    nothing in OUT. Now the finished job's tables, jobs.csv and the state file are there; one line
-    says what finished and the command that resumes the study; the exit status is 128 + the signal."""
+    nothing in OUT. Now the signal stops the study after the running job (a line says so, and that a
+    second signal stops at once); the finished job's tables, jobs.csv and the state file are there;
+    one line says what finished and the command that resumes the study; the exit status is 128 + the
+    signal."""
     import zones.study as study_module
     from zones.cli import main
 
@@ -648,10 +650,9 @@ def test_a_signal_stops_the_study_with_one_line_and_keeps_what_finished(signum, 
     first = study_module.run_stage
 
     def run_stage(stage, *args):
-        if stage.label == "second":  # the signal arrives while the second job runs
-            os.kill(os.getpid(), signum)
-            time.sleep(30)
-            raise AssertionError("the signal did not stop the study")
+        if stage.label == "second":
+            raise AssertionError("the signal did not stop the study after the first job")
+        os.kill(os.getpid(), signum)  # the signal arrives while the first job runs: it finishes
         return first(stage, *args)
 
     monkeypatch.setattr(study_module, "run_stage", run_stage)
@@ -666,6 +667,9 @@ def test_a_signal_stops_the_study_with_one_line_and_keeps_what_finished(signum, 
     assert "Traceback" not in err and "interrupted" not in err
     stops = [line for line in err.splitlines() if "stopped" in line]
     name = signal.Signals(signum).name
+    label = Path(tiny_model_dir).name
+    assert f"zones study: {name}: stopping after the running job (alpha_profile · {label}); a second SIGINT or " \
+           f"SIGTERM stops at once" in err
     assert len(stops) == 1 and stops[0] == (
         f"zones study: stopped by {name} after {stops[0].split(' after ')[1].split(':')[0]}: 1 of 2 jobs done; their "
         f"tables are in {out}, and cached; resume with the same command, which computes only the rest: zones study "
@@ -718,9 +722,11 @@ def test_a_second_signal_during_the_clean_stop_leaves_the_line_of_the_signal_tha
     """Issue 55: after SIGINT the study restored the old handlers before it wrote its record and
     said its line, so a SIGTERM meanwhile killed it at once (exit -15) with no line, or after a
     line that named SIGINT. Now a second signal during the clean stop is ignored: the one line
-    names SIGINT and the exit status is 130."""
+    names SIGINT and the exit status is 130. (Issue 53: the first signal asks to stop after the
+    running job, the second stops at once; a third during the clean stop is the one ignored.)"""
     script = ("import os, signal, sys, time\nimport zones.study as s\n"
-              "def run_stage(stage, *args):\n    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(30)\n"
+              "def run_stage(stage, *args):\n    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(0.2)\n"
+              "    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(30)\n"
               "s.run_stage = run_stage\nstop = s.Ledger.stop\n"
               "def stop_slowly(self, signum):\n    os.kill(os.getpid(), signal.SIGTERM)\n    time.sleep(0.5)\n"
               "    return stop(self, signum)\n"
@@ -820,3 +826,45 @@ def test_the_shipped_chapters_equal_the_notebooks(tmp_path):
 
     assert json.loads(PACKAGED.read_text()) == write_packaged(ROOT, tmp_path / "chapters.json"), \
         "zones/chapters.json is stale: python -c 'from zones.study import write_packaged; write_packaged()'"
+
+
+def test_two_sigints_stop_a_running_study_the_first_after_its_job_the_second_at_once(tiny_model_dir, tmp_path):
+    """Issue 53: once a SIGINT was lost under load, a second SIGINT and a SIGTERM were ignored too (the
+    handler ignored every signal after the first): only SIGKILL stopped the study. Now the first
+    signal asks it to stop after the running job and says that a second stops at once; the second
+    does."""
+    script = ("import sys, time\nimport zones.study as s\n"
+              "def run_stage(stage, *args):\n    time.sleep(120)\n"
+              "s.run_stage = run_stage\nfrom zones.cli import main\n"
+              "sys.exit(main(['study', '--models', sys.argv[1], '--only', 'alpha_profile', '--out', sys.argv[2]]))\n")
+    env = dict(os.environ, ZONES_CACHE=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    out, log = tmp_path / "out", tmp_path / "stderr.txt"
+    with open(log, "w") as err:
+        process = subprocess.Popen([sys.executable, "-c", script, str(tiny_model_dir), str(out)], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        def wait_for(check, seconds=90.0):
+            end = time.monotonic() + seconds
+            while not check() and time.monotonic() < end and process.poll() is None:
+                time.sleep(0.1)
+            return check()
+
+        def running():  # the job has started (its status in the state file)
+            try:
+                return any(job["status"] == "running" for job in json.loads((out / STATE_FILE).read_text())["jobs"])
+            except (OSError, ValueError):
+                return False
+
+        assert wait_for(running), log.read_text()[-2000:]
+        process.send_signal(signal.SIGINT)
+        assert wait_for(lambda: "a second SIGINT or SIGTERM stops at once" in log.read_text()), log.read_text()
+        assert process.poll() is None  # the job runs on
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 130
+    finally:
+        if process.poll() is None:
+            process.kill()
+    lines = log.read_text()
+    assert lines.count("stopped by SIGINT") == 1 and "Traceback" not in lines
+    assert json.loads((out / STATE_FILE).read_text())["state"] == "stopped"

@@ -38,8 +38,9 @@ it fails and reported by name after the others finish (``zones.core.executors``)
 neighbours are already in this cache and in ``OUT``, and a rerun computes only the rest: on
 Ray, each job is sent the entries it read or wrote the last time (this cache records which,
 under ``study/``), so it computes nothing again on whichever node it lands. SIGINT or SIGTERM
-stop the study cleanly: one line says what finished and the command that resumes it (the same
-command), and ``zones study`` exits with 130 or 143.
+stop the study cleanly: the first after the running jobs (its line says so, and that a second
+signal stops at once), a second at once; one line says what finished and the command that resumes
+it (the same command), and ``zones study`` exits with 130 or 143.
 
 One bar shows the study in counted work (``zones.core.progress.WorkBar``): each job weighs what it
 is expected to count in reference forwards (:func:`stage_work`: a trained run from its shapes, a
@@ -643,7 +644,7 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
         f"{sum(works.values()):.3g} reference forwards of work (the bar's unit, RF){where}")
     started = time.time()
     here = Tally()
-    signals = _StopOnSignals()
+    signals = _StopOnSignals(log, lambda: [name for name, row in ledger.rows.items() if row["status"] == "running"])
     try:
         with counting() as here, signals:
             if executor == "ray":
@@ -653,6 +654,7 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
             try:
                 run_jobs(jobs, executor, ray_address=ray_address, retries=retries, progress=progress,
                          desc="zones study", unit="RF", events=events, prepare=prepare, on_result=take,
+                         stopping=signals.stopping,
                          on_failure=lambda job, why, attempts: ledger.fail(job.name, why, attempts))
             except JobFailed as err:
                 raise JobFailed(study_wording(str(err), stages)) from None
@@ -710,18 +712,25 @@ class _Signalled(KeyboardInterrupt):
 
 
 class _StopOnSignals:
-    """While the study runs (in the main thread), SIGINT and SIGTERM raise :class:`_Signalled`
-    (once: a second signal during the clean stop is ignored, until :meth:`restore`, which the
-    study calls once its stop line is said, so the line names the signal that ended it) instead
-    of killing the process silently; the handlers before are restored at the end.
-    ``install()`` again after something installed its own (``ray.init`` does)."""
+    """While the study runs (in the main thread), SIGINT and SIGTERM stop it instead of killing the
+    process silently. The first asks it to stop after the running jobs (:meth:`stopping` tells
+    ``run_jobs`` so: it starts no other job, and raises once those end) and says so in one line
+    (``say``; ``running()``: the jobs running), naming the remedy: a second signal, which raises
+    :class:`_Signalled` at once. A signal after that, during the clean stop, is ignored until
+    :meth:`restore`, which the study calls once its stop line is said, so the line names the signal
+    that ended it; the handlers before are restored at the end. ``install()`` again after something
+    installed its own (``ray.init`` does)."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
     active = False
 
+    def __init__(self, say=print, running=lambda: []):
+        self.say, self.running = say, running
+
     def __enter__(self):
         self.active = threading.current_thread() is threading.main_thread()
         self.raised = False
+        self.requested: int | None = None
         if self.active:
             self.previous = {s: signal.getsignal(s) for s in self.SIGNALS}
             self.install()
@@ -737,16 +746,31 @@ class _StopOnSignals:
     def install(self) -> None:
         if self.active:
             for s in self.SIGNALS:
-                signal.signal(s, self._raise)
+                signal.signal(s, self._handle)
 
-    def _raise(self, signum, frame):
-        if not self.raised:
-            self.raised = True
-            raise _Signalled(signum)
+    def stopping(self) -> "_Signalled | None":
+        """What ``run_jobs`` raises once the running jobs end: the first signal's, when one came."""
+        return None if self.requested is None else _Signalled(self.requested)
+
+    def _handle(self, signum, frame):
+        if self.raised:
+            return  # the clean stop is under way: its line names the signal that ended it
+        if self.requested is None:
+            self.requested = signum
+            running = list(self.running())
+            after = f"after the running job{'s' if len(running) > 1 else ''} ({', '.join(running)})" if running \
+                else "before the next job"
+            self.say(f"zones study: {signal.Signals(signum).name}: stopping {after}; a second SIGINT or SIGTERM "
+                     f"stops at once")
+            return
+        self.raised = True
+        raise _Signalled(signum)
 
     def __exit__(self, *exc):
-        if not self.raised:  # stopping on a signal: the handler stays, ignoring a second, until restore()
-            self.restore()
+        if not self.raised and not (exc and isinstance(exc[1], _Signalled)):
+            self.restore()  # stopping on a signal: the handler stays, ignoring another, until restore()
+        else:
+            self.raised = True
         return False
 
 
