@@ -868,3 +868,26 @@ def test_two_sigints_stop_a_running_study_the_first_after_its_job_the_second_at_
     lines = log.read_text()
     assert lines.count("stopped by SIGINT") == 1 and "Traceback" not in lines
     assert json.loads((out / STATE_FILE).read_text())["state"] == "stopped"
+
+
+def test_plan_prints_the_jobs_their_cost_and_time_and_runs_nothing(four_block_dir, tmp_path, monkeypatch, capsys):
+    """Issue 53: the cost before a study was "about 5.69 reference forwards", with no time and no way
+    to see the plan without running it. ``--plan`` prints each job, its cost and time, and exits."""
+    import zones.study as study_module
+    from zones.cli import main
+
+    monkeypatch.setattr(study_module, "forward_seconds", lambda: (2.0, "timed here"))
+    monkeypatch.setattr(study_module, "run_jobs", lambda *a, **k: pytest.fail("--plan ran the study"))
+    out = tmp_path / "out"
+    assert main(["study", "--models", str(four_block_dir), "--budget", "class", "--only", "pruning", "healing",
+                 "--plan", "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    stages = plan([str(four_block_dir)], root=ROOT, budget="class", only=["pruning", "healing"])
+    works = study_module.study_work(stages, "class", ROOT)
+    total = sum(works.values())
+    assert lines[0].startswith(f"zones study --plan: 2 jobs, about {total:.3g} reference forwards, about ")
+    assert "(a reference forward: 2.00 s, timed here); nothing run" in lines[0]
+    label = Path(four_block_dir).name
+    assert lines[1].split()[:3] == ["pruning", "·", label] and "fitted: k_max=3 → 2" in lines[1]
+    assert f"after pruning · {label}" in lines[2]
+    assert not out.exists()

@@ -3,6 +3,7 @@
     zones study --models a,b,c [--executor local|ray] [--ray-address HOST:PORT]
                 [--param NAME=VALUE ...] [--budget class|cpu|gpu] [--out results/study]
     zones study --status results/study        the jobs of that study: done, running, failed, waiting
+    zones study --models a,b,c --plan         its jobs, their cost and time, before any work
 
 The work of ``zones book --models a,b,c`` with the same parameters, cut into jobs that need
 nothing from each other: one job per model and chapter (``alpha_profile · m``,
@@ -472,6 +473,46 @@ def study_work(stages: Sequence[Stage], budget: str = DEFAULT_BUDGET, root: Path
     """Each stage's ``stage_work`` (each model's scale read once): the study bar's weights, and its total."""
     scales = {model: model_scale(model) for model in {s.model for s in stages if s.model is not None}}
     return {stage.name: stage_work(stage, budget, root, scales) for stage in stages}
+
+
+# --- the plan as a table: zones study --plan ------------------------------------------------------------
+
+PLAN_COLUMNS = ["job", "after", "reference_forwards", "seconds", "fitted"]
+
+
+def forward_seconds() -> tuple[float, str]:
+    """A reference forward's seconds on this machine (``zones.book.reference_forward_seconds``,
+    timed once), and where the number comes from; ``REFERENCE_SECONDS_GUESS`` when it cannot be timed."""
+    from zones.book import REFERENCE_SECONDS_GUESS, reference_forward_seconds
+
+    seconds = reference_forward_seconds(repeats=1)
+    return (seconds, "timed here") if seconds else (REFERENCE_SECONDS_GUESS, "guessed: none could be timed")
+
+
+def plan_table(stages: Sequence[Stage], budget: str = DEFAULT_BUDGET, root: Path | None = None,
+               seconds_per_forward: float = 1.0) -> pd.DataFrame:
+    """The study's jobs before any runs: each one's ``after`` (the jobs it waits for), expected
+    ``reference_forwards`` (``study_work``), estimated ``seconds`` at ``seconds_per_forward`` and
+    the parameters ``fitted`` to its model."""
+    works = study_work(stages, budget, root)
+    return pd.DataFrame([dict(job=s.name, after=", ".join(s.after), reference_forwards=works[s.name],
+                              seconds=round(works[s.name] * seconds_per_forward, 1), fitted="; ".join(s.fitted))
+                         for s in stages], columns=PLAN_COLUMNS)
+
+
+def plan_text(table: pd.DataFrame, seconds_per_forward: float, source: str) -> str:
+    """What ``zones study --plan`` prints: a head line (jobs, work, time one after the other), one
+    line per job (its cost, its time, what it waits for, what was fitted to its model)."""
+    total = float(table["reference_forwards"].sum())
+    lines = [f"zones study --plan: {len(table)} jobs, about {total:.3g} reference forwards, about "
+             f"{duration(total * seconds_per_forward)} one after the other (a reference forward: "
+             f"{seconds_per_forward:.2f} s, {source}); nothing run"]
+    width = max([len(j) for j in table["job"]] + [3])
+    for row in table.to_dict("records"):
+        notes = [f"after {row['after']}"] * bool(row["after"]) + [f"fitted: {row['fitted']}"] * bool(row["fitted"])
+        lines.append(f"  {row['job']:<{width}}  {row['reference_forwards']:>8.3g} RF  {duration(row['seconds']):>9}"
+                     f"  {'; '.join(notes)}".rstrip())
+    return "\n".join(lines)
 
 
 # --- a job ----------------------------------------------------------------------------------------------
@@ -1035,6 +1076,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(chosen, "models", "study", help="comma-separated models (aliases, directories, .gguf files or hub ids); "
              "every machine running jobs must be able to load each")
     add_flag(chosen, "status", "study", metavar="OUT")
+    add_flag(parser, "plan", "study")
     for name in ("executor", "ray_address", "retries", "cpus_per_job", "gpus_per_job", "budget"):
         add_flag(parser, name, "study")
     add_flag(parser, "refresh", "study", help="recompute every cached result the jobs read, and replace it")
@@ -1058,6 +1100,13 @@ def run(args: argparse.Namespace) -> int | None:
     resume), exit status 130 or 143."""
     if args.status is not None:
         print(status_text(args.status))
+        return None
+    if args.plan:
+        stages = plan(args.models, name_values(args.param), only=args.only or None, budget=args.budget,
+                      from_text=True)
+        check_local_models(parse_models(args.models))
+        seconds, source = forward_seconds()
+        print(plan_text(plan_table(stages, args.budget, seconds_per_forward=seconds), seconds, source))
         return None
     try:
         result = study(args.models, name_values(args.param), executor=args.executor, ray_address=args.ray_address,
