@@ -631,11 +631,12 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
           ray_address: str | None = None, retries: int = 2, cpus_per_job: float = 1,
           gpus_per_job: float | None = None, out_dir: str | Path | None = None, only: Sequence[str] | None = None,
           budget: str = DEFAULT_BUDGET, from_text: bool = False, root: Path | None = None, progress: bool = True,
-          refresh: bool = False, log=print) -> StudyResult:
+          refresh: bool = False, log=print, python: bool = False) -> StudyResult:
     """Run the study (see the module's docstring) and return it; ``JobFailed`` names every job that
     failed, after the others finished (their entries are stored here already). ``refresh``: every
     job computes again what the caches held before the study began (``zones.core.cache.refreshing``),
-    and is sent none of the entries it used the last time."""
+    and is sent none of the entries it used the last time. ``python``: called from Python (the API),
+    so a failed job's error names chapter parameters as keywords (``seq_len=128``), not ``--param``."""
     check_executor(executor)
     stages = plan(models, parameters, root=root, only=only, budget=budget, from_text=from_text)
     models = parse_models(models)
@@ -698,7 +699,7 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
                          stopping=signals.stopping,
                          on_failure=lambda job, why, attempts: ledger.fail(job.name, why, attempts))
             except JobFailed as err:
-                raise JobFailed(study_wording(str(err), stages)) from None
+                raise JobFailed(str(err) if python else study_wording(str(err), stages)) from None
     except KeyboardInterrupt as err:  # SIGINT or SIGTERM: one line, what finished and how to resume
         signum = getattr(err, "signum", signal.SIGINT)
         remove_scratch([os.getpid()])  # the jobs cut off here: their scratch folders
