@@ -302,7 +302,7 @@ def evaluate(models: ModelLike | Sequence[ModelLike] | None = None, *, remove: s
 def study(models: str | Sequence[str], *, budget: str = _d("budget", "study"), only: Sequence[str] | None = None,
           executor: str = _d("executor", "study"), ray_address: str | None = _d("ray_address", "study"),
           retries: int = _d("retries", "study"), cpus_per_job: float = _d("cpus_per_job", "study"),
-          gpus_per_job: float | None = _d("gpus_per_job", "study"), refresh: bool = False, progress: bool = True,
+          gpus_per_job: float | None = _d("gpus_per_job", "study"), refresh: bool = False, progress: bool | None = None,
           out_dir: str | os.PathLike | None = None, root: str | os.PathLike | None = None, log=print,
           **parameters: Any) -> pd.DataFrame:
     """``zones study``: every chapter's tables for every model, as jobs (``zones.study.study``);
@@ -315,5 +315,5 @@ def study(models: str | Sequence[str], *, budget: str = _d("budget", "study"), o
 
     return command.study(models, parameters, executor=executor, ray_address=ray_address, retries=retries,
                          cpus_per_job=cpus_per_job, gpus_per_job=gpus_per_job, out_dir=out_dir, only=only,
-                         budget=budget, root=None if root is None else Path(root), progress=progress,
+                         budget=budget, root=None if root is None else Path(root), progress=progress is not False,
                          refresh=refresh, log=log, python=True).jobs
