@@ -130,9 +130,38 @@ def test_evaluate_returns_the_tasks_table_the_command_writes(tiny_model_dir, tmp
 
 def test_study_returns_jobs_csv(tiny_model_dir, tmp_path, monkeypatch, one_thread):
     monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "cache"))
-    jobs = zones.study([str(tiny_model_dir)], dict(n_resamples=50), only=["alpha_profile"], out_dir=tmp_path / "out",
-                       root=ROOT, progress=False, log=lambda _: None)
+    jobs = zones.study([str(tiny_model_dir)], n_resamples=50, only=["alpha_profile"], out_dir=tmp_path / "out",
+                       root=ROOT, progress=False, log=lambda _: None)  # chapter parameters as keywords (issue 53)
     written = (tmp_path / "out" / "jobs.csv").read_text()
     assert csv_text(jobs) == written
     assert pd.read_csv(io.StringIO(written))["status"].tolist() == ["done"]
     assert jobs["job"].tolist() == [f"alpha_profile · {Path(tiny_model_dir).name}"]
+
+
+def test_errors_of_a_python_call_name_keyword_arguments_not_flags(tiny_model_dir):
+    """Issue 53: a Python call was told "--seq-len 512 exceeds the model's 256 positions; pass
+    --seq-len 256", a flag it was never given. Now the error names the keyword argument."""
+    from zones.api import keyword_wording
+
+    with pytest.raises(ValueError) as err:
+        zones.ablate(str(tiny_model_dir), seq_len=512, eval_tokens=1022, progress=False)
+    assert "seq_len=512 exceeds the model's 256 positions" in str(err.value) and "pass seq_len=256 or less" in \
+        str(err.value) and "--" not in str(err.value)
+    assert keyword_wording("--param k_max=8 is too large; --out is taken") == "k_max=8 is too large; --out is taken"
+    with pytest.raises(TypeError, match="takes 1 positional argument"):  # no positional parameter dict
+        zones.study(["m"], dict(n_resamples=50))
+
+
+def test_the_readmes_api_example_runs_on_a_tiny_model_as_written(tiny_model_dir, tmp_path, monkeypatch, capsys,
+                                                                 one_thread):
+    """Issue 53: the README's example failed on a model of 128 positions. It runs, as written, on a
+    tiny model (its name the only change)."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Python API"):]
+    code = section[section.index("```python") + len("```python"):]
+    code = code[:code.index("```")]
+    assert 'zones.load_model("smollm2-135m")' in code
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code.replace('"smollm2-135m"', repr(str(tiny_model_dir))), "README.md", "exec"), {})
+    printed = capsys.readouterr().out
+    assert "delta_loss_low" in printed and "zone_aware" in printed

@@ -241,3 +241,18 @@ def test_the_time_left_is_the_work_left_at_the_measured_rate(monkeypatch):
     live.finish("b")
     assert live.position() == 3.0
     live.close()
+
+
+def test_the_work_bar_shows_its_text_right_after_the_bar_with_no_stray_characters():
+    """Issue 53: tqdm's postfix put "| ," after the bar. Now the bar's text follows it directly."""
+    import io
+
+    from zones.core import progress
+
+    out = io.StringIO()
+    bar = progress.WorkBar({"a {x}": 1.0}, "zones study", "RF", file=out)
+    bar.redraw("running a {x}")
+    bar.close()
+    drawn = out.getvalue().split("\r")[-1]
+    assert "| ," not in out.getvalue() and "| 0.0/1.0 RF, 00:00 elapsed, estimating the time left; running a {x}" \
+        in drawn, drawn

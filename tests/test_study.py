@@ -639,8 +639,10 @@ def test_a_job_that_fails_is_named_after_the_others_whose_tables_are_kept(tiny_m
 def test_a_signal_stops_the_study_with_one_line_and_keeps_what_finished(signum, tiny_model_dir, tmp_path, monkeypatch,
                                                                          capsys, one_thread):
     """Before, SIGTERM killed the local study silently (and SIGINT left a bare "interrupted") with
-    nothing in OUT. Now the finished job's tables, jobs.csv and the state file are there; one line
-    says what finished and the command that resumes the study; the exit status is 128 + the signal."""
+    nothing in OUT. Now the signal stops the study after the running job (a line says so, and that a
+    second signal stops at once); the finished job's tables, jobs.csv and the state file are there;
+    one line says what finished and the command that resumes the study; the exit status is 128 + the
+    signal."""
     import zones.study as study_module
     from zones.cli import main
 
@@ -648,10 +650,9 @@ def test_a_signal_stops_the_study_with_one_line_and_keeps_what_finished(signum, 
     first = study_module.run_stage
 
     def run_stage(stage, *args):
-        if stage.label == "second":  # the signal arrives while the second job runs
-            os.kill(os.getpid(), signum)
-            time.sleep(30)
-            raise AssertionError("the signal did not stop the study")
+        if stage.label == "second":
+            raise AssertionError("the signal did not stop the study after the first job")
+        os.kill(os.getpid(), signum)  # the signal arrives while the first job runs: it finishes
         return first(stage, *args)
 
     monkeypatch.setattr(study_module, "run_stage", run_stage)
@@ -666,6 +667,9 @@ def test_a_signal_stops_the_study_with_one_line_and_keeps_what_finished(signum, 
     assert "Traceback" not in err and "interrupted" not in err
     stops = [line for line in err.splitlines() if "stopped" in line]
     name = signal.Signals(signum).name
+    label = Path(tiny_model_dir).name
+    assert f"zones study: {name}: stopping after the running job (alpha_profile · {label}); a second SIGINT or " \
+           f"SIGTERM stops at once" in err
     assert len(stops) == 1 and stops[0] == (
         f"zones study: stopped by {name} after {stops[0].split(' after ')[1].split(':')[0]}: 1 of 2 jobs done; their "
         f"tables are in {out}, and cached; resume with the same command, which computes only the rest: zones study "
@@ -718,9 +722,11 @@ def test_a_second_signal_during_the_clean_stop_leaves_the_line_of_the_signal_tha
     """Issue 55: after SIGINT the study restored the old handlers before it wrote its record and
     said its line, so a SIGTERM meanwhile killed it at once (exit -15) with no line, or after a
     line that named SIGINT. Now a second signal during the clean stop is ignored: the one line
-    names SIGINT and the exit status is 130."""
+    names SIGINT and the exit status is 130. (Issue 53: the first signal asks to stop after the
+    running job, the second stops at once; a third during the clean stop is the one ignored.)"""
     script = ("import os, signal, sys, time\nimport zones.study as s\n"
-              "def run_stage(stage, *args):\n    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(30)\n"
+              "def run_stage(stage, *args):\n    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(0.2)\n"
+              "    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(30)\n"
               "s.run_stage = run_stage\nstop = s.Ledger.stop\n"
               "def stop_slowly(self, signum):\n    os.kill(os.getpid(), signal.SIGTERM)\n    time.sleep(0.5)\n"
               "    return stop(self, signum)\n"
@@ -734,3 +740,154 @@ def test_a_second_signal_during_the_clean_stop_leaves_the_line_of_the_signal_tha
     assert done.returncode == 130, (done.returncode, done.stderr[-2000:])
     assert len(stops) == 1 and "stopped by SIGINT" in stops[0], stops
     assert json.loads((tmp_path / "out" / STATE_FILE).read_text())["stopped_by"] == "SIGINT"
+
+
+# --- budgets that fit the model (issue 53) -------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def four_block_dir(tmp_path_factory, tiny_tokenizer) -> Path:
+    """A saved tiny Llama of 4 blocks and 48 positions: the class budget's k_max=3, k_values=[2, 3]
+    and seq_len=64 do not fit it."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tiny_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=48)
+    path = tmp_path_factory.mktemp("four-blocks")
+    AutoModelForCausalLM.from_config(config).save_pretrained(path, safe_serialization=True)
+    tiny_tokenizer.save_pretrained(path)
+    return path
+
+
+def test_parameters_a_model_cannot_take_are_clipped_to_it_and_said(four_block_dir, tiny_model_dir):
+    """Before, the class budget's k_max=3 failed pruning, healing and task accuracy on a 4-block model
+    ("k_max=3 is too large ... at most 2 of this model's 4 blocks"), and seq_len=256 a model of 128
+    positions. Now each job's parameters are clipped to its model, and the job says so."""
+    from zones.study import fit_to_model
+
+    stages = {s.name: s for s in plan([str(four_block_dir), str(tiny_model_dir)], root=ROOT, budget="class",
+                                      only=["pruning", "healing"])}
+    four, six = Path(four_block_dir).name, Path(tiny_model_dir).name
+    assert stages[f"pruning · {four}"].kwargs["k_max"] == 2 and stages[f"pruning · {four}"].kwargs["seq_len"] == 48
+    assert stages[f"healing · {four}"].kwargs["k_values"] == [2]
+    assert stages[f"pruning · {four}"].fitted == ("k_max=3 → 2 (at most 2 of its 4 blocks may go)",
+                                                  "seq_len=64 → 48 (its 48 positions)")
+    assert stages[f"pruning · {six}"].kwargs["k_max"] == 3 and stages[f"pruning · {six}"].fitted == ()
+    assert fit_to_model(dict(k_max=1, seq_len=16), str(four_block_dir)) == (dict(k_max=1, seq_len=16), ())
+    assert fit_to_model(dict(k_max=9), "no/such-model-here") == (dict(k_max=9), ())  # bounds unknown: as given
+
+
+def installed_copy(tmp_path: Path) -> Path:
+    """The zones package alone, as an install puts it in site-packages (no checkout around it: no
+    _toc.yml, no notebooks/): the folder to put on PYTHONPATH."""
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "zones", site / "zones", ignore=shutil.ignore_patterns("__pycache__"))
+    return site
+
+
+def test_a_study_runs_from_any_folder_on_an_installed_zones_and_fits_the_class_budget_to_a_4_block_model(
+        tmp_path, tiny_tokenizer, micro_corpus):
+    """Issue 53: from any folder but the checkout the study stopped at "no _toc.yml with a notebooks/
+    folder here or above: run from the zones checkout"; the class budget failed pruning, healing and
+    task accuracy on the class profile's 4-block model (k_max=3, k_values=[2, 3]); lm-eval printed
+    "fatal: not a git repository" outside a repository. Now: rc 0, the clipping said in the jobs'
+    lines and recorded in jobs.csv, the tables where --out says, no git noise."""
+    from transformers import AutoModelForCausalLM
+
+    from tests.conftest import _tiny_config
+
+    model = tmp_path / "four"
+    AutoModelForCausalLM.from_config(_tiny_config("llama", 4, len(tiny_tokenizer))).save_pretrained(model)
+    tiny_tokenizer.save_pretrained(model)
+    work = tmp_path / "work"
+    work.mkdir()
+    env = dict(os.environ, ZONES_CACHE=str(tmp_path / "cache"), PYTHONPATH=str(installed_copy(tmp_path)),
+               GIT_CEILING_DIRECTORIES=str(tmp_path))
+    only = ["pruning", "healing", "task_accuracy"]
+    done = subprocess.run([sys.executable, "-m", "zones.cli", "study", "--models", str(model), "--budget", "class",
+                           "--only", *only, "--param", f"corpus={micro_corpus}", "--out", "out"],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "not a git repository" not in done.stdout + done.stderr
+    assert "fitted to its model: k_max=3 → 2 (at most 2 of its 4 blocks may go)" in done.stderr
+    jobs = pd.read_csv(work / "out" / "jobs.csv", keep_default_na=False).set_index("chapter")
+    assert jobs["status"].tolist() == ["done"] * 3
+    assert jobs.loc["healing", "fitted"] == "k_values=[2, 3] → [2] (at most 2 of its 4 blocks may go)"
+    assert (work / "out" / "pruning" / "four" / "pruning.csv").exists()
+    assert pd.read_csv(work / "out" / "pruning" / "four" / "pruning.csv")["k"].max() == 2
+
+
+def test_the_shipped_chapters_equal_the_notebooks(tmp_path):
+    """The study's copy of the chapters' parameters cells (``zones/chapters.json``, shipped with the
+    package) is the notebooks'; refresh it with ``python -c "from zones.study import write_packaged;
+    write_packaged()"``."""
+    from zones.study import PACKAGED, write_packaged
+
+    assert json.loads(PACKAGED.read_text()) == write_packaged(ROOT, tmp_path / "chapters.json"), \
+        "zones/chapters.json is stale: python -c 'from zones.study import write_packaged; write_packaged()'"
+
+
+def test_two_sigints_stop_a_running_study_the_first_after_its_job_the_second_at_once(tiny_model_dir, tmp_path):
+    """Issue 53: once a SIGINT was lost under load, a second SIGINT and a SIGTERM were ignored too (the
+    handler ignored every signal after the first): only SIGKILL stopped the study. Now the first
+    signal asks it to stop after the running job and says that a second stops at once; the second
+    does."""
+    script = ("import sys, time\nimport zones.study as s\n"
+              "def run_stage(stage, *args):\n    time.sleep(120)\n"
+              "s.run_stage = run_stage\nfrom zones.cli import main\n"
+              "sys.exit(main(['study', '--models', sys.argv[1], '--only', 'alpha_profile', '--out', sys.argv[2]]))\n")
+    env = dict(os.environ, ZONES_CACHE=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    out, log = tmp_path / "out", tmp_path / "stderr.txt"
+    with open(log, "w") as err:
+        process = subprocess.Popen([sys.executable, "-c", script, str(tiny_model_dir), str(out)], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        def wait_for(check, seconds=90.0):
+            end = time.monotonic() + seconds
+            while not check() and time.monotonic() < end and process.poll() is None:
+                time.sleep(0.1)
+            return check()
+
+        def running():  # the job has started (its status in the state file)
+            try:
+                return any(job["status"] == "running" for job in json.loads((out / STATE_FILE).read_text())["jobs"])
+            except (OSError, ValueError):
+                return False
+
+        assert wait_for(running), log.read_text()[-2000:]
+        process.send_signal(signal.SIGINT)
+        assert wait_for(lambda: "a second SIGINT or SIGTERM stops at once" in log.read_text()), log.read_text()
+        assert process.poll() is None  # the job runs on
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 130
+    finally:
+        if process.poll() is None:
+            process.kill()
+    lines = log.read_text()
+    assert lines.count("stopped by SIGINT") == 1 and "Traceback" not in lines
+    assert json.loads((out / STATE_FILE).read_text())["state"] == "stopped"
+
+
+def test_plan_prints_the_jobs_their_cost_and_time_and_runs_nothing(four_block_dir, tmp_path, monkeypatch, capsys):
+    """Issue 53: the cost before a study was "about 5.69 reference forwards", with no time and no way
+    to see the plan without running it. ``--plan`` prints each job, its cost and time, and exits."""
+    import zones.study as study_module
+    from zones.cli import main
+
+    monkeypatch.setattr(study_module, "forward_seconds", lambda: (2.0, "timed here"))
+    monkeypatch.setattr(study_module, "run_jobs", lambda *a, **k: pytest.fail("--plan ran the study"))
+    out = tmp_path / "out"
+    assert main(["study", "--models", str(four_block_dir), "--budget", "class", "--only", "pruning", "healing",
+                 "--plan", "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    stages = plan([str(four_block_dir)], root=ROOT, budget="class", only=["pruning", "healing"])
+    works = study_module.study_work(stages, "class", ROOT)
+    total = sum(works.values())
+    assert lines[0].startswith(f"zones study --plan: 2 jobs, about {total:.3g} reference forwards, about ")
+    assert "(a reference forward: 2.00 s, timed here); nothing run" in lines[0]
+    label = Path(four_block_dir).name
+    assert lines[1].split()[:3] == ["pruning", "·", label] and "fitted: k_max=3 → 2" in lines[1]
+    assert f"after pruning · {label}" in lines[2]
+    assert not out.exists()

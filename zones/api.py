@@ -9,7 +9,7 @@
     exported = zones.export(model, "pruned/k4", strategy="zone_aware", k=4)      # → a model directory
     healed = zones.heal(model, "healed/k4", remove=[3, 11, 20, 27], method="bridge")
     tasks = zones.evaluate(["smollm2-135m", "pruned/k4"], limit=50)             # → tasks.csv
-    jobs = zones.study(["smollm2-135m", "gpt2"], budget="class", out_dir="results/study")  # → jobs.csv
+    jobs = zones.study(["smollm2-135m", "gpt2"], budget="class", n_resamples=500, out_dir="results/study")
 
 ``model`` is what ``zones.load_model`` returned, or a name it loads (a built-in alias, a local
 directory, a ``.gguf`` file or a hub id). Every other argument is the subcommand's flag of the
@@ -18,7 +18,9 @@ checks), and is checked the same way before any work. ``out_dir``: also write th
 writes there (None, where it is optional: only return the table). ``export`` and ``heal`` write a
 model directory (``out_dir``) and return its provenance (``zones-provenance.json``) as one row;
 ``evaluate`` returns ``tasks.csv`` (``zones.evaluate.evaluation`` gives all three tables);
-``study`` returns ``jobs.csv`` (``zones.study.study`` gives the whole ``StudyResult``).
+``study`` returns ``jobs.csv`` (``zones.study.study`` gives the whole ``StudyResult``); its chapter
+parameters are keywords too. An error raised from these calls names keyword arguments
+(``seq_len=128``), not the commands' flags (:func:`python_wording`).
 
 ``zones`` imports these lazily (``zones.__getattr__``), so ``import zones`` stays cheap; ``zones.evaluate``
 and ``zones.study`` are also the modules of those subcommands, made callable: calling the module
@@ -27,8 +29,10 @@ calls the function here.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -51,6 +55,39 @@ from zones.spectra import alpha_table as _alpha_table
 __all__ = ["load_model", "alpha_table", "ablate", "prune", "export", "heal", "evaluate", "study"]
 
 ModelLike = LoadedModel | str | os.PathLike
+
+
+FLAG = re.compile(r"--(?:param )?([a-z][a-z0-9_-]*)(?:(?:[ =])(-?\d+(?:\.\d+)?)\b)?")  # a flag, the number after it
+
+
+def keyword_wording(message: str) -> str:
+    """An error's text as a Python call is given its arguments: a flag that is a glossary name
+    (``--seq-len 128``, ``--param seq_len=128``) named as its keyword argument (``seq_len=128``);
+    other text stays."""
+    from zones.core.glossary import TERMS
+
+    def keyword(match: re.Match) -> str:
+        name = match.group(1).replace("-", "_")
+        if name not in TERMS:
+            return match.group(0)
+        return f"{name}={match.group(2)}" if match.group(2) is not None else name
+
+    return FLAG.sub(keyword, message)
+
+
+def python_wording(function):
+    """``function``'s errors in the words of a Python call (:func:`keyword_wording`): the library
+    names flags, as the commands are given their arguments; the API is given keywords."""
+    @functools.wraps(function)
+    def called(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except Exception as err:
+            if err.args and isinstance(err.args[0], str):
+                err.args = (keyword_wording(err.args[0]), *err.args[1:])
+            raise
+
+    return called
 
 
 def _loaded(model: ModelLike, *, text: bool = True, tokenizer: str | None = None, device: str | None = None,
@@ -81,6 +118,7 @@ def _d(name: str, context: str) -> Any:
 
 # --- zones alpha, ablate, prune ---------------------------------------------------------------------------
 
+@python_wording
 def alpha_table(model: ModelLike | nn.Module, *, window: Sequence[float] = _d("window", "alpha"),
                 estimators: Sequence[str] = _d("estimators", "alpha"), refresh: bool = False,
                 device: str | None = None, trust_remote_code: bool = False, progress: bool = True,
@@ -95,6 +133,7 @@ def alpha_table(model: ModelLike | nn.Module, *, window: Sequence[float] = _d("w
     return _written(table, out_dir, "alpha.csv")
 
 
+@python_wording
 def ablate(model: ModelLike, *, corpus: str = _d("corpus", "ablate"), seq_len: int = _d("seq_len", "ablate"),
            batch_size: int = _d("batch_size", "ablate"), eval_tokens: int | None = _d("eval_tokens", "ablate"),
            calibration_tokens: int | None = _d("calibration_tokens", "ablate"), dtype: str = _d("dtype", "ablate"),
@@ -115,6 +154,7 @@ def ablate(model: ModelLike, *, corpus: str = _d("corpus", "ablate"), seq_len: i
     return _written(table, out_dir, "ablation.csv")
 
 
+@python_wording
 def prune(model: ModelLike, *, strategies: str | Sequence[str] = _d("strategies", "prune"),
           k_max: int = _d("k_max", "prune"), seeds: int = _d("seeds", "prune"), corpus: str = _d("corpus", "prune"),
           seq_len: int = _d("seq_len", "prune"), batch_size: int = _d("batch_size", "prune"),
@@ -165,6 +205,7 @@ def _blocks(loaded: LoadedModel, remove, strategy, k, seed, *, corpus, seq_len, 
     return chosen, strategy
 
 
+@python_wording
 def export(model: ModelLike, out_dir: str | os.PathLike, *, remove: str | Sequence[int] | None = None,
            strategy: str | None = None, k: int | None = None, seed: int = 0, corpus: str = _d("corpus", "export"),
            seq_len: int = _d("seq_len", "export"), batch_size: int = _d("batch_size", "export"),
@@ -182,6 +223,7 @@ def export(model: ModelLike, out_dir: str | os.PathLike, *, remove: str | Sequen
     return provenance_row(path)
 
 
+@python_wording
 def heal(model: ModelLike, out_dir: str | os.PathLike, *, remove: str | Sequence[int] | None = None,
          strategy: str | None = None, k: int | None = None, seed: int = 0, method: str = _d("method", "heal"),
          bridges: str = _d("bridges", "heal"), heal_tokens: int = _d("heal_tokens", "heal"),
@@ -221,6 +263,7 @@ def _evaluate_arguments() -> argparse.Namespace:
     return parser.parse_args([])
 
 
+@python_wording
 def evaluate(models: ModelLike | Sequence[ModelLike] | None = None, *, remove: str | Sequence[int] | None = None,
              strategy: str | None = None, k: int | None = None, seed: int = 0,
              tasks: str | Sequence[str] = _d("tasks", "evaluate"), limit: int | None = _d("limit", "evaluate"),
@@ -255,11 +298,22 @@ def evaluate(models: ModelLike | Sequence[ModelLike] | None = None, *, remove: s
     return found["tasks"]
 
 
-def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None, **options) -> pd.DataFrame:
-    """``zones study``: every chapter's tables for every model, as jobs (``zones.study.study``, whose
-    keyword ``options`` these are: ``budget``, ``only``, ``executor``, ``out_dir``, ...); returns
-    ``jobs.csv`` (one row per job, with its status). ``out_dir`` (None: nothing written) receives each
-    job's tables as it finishes, ``jobs.csv`` and the state file ``zones study --status`` reads."""
+@python_wording
+def study(models: str | Sequence[str], *, budget: str = _d("budget", "study"), only: Sequence[str] | None = None,
+          executor: str = _d("executor", "study"), ray_address: str | None = _d("ray_address", "study"),
+          retries: int = _d("retries", "study"), cpus_per_job: float = _d("cpus_per_job", "study"),
+          gpus_per_job: float | None = _d("gpus_per_job", "study"), refresh: bool = False, progress: bool | None = None,
+          out_dir: str | os.PathLike | None = None, root: str | os.PathLike | None = None, log=print,
+          **parameters: Any) -> pd.DataFrame:
+    """``zones study``: every chapter's tables for every model, as jobs (``zones.study.study``);
+    every other keyword is a chapter parameter (``--param NAME=VALUE``: ``n_resamples=50``), each
+    clipped to what a model allows where it cannot apply to it (``zones.study.fit_to_model``).
+    Returns ``jobs.csv`` (one row per job, with its status). ``out_dir`` (None: nothing written)
+    receives each job's tables as it finishes, ``jobs.csv`` and the state file ``zones study
+    --status`` reads."""
     import zones.study as command
 
-    return command.study(models, parameters, **options).jobs
+    return command.study(models, parameters, executor=executor, ray_address=ray_address, retries=retries,
+                         cpus_per_job=cpus_per_job, gpus_per_job=gpus_per_job, out_dir=out_dir, only=only,
+                         budget=budget, root=None if root is None else Path(root), progress=progress is not False,
+                         refresh=refresh, log=log, python=True).jobs

@@ -3,6 +3,7 @@
     zones study --models a,b,c [--executor local|ray] [--ray-address HOST:PORT]
                 [--param NAME=VALUE ...] [--budget class|cpu|gpu] [--out results/study]
     zones study --status results/study        the jobs of that study: done, running, failed, waiting
+    zones study --models a,b,c --plan         its jobs, their cost and time, before any work
 
 The work of ``zones book --models a,b,c`` with the same parameters, cut into jobs that need
 nothing from each other: one job per model and chapter (``alpha_profile · m``,
@@ -38,8 +39,9 @@ it fails and reported by name after the others finish (``zones.core.executors``)
 neighbours are already in this cache and in ``OUT``, and a rerun computes only the rest: on
 Ray, each job is sent the entries it read or wrote the last time (this cache records which,
 under ``study/``), so it computes nothing again on whichever node it lands. SIGINT or SIGTERM
-stop the study cleanly: one line says what finished and the command that resumes it (the same
-command), and ``zones study`` exits with 130 or 143.
+stop the study cleanly: the first after the running jobs (its line says so, and that a second
+signal stops at once), a second at once; one line says what finished and the command that resumes
+it (the same command), and ``zones study`` exits with 130 or 143.
 
 One bar shows the study in counted work (``zones.core.progress.WorkBar``): each job weighs what it
 is expected to count in reference forwards (:func:`stage_work`: a trained run from its shapes, a
@@ -51,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import importlib
 import inspect
 import json
@@ -137,6 +140,7 @@ class Stage:
     label: str
     kwargs: dict
     after: tuple[str, ...] = ()
+    fitted: tuple[str, ...] = ()  # the parameters clipped to what this model allows (fit_to_model), in words
 
     @property
     def name(self) -> str:
@@ -173,9 +177,10 @@ class StudyResult:
 
 # --- the chapters' calls: zones.report.<chapter>.run with the chapter's parameters ------------------------
 
-def chapter_defaults(source: Path, declared: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The values of a chapter's parameters cell (``declared``: its ``declared_parameters``)."""
-    declared = declared_parameters(source) if declared is None else declared
+def chapter_defaults(source: Path | str, declared: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The values of a chapter's parameters cell (``source``: its notebook, or its name when
+    ``declared``, its ``declared_parameters``, is given)."""
+    declared = declared_parameters(Path(source)) if declared is None else declared
     values = {}
     for name, info in declared.items():
         try:
@@ -231,24 +236,74 @@ def _train_configs(params: dict[str, Any]) -> list:
                           **dict(params.get("train_overrides") or {}))
 
 
-def chapter_parameters(root: Path, names: Sequence[str], parameters: dict[str, Any],
+def chapter_parameters(root: Path | None, names: Sequence[str], parameters: dict[str, Any],
                        budget: str = DEFAULT_BUDGET, from_text: bool = False) -> dict[str, dict[str, Any]]:
     """Each chapter's parameter values as ``zones book`` gives them: its parameters cell, then the
     ``budget``'s values (the glossary's presets), then those of ``parameters`` it declares
     (``from_text``: YAML texts, as ``--param`` gives them). A parameter no chapter declares, or a
     value that does not fit its type, is refused before anything runs."""
-    declared = {n: declared_parameters(chapter_source(root, n)) for n in names}
+    declared = {n: chapter_declared(root, n) for n in names}
     parameters = check_parameters(parameters, declared, from_text=from_text)
     budget = check_value("budget", budget)
-    return {n: {**chapter_defaults(chapter_source(root, n), declared[n]), **preset(budget, n, declared[n]),
+    return {n: {**chapter_defaults(n, declared[n]), **preset(budget, n, declared[n]),
                 **{k: v for k, v in parameters.items() if k in declared[n]}} for n in names}
 
 
-def _chapters(root: Path | None, only: Sequence[str] | None) -> tuple[Path, list[str]]:
-    """The project's root and the chapters the study runs (``only``: these, each checked against
-    the study's chapters, as ``zones book --only`` checks the book's)."""
-    root = project_root(root)
-    names = [n for n in chapters(root) if n not in RUN_LAST + ABOUT_THE_BOOK]
+PACKAGED = Path(__file__).with_name("chapters.json")  # the chapters and their parameters cells, shipped with zones
+
+
+def study_root(root: Path | None = None) -> Path | None:
+    """Where the study reads the chapters and their parameters: ``root`` when given; else the
+    checkout this zones package lives in (its ``_toc.yml`` and ``notebooks/``); else None, the
+    copy shipped with the package (``PACKAGED``, :func:`write_packaged`). Never the current folder:
+    a study runs the same from any folder."""
+    if root is not None:
+        return project_root(root)
+    checkout = Path(__file__).resolve().parents[1]
+    if (checkout / "_toc.yml").exists() and (checkout / "notebooks").is_dir():
+        return checkout
+    return None
+
+
+def packaged_chapters() -> dict[str, Any]:
+    """The shipped copy: ``{"chapters": [names in the table of contents' order], "declared": {name:
+    its declared_parameters}}``."""
+    try:
+        return json.loads(PACKAGED.read_text())
+    except (OSError, ValueError) as err:
+        raise StudyError(f"{PACKAGED} cannot be read ({type(err).__name__}); reinstall zones") from None
+
+
+def chapter_names(root: Path | None) -> list[str]:
+    """The book's chapters in table-of-contents order: ``root``'s, or the shipped copy's (None)."""
+    return chapters(root) if root is not None else list(packaged_chapters()["chapters"])
+
+
+def chapter_declared(root: Path | None, name: str) -> dict[str, Any]:
+    """Chapter ``name``'s ``declared_parameters``: from ``root``'s notebook, or the shipped copy (None)."""
+    if root is not None:
+        return declared_parameters(chapter_source(root, name))
+    declared = packaged_chapters()["declared"]
+    if name not in declared:
+        raise StudyError(f"{PACKAGED} lacks chapter {name}; reinstall zones")
+    return declared[name]
+
+
+def write_packaged(root: Path | None = None, path: Path = PACKAGED) -> dict[str, Any]:
+    """Write the shipped copy from the checkout's chapters (``make`` keeps it current;
+    ``tests/test_study.py`` checks it equals the notebooks)."""
+    root = project_root(root or Path(__file__).resolve().parents[1])
+    names = chapters(root)
+    record = dict(chapters=names, declared={n: declared_parameters(chapter_source(root, n)) for n in names})
+    atomic_write_text(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return record
+
+
+def _chapters(root: Path | None, only: Sequence[str] | None) -> tuple[Path | None, list[str]]:
+    """Where the chapters are read (``study_root``) and the chapters the study runs (``only``: these,
+    each checked against the study's chapters, as ``zones book --only`` checks the book's)."""
+    root = study_root(root)
+    names = [n for n in chapter_names(root) if n not in RUN_LAST + ABOUT_THE_BOOK]
     unknown = [n for n in dict.fromkeys(only or []) if n not in names]
     if unknown:
         raise StudyError(f"--only names unknown chapter{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
@@ -306,8 +361,9 @@ def plan(models: Sequence[str], parameters: dict[str, Any] | None = None, root: 
             if index > 0 and configs and name not in SERIES_IN_EVERY_JOB:  # the series' part: once, in the first job
                 given[SERIES_PARAMETER] = None
             shared = tuple(f"{other} · {labels[model]}" for other in SHARES.get(name, ()) if other in names)
-            stages.append(Stage(name, model, labels[model], chapter_arguments(name, given),
-                                shared + (series if index == 0 else ())))
+            kwargs, fitted = fit_to_model(chapter_arguments(name, given), model)
+            stages.append(Stage(name, model, labels[model], kwargs, shared + (series if index == 0 else ()),
+                                fitted))
     return list(trains.values()) + stages
 
 
@@ -316,17 +372,75 @@ def plan(models: Sequence[str], parameters: dict[str, Any] | None = None, root: 
 REFERENCE_WEIGHTS = 30 * BLOCK_WEIGHTS + HEAD_WEIGHTS  # SmolLM2-135M's matrices: the book's costs are for it
 
 
+@functools.lru_cache(maxsize=None)
+def model_config(model: str | None):
+    """A model's ``config.json`` as transformers reads it (a directory, or a hub id in this machine's
+    hub cache; nothing downloaded); None for no model, a built-in alias or a ``.gguf`` file (read
+    once converted) and a model whose config is not here."""
+    if model is None or model in BUILTIN_MODELS or str(model).endswith(".gguf"):
+        return None
+    try:
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(model, local_files_only=True)
+    except Exception:  # noqa: BLE001 - a hint for the plan only: a model it cannot read is planned as given
+        return None
+
+
+FITTED = ("k_max", "k_values", "seq_len")  # the chapter parameters a model bounds: blocks removed, tokens per window
+
+
+def model_bounds(model: str | None) -> tuple[int | None, int | None]:
+    """``(blocks, positions)`` of a model from its ``model_config`` (None where unknown)."""
+    config = model_config(model)
+    if config is None:
+        return None, None
+    found = [next((getattr(config, key) for key in keys if isinstance(getattr(config, key, None), int)), None)
+             for keys in (("num_hidden_layers", "n_layer", "num_layers"), ("max_position_embeddings", "n_positions"))]
+    return found[0], found[1]
+
+
+def removable_blocks(n_blocks: int) -> int:
+    """How many of ``n_blocks`` blocks every block strategy may remove (at least two remain, protected
+    ends never go: ``zones.pruning.Strategy.max_k``)."""
+    from zones.pruning import BLOCK, get_strategy, strategy_names
+
+    return min(get_strategy(name).max_k(n_blocks) for name in strategy_names(BLOCK))
+
+
+def fit_to_model(kwargs: dict[str, Any], model: str | None) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """``kwargs`` with the ``FITTED`` parameters that cannot apply to ``model`` clipped to what fits
+    (``k_max`` and every ``k_values`` entry to the blocks every strategy may remove, ``seq_len`` to
+    the model's positions), and each change in words (``k_max=3 → 2 (at most 2 of its 4 blocks may
+    go)``). A model whose bounds are unknown, or that has no block to spare, is left as given."""
+    blocks, positions = model_bounds(model)
+    fitted, notes = dict(kwargs), []
+    cap = removable_blocks(blocks) if blocks else 0
+    why = f"at most {cap} of its {blocks} blocks may go"
+    if cap >= 1 and isinstance(kwargs.get("k_max"), int) and kwargs["k_max"] > cap:
+        fitted["k_max"] = cap
+        notes.append(f"k_max={kwargs['k_max']} → {cap} ({why})")
+    values = kwargs.get("k_values")
+    if cap >= 1 and isinstance(values, (list, tuple)) and any(int(k) > cap for k in values):
+        fitted["k_values"] = sorted({min(int(k), cap) for k in values})
+        notes.append(f"k_values={list(values)} → {fitted['k_values']} ({why})")
+    if positions and isinstance(kwargs.get("seq_len"), int) and kwargs["seq_len"] > positions:
+        fitted["seq_len"] = positions
+        notes.append(f"seq_len={kwargs['seq_len']} → {positions} (its {positions} positions)")
+    return fitted, tuple(notes)
+
+
 def model_scale(model: str | None) -> float:
     """A model's matrix weights over SmolLM2-135M's (a chapter's work grows with them): from its
-    ``config.json`` (a directory, or a hub id in this machine's hub cache), built on the meta device
-    (no weights read); 1.0 for SmolLM2-135M itself and for a model whose config is not here."""
-    if model is None or model in BUILTIN_MODELS or str(model).endswith(".gguf"):
+    ``model_config``, built on the meta device (no weights read); 1.0 for SmolLM2-135M itself and
+    for a model whose config is not here."""
+    config = model_config(model)
+    if config is None:
         return 1.0
     try:
         import torch
-        from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM
 
-        config = AutoConfig.from_pretrained(model, local_files_only=True)
         with torch.device("meta"):
             built = AutoModelForCausalLM.from_config(config)
         return max(module_weights(built), 1) / REFERENCE_WEIGHTS
@@ -348,7 +462,7 @@ def stage_work(stage: Stage, budget: str = DEFAULT_BUDGET, root: Path | None = N
         weights = config.depth * (4 + 2 * m) * d * d + config.vocab_size * d  # blocks' matrices and the head
         step = training_flops(weights, config.batch_size * config.seq_len, parameter_count(config))
         return config.steps * step / REFERENCE_FLOPS
-    declared = declared_parameters(chapter_source(project_root(root), stage.chapter))
+    declared = chapter_declared(study_root(root), stage.chapter)
     tokens = budget_scale(stage.chapter, declared, stage.kwargs, base=measured_budget(stage.chapter, budget))
     forwards = expected_forwards(stage.chapter, budget, tokens) or expected_forwards(stage.chapter)
     scale = (scales or {}).get(stage.model) if stage.model is not None else 1.0
@@ -359,6 +473,46 @@ def study_work(stages: Sequence[Stage], budget: str = DEFAULT_BUDGET, root: Path
     """Each stage's ``stage_work`` (each model's scale read once): the study bar's weights, and its total."""
     scales = {model: model_scale(model) for model in {s.model for s in stages if s.model is not None}}
     return {stage.name: stage_work(stage, budget, root, scales) for stage in stages}
+
+
+# --- the plan as a table: zones study --plan ------------------------------------------------------------
+
+PLAN_COLUMNS = ["job", "after", "reference_forwards", "seconds", "fitted"]
+
+
+def forward_seconds() -> tuple[float, str]:
+    """A reference forward's seconds on this machine (``zones.book.reference_forward_seconds``,
+    timed once), and where the number comes from; ``REFERENCE_SECONDS_GUESS`` when it cannot be timed."""
+    from zones.book import REFERENCE_SECONDS_GUESS, reference_forward_seconds
+
+    seconds = reference_forward_seconds(repeats=1)
+    return (seconds, "timed here") if seconds else (REFERENCE_SECONDS_GUESS, "guessed: none could be timed")
+
+
+def plan_table(stages: Sequence[Stage], budget: str = DEFAULT_BUDGET, root: Path | None = None,
+               seconds_per_forward: float = 1.0) -> pd.DataFrame:
+    """The study's jobs before any runs: each one's ``after`` (the jobs it waits for), expected
+    ``reference_forwards`` (``study_work``), estimated ``seconds`` at ``seconds_per_forward`` and
+    the parameters ``fitted`` to its model."""
+    works = study_work(stages, budget, root)
+    return pd.DataFrame([dict(job=s.name, after=", ".join(s.after), reference_forwards=works[s.name],
+                              seconds=round(works[s.name] * seconds_per_forward, 1), fitted="; ".join(s.fitted))
+                         for s in stages], columns=PLAN_COLUMNS)
+
+
+def plan_text(table: pd.DataFrame, seconds_per_forward: float, source: str) -> str:
+    """What ``zones study --plan`` prints: a head line (jobs, work, time one after the other), one
+    line per job (its cost, its time, what it waits for, what was fitted to its model)."""
+    total = float(table["reference_forwards"].sum())
+    lines = [f"zones study --plan: {len(table)} jobs, about {total:.3g} reference forwards, about "
+             f"{duration(total * seconds_per_forward)} one after the other (a reference forward: "
+             f"{seconds_per_forward:.2f} s, {source}); nothing run"]
+    width = max([len(j) for j in table["job"]] + [3])
+    for row in table.to_dict("records"):
+        notes = [f"after {row['after']}"] * bool(row["after"]) + [f"fitted: {row['fitted']}"] * bool(row["fitted"])
+        lines.append(f"  {row['job']:<{width}}  {row['reference_forwards']:>8.3g} RF  {duration(row['seconds']):>9}"
+                     f"  {'; '.join(notes)}".rstrip())
+    return "\n".join(lines)
 
 
 # --- a job ----------------------------------------------------------------------------------------------
@@ -477,11 +631,12 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
           ray_address: str | None = None, retries: int = 2, cpus_per_job: float = 1,
           gpus_per_job: float | None = None, out_dir: str | Path | None = None, only: Sequence[str] | None = None,
           budget: str = DEFAULT_BUDGET, from_text: bool = False, root: Path | None = None, progress: bool = True,
-          refresh: bool = False, log=print) -> StudyResult:
+          refresh: bool = False, log=print, python: bool = False) -> StudyResult:
     """Run the study (see the module's docstring) and return it; ``JobFailed`` names every job that
     failed, after the others finished (their entries are stored here already). ``refresh``: every
     job computes again what the caches held before the study began (``zones.core.cache.refreshing``),
-    and is sent none of the entries it used the last time."""
+    and is sent none of the entries it used the last time. ``python``: called from Python (the API),
+    so a failed job's error names chapter parameters as keywords (``seq_len=128``), not ``--param``."""
     check_executor(executor)
     stages = plan(models, parameters, root=root, only=only, budget=budget, from_text=from_text)
     models = parse_models(models)
@@ -531,7 +686,7 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
         f"{sum(works.values()):.3g} reference forwards of work (the bar's unit, RF){where}")
     started = time.time()
     here = Tally()
-    signals = _StopOnSignals()
+    signals = _StopOnSignals(log, lambda: [name for name, row in ledger.rows.items() if row["status"] == "running"])
     try:
         with counting() as here, signals:
             if executor == "ray":
@@ -541,9 +696,10 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
             try:
                 run_jobs(jobs, executor, ray_address=ray_address, retries=retries, progress=progress,
                          desc="zones study", unit="RF", events=events, prepare=prepare, on_result=take,
+                         stopping=signals.stopping,
                          on_failure=lambda job, why, attempts: ledger.fail(job.name, why, attempts))
             except JobFailed as err:
-                raise JobFailed(study_wording(str(err), stages)) from None
+                raise JobFailed(str(err) if python else study_wording(str(err), stages)) from None
     except KeyboardInterrupt as err:  # SIGINT or SIGTERM: one line, what finished and how to resume
         signum = getattr(err, "signum", signal.SIGINT)
         remove_scratch([os.getpid()])  # the jobs cut off here: their scratch folders
@@ -572,7 +728,7 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
 STATE_FILE = "study-state.json"  # OUT/study-state.json: every job's status, rewritten as jobs start and finish
 STATE_VERSION = 1
 JOB_COLUMNS = ["job", "chapter", "model", "label", "status", "node", "seconds", "cpus", "gpus", "read", "computed",
-               "retries", "error"]
+               "retries", "fitted", "error"]  # fitted: the parameters clipped to the model (fit_to_model), in words
 STATUSES = ("done", "running", "failed", "waiting")  # the order --status lists them in
 
 
@@ -598,18 +754,25 @@ class _Signalled(KeyboardInterrupt):
 
 
 class _StopOnSignals:
-    """While the study runs (in the main thread), SIGINT and SIGTERM raise :class:`_Signalled`
-    (once: a second signal during the clean stop is ignored, until :meth:`restore`, which the
-    study calls once its stop line is said, so the line names the signal that ended it) instead
-    of killing the process silently; the handlers before are restored at the end.
-    ``install()`` again after something installed its own (``ray.init`` does)."""
+    """While the study runs (in the main thread), SIGINT and SIGTERM stop it instead of killing the
+    process silently. The first asks it to stop after the running jobs (:meth:`stopping` tells
+    ``run_jobs`` so: it starts no other job, and raises once those end) and says so in one line
+    (``say``; ``running()``: the jobs running), naming the remedy: a second signal, which raises
+    :class:`_Signalled` at once. A signal after that, during the clean stop, is ignored until
+    :meth:`restore`, which the study calls once its stop line is said, so the line names the signal
+    that ended it; the handlers before are restored at the end. ``install()`` again after something
+    installed its own (``ray.init`` does)."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
     active = False
 
+    def __init__(self, say=print, running=lambda: []):
+        self.say, self.running = say, running
+
     def __enter__(self):
         self.active = threading.current_thread() is threading.main_thread()
         self.raised = False
+        self.requested: int | None = None
         if self.active:
             self.previous = {s: signal.getsignal(s) for s in self.SIGNALS}
             self.install()
@@ -625,16 +788,31 @@ class _StopOnSignals:
     def install(self) -> None:
         if self.active:
             for s in self.SIGNALS:
-                signal.signal(s, self._raise)
+                signal.signal(s, self._handle)
 
-    def _raise(self, signum, frame):
-        if not self.raised:
-            self.raised = True
-            raise _Signalled(signum)
+    def stopping(self) -> "_Signalled | None":
+        """What ``run_jobs`` raises once the running jobs end: the first signal's, when one came."""
+        return None if self.requested is None else _Signalled(self.requested)
+
+    def _handle(self, signum, frame):
+        if self.raised:
+            return  # the clean stop is under way: its line names the signal that ended it
+        if self.requested is None:
+            self.requested = signum
+            running = list(self.running())
+            after = f"after the running job{'s' if len(running) > 1 else ''} ({', '.join(running)})" if running \
+                else "before the next job"
+            self.say(f"zones study: {signal.Signals(signum).name}: stopping {after}; a second SIGINT or SIGTERM "
+                     f"stops at once")
+            return
+        self.raised = True
+        raise _Signalled(signum)
 
     def __exit__(self, *exc):
-        if not self.raised:  # stopping on a signal: the handler stays, ignoring a second, until restore()
-            self.restore()
+        if not self.raised and not (exc and isinstance(exc[1], _Signalled)):
+            self.restore()  # stopping on a signal: the handler stays, ignoring another, until restore()
+        else:
+            self.raised = True
         return False
 
 
@@ -691,7 +869,7 @@ class Ledger:
         self.state = "running"
         self.stopped_by: str | None = None
         self.rows = {s.name: dict(job=s.name, chapter=s.chapter, model=s.model or "", label=s.label,
-                                  status="waiting") for s in stages}
+                                  status="waiting", fitted="; ".join(s.fitted)) for s in stages}
         self.begun: dict[str, float] = {}
         self.save()
 
@@ -715,15 +893,20 @@ class Ledger:
                 atomic_write_bytes(folder / name, data)
         self.save(jobs=True)
         how = "from cache" if result.tally.n_computed == 0 else "computed"
-        self.log(f"done {stage.name} in {duration(result.seconds)} ({how}); {self.count('done')} of "
-                 f"{len(self.rows)} jobs done")
+        self.log(f"done {stage.name} in {duration(result.seconds)} ({how}){self._fitted(stage.name)}; "
+                 f"{self.count('done')} of {len(self.rows)} jobs done")
+
+    def _fitted(self, name: str) -> str:
+        """``, fitted to its model: k_max=3 → 2 (...)`` when the job's parameters were clipped."""
+        fitted = self.rows[name]["fitted"]
+        return f", fitted to its model: {fitted}" if fitted else ""
 
     def fail(self, name: str, why: str, attempts: int) -> None:
         row = self.rows[name]
         row.update(status="failed", seconds=round(time.time() - self.begun.get(name, time.time()), 2),
                    retries=self._retries(name), error=why)
         self.save(jobs=True)
-        self.log(f"failed {name} ({why}; {attempts} attempt{'s' if attempts > 1 else ''})")
+        self.log(f"failed {name} ({why}; {attempts} attempt{'s' if attempts > 1 else ''}){self._fitted(name)}")
 
     def stop(self, signum: int) -> str:
         """The study was stopped: jobs cut off are waiting again; the line that says so."""
@@ -894,6 +1077,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(chosen, "models", "study", help="comma-separated models (aliases, directories, .gguf files or hub ids); "
              "every machine running jobs must be able to load each")
     add_flag(chosen, "status", "study", metavar="OUT")
+    add_flag(parser, "plan", "study")
     for name in ("executor", "ray_address", "retries", "cpus_per_job", "gpus_per_job", "budget"):
         add_flag(parser, name, "study")
     add_flag(parser, "refresh", "study", help="recompute every cached result the jobs read, and replace it")
@@ -917,6 +1101,13 @@ def run(args: argparse.Namespace) -> int | None:
     resume), exit status 130 or 143."""
     if args.status is not None:
         print(status_text(args.status))
+        return None
+    if args.plan:
+        stages = plan(args.models, name_values(args.param), only=args.only or None, budget=args.budget,
+                      from_text=True)
+        check_local_models(parse_models(args.models))
+        seconds, source = forward_seconds()
+        print(plan_text(plan_table(stages, args.budget, seconds_per_forward=seconds), seconds, source))
         return None
     try:
         result = study(args.models, name_values(args.param), executor=args.executor, ray_address=args.ray_address,

@@ -84,7 +84,8 @@ def run_jobs(jobs: Sequence[Job], executor: str = "local", *, ray_address: str |
              events: list[tuple[str, str, str]] | None = None,
              prepare: Callable[[Job, dict[str, Any]], Job] | None = None,
              on_result: Callable[[Job, Any], None] | None = None,
-             on_failure: Callable[[Job, str, int], None] | None = None) -> list[Any]:
+             on_failure: Callable[[Job, str, int], None] | None = None,
+             stopping: Callable[[], BaseException | None] | None = None) -> list[Any]:
     """Each job's result, in the order of ``jobs``; ``JobFailed`` naming every job that failed.
 
     A job with ``after`` starts once those jobs have finished (each job is started as soon as it
@@ -96,7 +97,9 @@ def run_jobs(jobs: Sequence[Job], executor: str = "local", *, ray_address: str |
     so a caller can record every outcome before the last job ends). ``events``, when given,
     receives ``(job name, "retry", why)`` for every attempt that failed and was tried again (a
     transient error, or on Ray a worker or node that died). The progress bar (``WorkBar``) weighs
-    each job by its ``work``, in ``unit``s (1 each: jobs); other tools' bars stay out of its line."""
+    each job by its ``work``, in ``unit``s (1 each: jobs); other tools' bars stay out of its line.
+    ``stopping()``, when given, is asked before each job starts: once it returns an exception (a
+    signal asked the caller to stop), no other job starts, and it is raised when no job runs."""
     check_executor(executor)
     retries = check_int(retries, "retries", min=0)
     for job in jobs:
@@ -113,7 +116,7 @@ def run_jobs(jobs: Sequence[Job], executor: str = "local", *, ray_address: str |
                     file=terminal) as bar:
         return run(list(jobs), retries=retries, bar=bar, ray_address=ray_address,
                    events=events if events is not None else [], prepare=prepare, on_result=on_result,
-                   on_failure=on_failure)
+                   on_failure=on_failure, stopping=stopping or (lambda: None))
 
 
 def _check_order(jobs: Sequence[Job]) -> None:
@@ -198,12 +201,16 @@ def _report(failures: list[tuple[str, str, int]], total: int) -> JobFailed:
                      f"and rerun to compute only the rest")
 
 
-def _run_local(jobs, *, retries, bar, events, prepare=None, on_result=None, on_failure=None, ray_address=None):
+def _run_local(jobs, *, retries, bar, events, prepare=None, on_result=None, on_failure=None, ray_address=None,
+               stopping=lambda: None):
     results: list[Any] = [None] * len(jobs)
     failures = []
     finished: set[int] = set()
     succeeded: set[int] = set()
     while len(finished) < len(jobs):
+        stop = stopping()
+        if stop is not None:  # asked to stop: the job before has ended, no other starts
+            raise stop
         k = _ready(jobs, finished, finished)[0]  # in list order, once its `after` jobs are done
         job = _prepared(jobs[k], prepare, jobs, results, succeeded)
         bar.start(job.name)
@@ -418,7 +425,8 @@ def _room(node: dict, placed: list[tuple[float, float]], asked: tuple[float, flo
     return all(sum(p[i] for p in placed) + asked[i] <= have.get(r, 0) + 1e-9 for i, r in enumerate(("CPU", "GPU")))
 
 
-def _run_ray(jobs, *, retries, bar, events, prepare=None, on_result=None, on_failure=None, ray_address=None):
+def _run_ray(jobs, *, retries, bar, events, prepare=None, on_result=None, on_failure=None, ray_address=None,
+             stopping=lambda: None):
     """Each job a Ray task placed by this driver on a node with room for it (``NodeAffinitySchedulingStrategy``):
     so it knows where each job runs, and a job whose node is lost (Ray reports its worker or node
     dead, or ``LOST_AFTER`` looks find the node dead) is resubmitted at once to a live node, ahead
@@ -462,6 +470,8 @@ def _run_ray(jobs, *, retries, bar, events, prepare=None, on_result=None, on_fai
     def place(nodes: dict[str, dict]) -> None:
         """Start the jobs that may start, lost ones first, each on a node with room for it; a lost
         job goes to the least busy live node even when it has no room (it runs next there)."""
+        if stopping() is not None:  # asked to stop: the running jobs end, no other starts
+            return
         running = {n: [asked(k) for k in refs.values() if where[k] == n] for n in nodes}
         for k in list(first) + [k for k in _ready(jobs, finished, set(prepared)) if k not in first]:
             node = next((n for n in nodes if _room(nodes[n], running[n], asked(k))), None)
@@ -526,6 +536,9 @@ def _run_ray(jobs, *, retries, bar, events, prepare=None, on_result=None, on_fai
     bar.redraw(_left(jobs, refs.values()))
     looked = time.monotonic()
     while len(finished) < len(jobs):
+        stop = stopping()
+        if stop is not None and not refs:  # asked to stop, and the running jobs have ended
+            raise stop
         if not refs and not _live_nodes(ray, lost):
             raise RuntimeError("every node of the Ray cluster is lost; start its nodes again and rerun the same "
                                "command: the finished jobs are cached")

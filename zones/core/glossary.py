@@ -318,6 +318,8 @@ TERMS: dict[str, Term] = _terms(
          {"cpu": None}, minimum=0, optional=True),
     Term("status", "str", "a study's --out folder: list its jobs (done, running, failed, waiting) from the state "
          "file the study keeps there, and exit (None: run the study)", {"cpu": None}, optional=True),
+    Term("plan", "bool", "print the study's jobs, each one's cost in reference forwards and its estimated time, "
+         "and exit before any work", {"cpu": False}),
     # --- where results go, and what is recomputed ---------------------------------------------
     Term("out_dir", "str", "the folder written to, checked before any work: a chapter's tables, a command's "
          "files (zones export and heal: the model directory)",

@@ -164,6 +164,8 @@ class WorkBar:
     (wall seconds per unit done since the bar began): no figure before any work is counted,
     and one that does not swing with the jobs' order, as a job's count of done jobs would."""
 
+    BAR = "{desc}: {percentage:3.0f}%|{bar}| "  # then the line's text (not tqdm's postfix: it adds ", ")
+
     def __init__(self, works: dict[str, float], desc: str, unit: str = "job", *, enabled: bool = True,
                  live: bool = False, file=None):
         self.works, self.unit, self.live = dict(works), unit, live
@@ -174,7 +176,7 @@ class WorkBar:
         self.started = time.monotonic()
         self.lock = threading.Lock()
         self.bar = tqdm(total=max(self.total, 1e-9), desc=desc, unit=unit, disable=not enabled,
-                        file=file or sys.stderr, bar_format="{desc}: {percentage:3.0f}%|{bar}| {postfix}")
+                        file=file or sys.stderr, bar_format=self.BAR)
         self.stop = threading.Event()
         self.ticker = threading.Thread(target=self._tick, daemon=True)
         if enabled and live:
@@ -218,9 +220,9 @@ class WorkBar:
         left = self.seconds_left(position)
         self.bar.n = position
         eta = "estimating the time left" if left is None else f"about {clock(left)} left"
-        self.bar.set_postfix_str(f"{position:.1f}/{self.total:.1f} {self.unit}, "
-                                 f"{clock(time.monotonic() - self.started)} elapsed, {eta}"
-                                 f"{'; ' + self.note if self.note else ''}", refresh=False)
+        text = (f"{position:.1f}/{self.total:.1f} {self.unit}, {clock(time.monotonic() - self.started)} elapsed, "
+                f"{eta}{'; ' + self.note if self.note else ''}")
+        self.bar.bar_format = self.BAR + text.replace("{", "{{").replace("}", "}}")  # after the bar: the text alone
         self.bar.refresh()
 
     def _tick(self) -> None:

@@ -24,6 +24,8 @@ import contextlib
 import copy
 import io
 import logging
+import subprocess
+import sys
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -96,17 +98,34 @@ def check_limit(limit) -> int | None:
     return None if limit is None else check_int(limit, "--limit", min=1)
 
 
+def git_commit_quietly() -> str | None:
+    """The current folder's git commit (``git describe --always``), or None outside a repository or
+    without git: lm-eval's own probe lets git print "fatal: not a git repository" on stderr."""
+    try:
+        found = subprocess.run(["git", "describe", "--always"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return found.stdout.strip() or None if found.returncode == 0 else None
+
+
 @contextlib.contextmanager
 def _quiet():
     """lm-eval logs at INFO and WARNING for every task and request; keep its errors only, and keep
-    it from reaching any hub (the offline tasks need none; a standard one reads the local cache)."""
+    it from reaching any hub (the offline tasks need none; a standard one reads the local cache).
+    Its git probe is made quietly (:func:`git_commit_quietly`)."""
     logger = logging.getLogger("lm_eval")
     level = logger.level
     logger.setLevel(logging.ERROR)
+    evaluator = sys.modules.get("lm_eval.evaluator")
+    probe = getattr(evaluator, "get_git_commit_hash", None)
+    if probe is not None:
+        evaluator.get_git_commit_hash = git_commit_quietly
     try:
         yield
     finally:
         logger.setLevel(level)
+        if probe is not None:
+            evaluator.get_git_commit_hash = probe
 
 
 def task_manager(tasks: Sequence[str], include_path: Sequence[str] = (), include_defaults: bool | None = None):
@@ -201,6 +220,7 @@ def _table(results: dict, model_name: str, removed: str, task: str) -> pd.DataFr
 def _run(model, tokenizer, tasks: list[str], *, limit, batch_size, dtype, include_path) -> tuple[dict, dict]:
     """lm-eval's results and logged samples for ``tasks`` (one simple_evaluate call)."""
     lm_eval = require_lm_eval()
+    import lm_eval.evaluator  # noqa: F401 - imported before _quiet, which replaces its git probe
     manager = task_manager(tasks, include_path)
     lm = hflm(model, tokenizer, batch_size)
     # A standard task's data comes from the hub, or from the local datasets cache when the hub is
