@@ -615,14 +615,16 @@ def test_a_run_that_fails_in_its_worker_is_named_with_its_cause(micro_corpus, tm
 
 
 def test_runs_are_given_to_workers_longest_first_to_the_least_loaded():
-    """The cpu series on two workers: depth 16 alone on one, depths 12, 8 and 8 on the other (each
-    worker process starts once for all its runs)."""
+    """The cpu series (three seeds of D8, D12, D16) on two workers, longest first to the least
+    loaded: two D16 runs and the three D8 on one, a D16 and the three D12 on the other (about equal
+    work; each worker process starts once for all its runs)."""
     from zones.series import series_configs
     from zones.series.pool import assign
 
     queues = assign(series_configs("cpu"), 2)
-    assert [[(c.depth, c.seed) for c in q] for q in queues] == [[(16, 0)], [(12, 0), (8, 0), (8, 1)]]
-    assert [[c.depth for c in q] for q in assign(series_configs("cpu"), 1)] == [[16, 12, 8, 8]]
+    assert [[(c.depth, c.seed) for c in q] for q in queues] == [[(16, 0), (16, 2), (8, 0), (8, 1), (8, 2)],
+                                                                [(16, 1), (12, 0), (12, 1), (12, 2)]]
+    assert [[c.depth for c in q] for q in assign(series_configs("cpu"), 1)] == [[16, 16, 16, 12, 12, 12, 8, 8, 8]]
     assert len(assign(series_configs("cpu", depths=[8]), 8)) == 2  # never more workers than runs
 
 

@@ -37,7 +37,7 @@ from zones.core.data import corpus_windows, load_corpus
 from zones.core.models import load_model
 from zones.measure.ablation import DEFAULT_EVAL_TOKENS, ablation_window_losses, summarize
 from zones.measure.bootstrap import N_PERMUTATIONS, N_RESAMPLES, check_level, paired_bootstrap, seeded
-from zones.measure.subject import as_subject
+from zones.measure.subject import DEFAULT_DTYPE, as_subject
 from zones.spectra import alpha_table, layer_alpha
 
 # Per-matrix columns of ``zones.spectra.alpha_table`` worth correlating with importance, in
@@ -398,7 +398,7 @@ def model_labels(names: Sequence[str]) -> list[str]:
 def measure_models(models: Sequence[str] | str, *, corpus: str = "stdlib", seq_len: int = 256,
                    eval_tokens: int | None = DEFAULT_EVAL_TOKENS, batch_size: int = 8,
                    parts: bool = False, split: str = "eval", device: str | None = None,
-                   progress: bool = True, dtype: str = "float32") -> list[ModelImportance]:
+                   progress: bool = True, dtype: str = DEFAULT_DTYPE) -> list[ModelImportance]:
     """Ablation and α tables of each model in turn, on the same corpus and token budget.
 
     Both tables are cached, so a second chapter with the same parameters only reads them (and

@@ -159,7 +159,7 @@ TERMS: dict[str, Term] = _terms(
     Term("trust_remote_code", "bool", "let a model's own Python code run", {"cpu": False}),
     Term("device", "str", "cpu, cuda, ... (None: cuda if available)", {"cpu": None}, optional=True),
     Term("dtype", "str", "scoring precision of the forward passes; auto: bfloat16 where this machine runs it "
-         "natively, else float32 (every page states the precision that produced it)", {"cpu": "float32"},
+         "natively, else float32 (every page states the precision that produced it)", {"cpu": "auto"},
          choices=("float32", "bfloat16", "auto")),
     # --- text and token budgets ---------------------------------------------------------------
     Term("corpus", "str", "text: stdlib, stdlib-code, wikitext2 or UTF-8 text file(s)/glob (zones train: "

@@ -199,6 +199,11 @@ def agreement_shown(agreement: pd.DataFrame) -> pd.DataFrame:
     return shown
 
 
+# How a page states the series' precision (TrainConfig.precision; the runs are scored as they trained)
+TRAINING_PRECISION = {"fp32": "float32 (trained and scored; Methods, Training, says why not bfloat16 at these widths)",
+                      "bf16": "bfloat16 autocast with float32 weights and optimizer state (scored in bfloat16)"}
+
+
 def _numbers(profile, series, frame, rho_runs, pooled, agreement, config, alpha_role, alpha_estimator) -> dict:
     alpha_name = f"{alpha_role} {alpha_estimator}"
     top = frame.loc[frame.groupby("model", sort=False)["delta_loss"].idxmax()]
@@ -210,6 +215,7 @@ def _numbers(profile, series, frame, rho_runs, pooled, agreement, config, alpha_
                              for d, part in series.groupby("depth", sort=True)),
         n_runs=len(series), steps=int(config.steps), tokens_k=config.steps * config.tokens_per_step / 1000,
         width_per_layer=int(config.width_per_layer), vocab_size=int(config.vocab_size),
+        precision=TRAINING_PRECISION[config.precision],
         train_minutes=float(series["total_seconds"].sum() / 60), corpus=str(config.corpus),
         loss_text="; ".join(f"depth {int(r.depth)}, seed {int(r.seed)}: {r.final_heldout_loss:.3f}"
                             for r in series.itertuples()),
