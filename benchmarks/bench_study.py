@@ -1,6 +1,7 @@
 """``zones study`` locally and on a two-node Ray cluster on this machine, with and without a lost node.
 
     .venv/bin/python benchmarks/bench_study.py [--models tiny|smollm2] [--skip-kill]
+    .venv/bin/python benchmarks/bench_study.py --eta [--only CHAPTER ...]
 
 The same models and parameters three times from empty caches: ``--executor local``; ``--executor
 ray`` on a head and a worker node (``ray start`` on 127.0.0.1, one CPU each, their own caches,
@@ -13,6 +14,12 @@ within ``zones.core.executors.LOST_NODE_SECONDS`` (its line says so).
 ``tiny``: a 4-block Llama, GPT-NeoX and GPT-2 and a 20-step trained run at the cluster test's
 budgets; ``smollm2``: SmolLM2-135M and a 6-block GPT-NeoX trained on stdlib code, at the same
 small token budgets.
+
+``--eta``: how honest the study's time left is. A local study of the tiny models at the class budget
+(every chapter, the depth series' training included; ``--only``: these chapters), in this process, from an empty cache; at every redraw of its bar
+the bar's work done, its estimated time left and, once the study has ended, the true time left;
+then the largest relative error of the estimate from 25% of the work on (the issue's target:
+within 25%).
 """
 from __future__ import annotations
 
@@ -101,14 +108,79 @@ def replay(models, params, cache: Path) -> str:
     return tally.sentence()
 
 
+ETA_FROM = 0.25  # the share of the work from which the estimate must be within ETA_TARGET of the truth
+ETA_TARGET = 0.25
+
+
+def eta_record(models: list[str], parameters: dict, only, out: Path) -> tuple[list[dict], float]:
+    """Run the study in this process, recording at each redraw of its bar the time, the work done,
+    the work to do, what was read from the cache and the estimated seconds left; and its end."""
+    from zones.core import progress
+    from zones.study import study
+
+    records: list[dict] = []
+    redraw = progress.WorkBar.redraw
+
+    def recorded(bar, note=None):
+        redraw(bar, note)
+        records.append(dict(at=time.monotonic(), done=bar.position(), total=bar.computed_total(),
+                            cached=sum(bar.cached.values()), left=bar.seconds_left()))
+
+    progress.WorkBar.redraw = recorded
+    try:
+        study(models, parameters, budget="class", only=only, out_dir=out, progress=True,
+              log=lambda line: print(f"  | {line}", flush=True))
+    finally:
+        progress.WorkBar.redraw = redraw
+    return records, time.monotonic()
+
+
+def eta_report(records: list[dict], ended: float) -> float:
+    """Print each update (share done, estimated and true time left, relative error) and return the
+    largest relative error from ``ETA_FROM`` of the work on."""
+    worst, began = 0.0, records[0]["at"]
+    print(f"{'elapsed':>8} {'done':>6} {'cached RF':>9} {'estimate':>9} {'truth':>7} {'error':>7}")
+    for record in records:
+        share = record["done"] / record["total"] if record["total"] > 0 else 1.0
+        truth = ended - record["at"]
+        if record["left"] is None or truth <= 1.0:  # no estimate yet, or the study's last second
+            error = None
+        else:
+            error = (record["left"] - truth) / truth
+            if share >= ETA_FROM:
+                worst = max(worst, abs(error))
+        shown = "   --" if record["left"] is None else f"{record['left']:9.1f}"
+        print(f"{record['at'] - began:8.1f} {share:6.1%} {record['cached']:9.3g} {shown:>9} {truth:7.1f} "
+              f"{'' if error is None else f'{error:+7.1%}':>7}")
+    return worst
+
+
+def eta_main(args, work: Path, corpus: str) -> None:
+    os.environ["ZONES_CACHE"] = str(work / "eta-cache")
+    models = tiny_models(work)
+    parameters = dict(corpus=corpus)
+    print(f"models: {', '.join(Path(m).name for m in models)}; chapters: {', '.join(args.only or ['all'])}; class budget; "
+          f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+    records, ended = eta_record(models, parameters, args.only, work / "eta")
+    worst = eta_report(records, ended)
+    print(f"study: {ended - records[0]['at']:.1f} s, {len(records)} updates of the bar; the largest relative error "
+          f"of the time left from {ETA_FROM:.0%} of the work on: {worst:.1%} (target: at most {ETA_TARGET:.0%})",
+          flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", choices=["tiny", "smollm2"], default="tiny")
     parser.add_argument("--skip-kill", action="store_true")
+    parser.add_argument("--eta", action="store_true", help="measure the time left's error (a local study)")
+    parser.add_argument("--only", nargs="*", default=None, metavar="CHAPTER", help="--eta: these chapters "
+                        "(default: every chapter of the study, the depth series' training included)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     work = Path(tempfile.mkdtemp(prefix="bench-study-"))
     corpus = micro_corpus(work)
+    if args.eta:
+        return eta_main(args, work, corpus)
     models = tiny_models(work) if args.models == "tiny" else ["smollm2-135m", trained_model(work, corpus)]
     params = study_parameters(corpus)
     env = dict(os.environ, OMP_NUM_THREADS="1", ZONES_CACHE=str(work / "local-cache"),

@@ -254,5 +254,68 @@ def test_the_work_bar_shows_its_text_right_after_the_bar_with_no_stray_character
     bar.redraw("running a {x}")
     bar.close()
     drawn = out.getvalue().split("\r")[-1]
-    assert "| ," not in out.getvalue() and "| 0.0/1.0 RF, 00:00 elapsed, estimating the time left; running a {x}" \
+    assert "| ," not in out.getvalue() and "| 0.0/1.0 RF computed, 00:00 elapsed, estimating the time left; running a {x}" \
         in drawn, drawn
+
+
+def test_cached_work_is_not_progress_and_the_time_left_counts_each_jobs_fixed_cost(monkeypatch):
+    """Issue 53: the study's bar opened at 40% (a cached training counted as done work), and its time
+    left was the work left at one rate (at 1:00 of a 3:57 study: 1:17 left). Now a job read from the
+    cache leaves the bar's total and is counted apart, and each job left is expected to take what
+    the finished jobs of its kind took, a fixed cost plus a rate per unit of work."""
+    from zones.core import progress
+
+    now = [0.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    works = {"train · a": 4.0, "pruning · m1": 1.0, "pruning · m2": 3.0, "healing · m1": 2.0, "healing · m2": 2.0}
+    bar = progress.WorkBar(works, "zones study", "RF", enabled=False)
+    bar.start("train · a")
+    now[0] = 1.0
+    progress.mark_from_cache("train · a")  # as the study says it, before the bar finishes the job
+    bar.finish("train · a")
+    assert bar.position() == 0.0 and bar.computed_total() == 8.0  # not progress: out of the total
+    assert "0.0/8.0 RF computed (4.0 RF read from the cache)" in bar.text()
+    assert bar.seconds_left() is None  # nothing computed yet: no figure (not the cache's speed)
+    for name, seconds in (("pruning · m1", 12.0), ("pruning · m2", 16.0)):  # 10 s + 2 s per RF
+        bar.start(name)
+        now[0] += seconds
+        bar.finish(name)
+    # healing never ran: it takes what pruning took per job (the only kind measured), 10 s + 2 s per RF each
+    assert bar.seconds_left() == pytest.approx(2 * (10 + 2 * 2.0) * (now[0] - 0.0) / (1.0 + 12.0 + 16.0))
+    bar.start("healing · m1")
+    now[0] += 20.0
+    bar.finish("healing · m1")  # healing's own cost, measured: 20 s; m2 is expected to take as long
+    busy = 1.0 + 12.0 + 16.0 + 20.0
+    assert bar.seconds_left() == pytest.approx(20.0 * now[0] / busy)
+    bar.close()
+
+
+def test_a_jobs_cost_is_a_fixed_part_and_a_rate_fitted_to_the_jobs_that_finished():
+    from zones.core.progress import job_cost_model
+
+    assert job_cost_model([]) is None
+    assert job_cost_model([(2.0, 10.0)]) == (0.0, 5.0)  # one job: its rate
+    assert job_cost_model([(1.0, 11.0), (3.0, 13.0)]) == pytest.approx((10.0, 1.0))
+    assert job_cost_model([(1.0, 13.0), (3.0, 11.0)]) == pytest.approx((12.0, 0.0))  # never a negative rate
+    assert job_cost_model([(1.0, 1.0), (3.0, 9.0)]) == pytest.approx((0.0, 2.5))  # nor a negative fixed cost
+
+
+def test_the_work_bar_writes_no_cursor_codes_when_another_bar_is_alive():
+    """Issue 53: ``[A`` escape codes in the study's output: another tqdm alive (a tool's, left open)
+    pushed the bar to line 2, and every redraw moved the cursor up."""
+    import io
+
+    from tqdm.auto import tqdm
+
+    from zones.core import progress
+
+    other = tqdm(total=3, file=io.StringIO())
+    out = io.StringIO()
+    try:
+        with progress.WorkBar({"a": 1.0, "b": 2.0}, "zones study", "RF", file=out) as bar:
+            bar.start("a")
+            bar.finish("a")
+            tqdm.write("a line above the bar", file=out)
+    finally:
+        other.close()
+    assert "\x1b[A" not in out.getvalue() and "a line above the bar" in out.getvalue()

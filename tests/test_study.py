@@ -233,7 +233,7 @@ def test_the_plan_runs_shared_work_first_and_trains_each_run_once(tiny_model_dir
     assert stages[f"importance_vs_alpha · {label}"].after == (f"layer_ablation · {label}",)
     assert stages["predictors · smollm2-135m"].after == ("layer_ablation · smollm2-135m", "pruning · smollm2-135m")
     trains = [s for s in stages.values() if s.chapter == "train"]
-    assert [s.label for s in trains] == ["depth 2, seed 0", "depth 3, seed 0"]  # one stage per run, shared
+    assert [s.label for s in trains] == [f"depth {d}, seed {k}" for d in (2, 3) for k in range(3)]  # one per run
     assert all(s.kwargs["config"].steps == 20 for s in trains)
     # the depth series' part of the sublayers chapter runs once, with the first model
     assert stages[f"sublayers · {label}"].kwargs["profile"] == "cpu"
@@ -891,3 +891,37 @@ def test_plan_prints_the_jobs_their_cost_and_time_and_runs_nothing(four_block_di
     assert lines[1].split()[:3] == ["pruning", "·", label] and "fitted: k_max=3 → 2" in lines[1]
     assert f"after pruning · {label}" in lines[2]
     assert not out.exists()
+
+
+def test_the_study_ends_with_one_table_and_figure_across_its_models(four_block_dir, tiny_model_dir, micro_corpus,
+                                                                   tmp_path, monkeypatch, one_thread):
+    """Issue 53: a study's output was ``OUT/<chapter>/<model>/*.csv`` only; the across-models chapter
+    was not one of its jobs, and no table or figure set the models side by side. Now its last job is
+    the across-models chapter over every studied model (after the jobs whose entries it reads), its
+    tables in ``OUT/across_models`` with its figures as pages that open offline and as specs."""
+    from zones.study import ACROSS
+
+    models = [str(four_block_dir), str(tiny_model_dir)]
+    params = dict(corpus=micro_corpus, profile=None, n_resamples=50, n_permutations=50)
+    only = ["layer_ablation", "pruning", ACROSS]
+    stages = plan(models, params, root=ROOT, budget="class", only=only)
+    last = stages[-1]
+    four, six = Path(four_block_dir).name, Path(tiny_model_dir).name
+    assert last.name == ACROSS and last.kwargs["models"] == models
+    assert set(last.after) == {f"{c} · {m}" for c in ("layer_ablation", "pruning") for m in (four, six)}
+    assert last.kwargs["seq_len"] == 48 and "seq_len=64 → 48 (for four-blocks" in last.fitted[0]  # fits both
+    assert ACROSS not in [s.chapter for s in plan(models, dict(corpus=micro_corpus), root=ROOT, only=["pruning"])]
+
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "cache"))
+    lines = []
+    out = tmp_path / "out"
+    result = study(models, params, budget="class", only=only, out_dir=out, root=ROOT, progress=False,
+                   log=lines.append)
+    assert result.jobs["status"].tolist() == ["done"] * 5 and result.jobs["job"].iloc[-1] == ACROSS
+    across = pd.read_csv(out / ACROSS / "models.csv")
+    assert across["model"].tolist() == [four, six]  # one row per studied model
+    for name in ("rho_by_model", "profiles_on_depth"):
+        page = (out / ACROSS / f"{name}.html").read_text()
+        assert "vega-embed" in page and "cdn.jsdelivr" not in page  # its scripts inside: opens offline
+        assert json.loads((out / ACROSS / f"{name}.json").read_text())["$schema"].startswith("https://vega")
+    assert any(line.startswith("across models: ") and "rho_by_model.html" in line for line in lines)

@@ -43,11 +43,15 @@ stop the study cleanly: the first after the running jobs (its line says so, and 
 signal stops at once), a second at once; one line says what finished and the command that resumes
 it (the same command), and ``zones study`` exits with 130 or 143.
 
-One bar shows the study in counted work (``zones.core.progress.WorkBar``): each job weighs what it
-is expected to count in reference forwards (:func:`stage_work`: a trained run from its shapes, a
-chapter from the book's cost at the budget, scaled by its tokens and its model's size), a running
-local job moves it with the work it counts, the time left is the work left at the rate measured
-so far, and other tools' bars (lm-eval's, datasets', a training loop's) stay out of its line.
+One bar shows the study in computed work (``zones.core.progress.WorkBar``): each job weighs what it
+is expected to count in reference forwards (:func:`stage_work`, as ``--plan`` prints it: a trained
+run from its shapes, a chapter from the book's cost at the budget, scaled by its tokens and its
+model's size), a running local job moves it with the work it counts; a job that computed nothing
+(everything read from the cache) is not progress: its work leaves the bar's total and the line
+counts it apart (``2.0 RF read from the cache``). The time left sums each job left's expected
+seconds, a fixed cost plus a rate per reference forward, both fitted to the jobs that finished
+computing (``zones.core.progress.job_cost_model``); other tools' bars (lm-eval's, datasets', a
+training loop's) stay out of its line, and no cursor codes reach a log.
 """
 from __future__ import annotations
 
@@ -109,7 +113,8 @@ from zones.core.checks import duplicate_models, duplicate_text
 from zones.core.executors import Job, JobFailed, check_executor, ray_connect, run_jobs
 from zones.core.glossary import DEFAULT_BUDGET, add_flag, check_value, default, preset, term
 from zones.core.models import BUILTIN_MODELS, resolve_source
-from zones.core.progress import BLOCK_WEIGHTS, HEAD_WEIGHTS, REFERENCE_FLOPS, module_weights, training_flops
+from zones.core.progress import (BLOCK_WEIGHTS, HEAD_WEIGHTS, REFERENCE_FLOPS, mark_from_cache, module_weights,
+                                 training_flops)
 from zones.report import chapter_arguments
 
 TRAIN = "train"  # the stage that trains one run of the depth series
@@ -117,6 +122,8 @@ RECORDS = "study"  # cache kind of the records of which entries each stage read 
 RECORD_VERSION = "1"
 MODEL_PARAMETERS = ("models", "model")  # a chapter declaring one of these runs once per model
 ABOUT_THE_BOOK = ("teaching",)  # pages about the build itself (its timing record): nothing to compute per model
+ACROSS = "across_models"  # the chapter run last, once over every studied model: one table and figure across them
+ACROSS_READS = ("train", "layer_ablation", "pruning", "depth_series")  # the jobs whose entries it reads
 SERIES_PARAMETER = "profile"
 SERIES_IN_EVERY_JOB = ("primer",)  # chapters whose every model's job reads a trained run (cached: it only reads it)  # a chapter declaring it reads the trained depth series
 # Work a chapter shares with another of the same model (speed only: without it, it is computed again)
@@ -300,15 +307,30 @@ def write_packaged(root: Path | None = None, path: Path = PACKAGED) -> dict[str,
 
 
 def _chapters(root: Path | None, only: Sequence[str] | None) -> tuple[Path | None, list[str]]:
-    """Where the chapters are read (``study_root``) and the chapters the study runs (``only``: these,
-    each checked against the study's chapters, as ``zones book --only`` checks the book's)."""
+    """Where the chapters are read (``study_root``) and the chapters the study runs per model or
+    once (``only``: these, each checked against the study's chapters, ``ACROSS`` among them, as
+    ``zones book --only`` checks the book's)."""
     root = study_root(root)
     names = [n for n in chapter_names(root) if n not in RUN_LAST + ABOUT_THE_BOOK]
-    unknown = [n for n in dict.fromkeys(only or []) if n not in names]
+    known = names + [ACROSS] * (ACROSS in chapter_names(root))
+    unknown = [n for n in dict.fromkeys(only or []) if n not in known]
     if unknown:
         raise StudyError(f"--only names unknown chapter{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
-                         f"the study's chapters are {', '.join(names)}")
+                         f"the study's chapters are {', '.join(known)}")
     return root, [n for n in names if not only or n in only]
+
+
+def across_stage(params: dict[str, Any], models: Sequence[str], before: Sequence[Stage]) -> Stage:
+    """The study's last job: the across-models chapter (``ACROSS``) over every studied model, with
+    its parameters as ``zones book`` gives them (``params``; ``models``: these), each bounded parameter fitted
+    to every model (the smallest fit), after the jobs whose cache entries it reads (``ACROSS_READS``;
+    appended last, it also runs last on the local executor)."""
+    kwargs, fitted = chapter_arguments(ACROSS, dict(params, models=list(models))), []
+    for model in models:
+        kwargs, notes = fit_to_model(kwargs, model)
+        fitted += [f"{note.split(' (')[0]} (for {model_labels([model])[0]})" for note in notes]
+    return Stage(ACROSS, None, "", kwargs, tuple(s.name for s in before if s.chapter in ACROSS_READS),
+                 tuple(fitted))
 
 
 def book_calls(models: Sequence[str], parameters: dict[str, Any] | None = None, root: Path | None = None,
@@ -340,7 +362,9 @@ def plan(models: Sequence[str], parameters: dict[str, Any] | None = None, root: 
     """The study's stages for ``models`` and the book's ``parameters`` (``chapter_parameters``);
     ``only``: these chapters. Training runs come first, each once however many chapters use it."""
     root, names = _chapters(root, only)
-    values = chapter_parameters(root, names, dict(parameters or {}), budget, from_text)
+    across = not only or ACROSS in only  # the across-models job, last
+    values = chapter_parameters(root, names + [ACROSS] * across, dict(parameters or {}), budget, from_text)
+    across_params = values.pop(ACROSS, None)
     models = parse_models(models)
     labels = dict(zip(models, model_labels(models)))
     trains: dict[Any, Stage] = {}  # one stage per distinct training run
@@ -364,7 +388,10 @@ def plan(models: Sequence[str], parameters: dict[str, Any] | None = None, root: 
             kwargs, fitted = fit_to_model(chapter_arguments(name, given), model)
             stages.append(Stage(name, model, labels[model], kwargs, shared + (series if index == 0 else ()),
                                 fitted))
-    return list(trains.values()) + stages
+    stages = list(trains.values()) + stages
+    if across:
+        stages.append(across_stage(across_params, models, stages))
+    return stages
 
 
 # --- what each job is expected to count (the progress bar's weights) ------------------------------------
@@ -465,8 +492,20 @@ def stage_work(stage: Stage, budget: str = DEFAULT_BUDGET, root: Path | None = N
     declared = chapter_declared(study_root(root), stage.chapter)
     tokens = budget_scale(stage.chapter, declared, stage.kwargs, base=measured_budget(stage.chapter, budget))
     forwards = expected_forwards(stage.chapter, budget, tokens) or expected_forwards(stage.chapter)
-    scale = (scales or {}).get(stage.model) if stage.model is not None else 1.0
+    if stage.model is None:  # a chapter on the trained depth series: its runs' size, else the reference's
+        return forwards * series_scale(stage.kwargs)
+    scale = (scales or {}).get(stage.model)
     return forwards * (model_scale(stage.model) if scale is None else scale)
+
+
+def series_scale(kwargs: dict[str, Any]) -> float:
+    """The mean matrix weights of the trained runs a chapter without a model reads (its ``profile``'s
+    depth series, :func:`_train_configs`) over SmolLM2-135M's; 1.0 when it reads none."""
+    configs = _train_configs(kwargs) if SERIES_PARAMETER in kwargs else []
+    if not configs:
+        return 1.0
+    weights = [c.depth * (4 + 2 * c.mlp_ratio) * c.hidden_size ** 2 + c.vocab_size * c.hidden_size for c in configs]
+    return sum(weights) / len(weights) / REFERENCE_WEIGHTS
 
 
 def study_work(stages: Sequence[Stage], budget: str = DEFAULT_BUDGET, root: Path | None = None) -> dict[str, float]:
@@ -513,6 +552,37 @@ def plan_text(table: pd.DataFrame, seconds_per_forward: float, source: str) -> s
         lines.append(f"  {row['job']:<{width}}  {row['reference_forwards']:>8.3g} RF  {duration(row['seconds']):>9}"
                      f"  {'; '.join(notes)}".rstrip())
     return "\n".join(lines)
+
+
+# --- the figures across models ----------------------------------------------------------------------------
+
+ACROSS_FIGURES = ("rho_by_model", "profiles_on_depth")  # zones.figures.across_models, as the chapter draws them
+
+
+def across_figures(folder: Path) -> list[Path]:
+    """The across-models chapter's figures (``zones.figures.across_models``: ρ per model against the
+    paper's band, the profiles on relative depth) drawn from its tables in ``folder`` (the study's
+    ``OUT/across_models``), each saved there as a page that opens offline (``NAME.html``, Vega
+    inlined) and as its Vega-Lite spec (``NAME.json``). Returns the files written."""
+    from zones.figures.across_models import profiles_on_depth, rho_by_model
+    from zones.report.verdicts import PAPER_RHO
+
+    models = pd.read_csv(folder / "models.csv")
+    alphas, deltas = pd.read_csv(folder / "alpha_profiles.csv"), pd.read_csv(folder / "delta_profiles.csv")
+    summary = json.loads((folder / "summary.json").read_text()) if (folder / "summary.json").exists() else {}
+    title = f"{summary.get('role', 'q')} {summary.get('alpha_estimator', 'alpha_shape')}"
+    charts = dict(rho_by_model=rho_by_model(models, PAPER_RHO),
+                  profiles_on_depth=profiles_on_depth(alphas, deltas, alpha_title=title))
+    written = []
+    for name in ACROSS_FIGURES:
+        chart = charts[name]
+        atomic_write_text(folder / f"{name}.json", chart.to_json() + "\n")
+        with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX + "figure-") as scratch:
+            page = Path(scratch) / f"{name}.html"
+            chart.save(str(page), inline=True)  # the Vega scripts inside the page: no network to view it
+            atomic_write_bytes(folder / f"{name}.html", page.read_bytes())
+        written += [folder / f"{name}.html", folder / f"{name}.json"]
+    return written
 
 
 # --- a job ----------------------------------------------------------------------------------------------
@@ -671,7 +741,11 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
         if carry:
             remember_entries(by_name[job.name], result.entries)
         results[job.name] = result
+        if result.tally.n_computed == 0:  # read from the cache: not progress on the bar, nor its rate
+            mark_from_cache(job.name)
         ledger.finish(by_name[job.name], result)  # its tables, jobs.csv, the state file and its line, at once
+        if job.name == ACROSS and out_dir is not None and result.tables:
+            log(f"across models: {', '.join(str(p) for p in across_figures(Path(out_dir) / ACROSS))}")
         if not any(job.name in s.after for s in stages):  # no job needs its entries any more
             result.entries = []
 

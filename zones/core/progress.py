@@ -44,6 +44,7 @@ REFERENCE_TOKENS = 2048            # 8 windows of 256
 REFERENCE_FLOPS = 2.0 * (30 * BLOCK_WEIGHTS + HEAD_WEIGHTS) * REFERENCE_TOKENS
 WRITE_EVERY = 1.0                  # seconds between writes of the progress file
 RUNNING_CAP = 0.98                 # a running job or chapter never shows as done before it ends
+MIN_CONCURRENCY = 0.2             # the time left never grows more than 5× for the gaps between jobs
 REDRAW_EVERY = 2.0                 # seconds between redraws of a WorkBar (the running job's counted work)
 BACKWARD_PASSES = 2                # a backward pass costs about two forwards (input and weight gradients)
 OPTIMIZER_FLOPS = 12               # AdamW's update, per trained parameter (moments, bias corrections, decay)
@@ -154,15 +155,65 @@ def clock(seconds: float) -> str:
         else f"{seconds // 60:02d}:{seconds % 60:02d}"
 
 
+def job_cost_model(samples) -> tuple[float, float] | None:
+    """``(overhead, rate)``: a computed job's seconds ≈ ``overhead`` + ``rate`` × its expected work,
+    fitted by least squares, neither below 0, to ``samples``: the ``(work, seconds)`` of the jobs
+    that finished computing. One sample, or works all alike: no overhead, the rate of their sums
+    (the measured rate); an overhead fitted below 0 the same; a rate below 0: the mean seconds,
+    whatever the work. None without samples."""
+    samples = [(float(w), float(s)) for w, s in samples]
+    if not samples:
+        return None
+    works, seconds = [w for w, _ in samples], [s for _, s in samples]
+    n, mean_w, mean_s = len(samples), sum(works) / len(works), sum(seconds) / len(seconds)
+    spread = sum((w - mean_w) ** 2 for w in works)
+    ratio = (0.0, sum(seconds) / sum(works)) if sum(works) > 0 else (mean_s, 0.0)
+    if n < 2 or spread <= 1e-12 * max(mean_w * mean_w, 1e-300):
+        return ratio
+    rate = sum((w - mean_w) * (s - mean_s) for w, s in samples) / spread
+    if rate < 0:
+        return mean_s, 0.0
+    overhead = mean_s - rate * mean_w
+    return (overhead, rate) if overhead >= 0 else ratio
+
+
+def job_kind(name: str) -> str:
+    """The kind of job ``name``: its name before `` · `` (``zones study``'s ``pruning · m``: the
+    chapter), the name itself without one. Jobs of a kind cost alike: the first to finish
+    measures the others."""
+    return name.split(" · ", 1)[0]
+
+
+_ACTIVE: "list[WorkBar]" = []  # the WorkBars open in this process, the newest last (mark_from_cache's)
+
+
+def mark_from_cache(name: str) -> None:
+    """Job ``name`` of the open :class:`WorkBar` computed nothing: it read everything from the cache
+    (``zones study`` says so as a job's result comes in, before the bar finishes it)."""
+    if _ACTIVE:
+        _ACTIVE[-1].from_cache(name)
+
+
+def amount(work: float) -> str:
+    """``12.5``, ``0.0362``: work with one decimal, or three significant digits below 1 (a tiny
+    model's jobs)."""
+    return f"{work:.1f}" if work >= 1 or work == 0 else f"{work:.3g}"
+
+
 class WorkBar:
     """One bar over jobs weighed by the work each is expected to count (``works``: job name →
     its expected work, in ``unit``s: reference forwards for ``zones study``; 1 each counts jobs).
 
-    A finished job counts its expected work; with ``live``, a running job (in this process)
-    counts the share of its expected work it has counted so far (:func:`work_done`, never more
-    than ``RUNNING_CAP`` of it). The time left is the work left at the rate measured so far
-    (wall seconds per unit done since the bar began): no figure before any work is counted,
-    and one that does not swing with the jobs' order, as a job's count of done jobs would."""
+    The bar counts only computed work: a finished job counts its expected work; with ``live``, a
+    running job (in this process) counts the share of its expected work it has counted so far
+    (:func:`work_done`, never more than ``RUNNING_CAP`` of it). A job that read everything from the
+    cache (:meth:`from_cache`) is not progress: its work leaves the bar's total and the line says
+    how much was read from the cache, apart. The time left sums each job left's expected seconds,
+    ``overhead + rate × work`` (:func:`job_cost_model`, fitted to the finished computed jobs of its
+    :func:`job_kind`; a kind not measured yet: the median of the measured kinds' costs for its
+    work; a running job's less its time so far), over the jobs' measured concurrency (job seconds per wall
+    second): no figure before a job finished computing, and one that neither counts cached jobs as
+    fast work nor ignores a job's fixed cost (loading its model, its tables), as one rate would."""
 
     BAR = "{desc}: {percentage:3.0f}%|{bar}| "  # then the line's text (not tqdm's postfix: it adds ", ")
 
@@ -171,57 +222,112 @@ class WorkBar:
         self.works, self.unit, self.live = dict(works), unit, live
         self.total = float(sum(self.works.values()))
         self.done = 0.0
+        self.cached: dict[str, float] = {}   # job → its work, read from the cache (not progress)
+        self.samples: dict[str, tuple[float, float]] = {}  # job that finished computing → (work, seconds)
+        self.busy = 0.0  # seconds of the finished jobs, cached or not
         self.running: dict[str, float] = {}  # job → work_done() when it started
+        self.begun: dict[str, float] = {}    # job → when it started
         self.note = ""
         self.started = time.monotonic()
         self.lock = threading.Lock()
+        # position=0: another tqdm alive (a leaked one, a tool's) would push the bar down a line and
+        # every redraw would write cursor-up codes ("\x1b[A") into the output
         self.bar = tqdm(total=max(self.total, 1e-9), desc=desc, unit=unit, disable=not enabled,
-                        file=file or sys.stderr, bar_format=self.BAR)
+                        file=file or sys.stderr, bar_format=self.BAR, position=0)
         self.stop = threading.Event()
         self.ticker = threading.Thread(target=self._tick, daemon=True)
         if enabled and live:
             self.ticker.start()
+        _ACTIVE.append(self)
         self.redraw()
 
     def start(self, name: str) -> None:
         with self.lock:
             self.running[name] = work_done()
+            self.begun[name] = time.monotonic()
         self.redraw()
+
+    def from_cache(self, name: str) -> None:
+        """Job ``name`` read everything from the cache: its work is not progress (the bar's total
+        loses it; the line counts it apart) and its seconds do not measure the rate."""
+        with self.lock:
+            self.cached[name] = self.works[name]
 
     def finish(self, name: str) -> None:
         with self.lock:
             self.running.pop(name, None)
-            self.done += self.works[name]
+            seconds = time.monotonic() - self.begun.pop(name, self.started)
+            self.busy += seconds
+            if name not in self.cached:
+                self.done += self.works[name]
+                self.samples[name] = (self.works[name], seconds)
         self.redraw()
 
     def requeue(self, name: str) -> None:
         """``name`` is running again from its start (its node was lost): what it counted is not done."""
         with self.lock:
             self.running.pop(name, None)
+            self.begun.pop(name, None)
+
+    def computed_total(self) -> float:
+        """The work the bar counts to: every job's, less what was read from the cache."""
+        return max(self.total - sum(self.cached.values()), 0.0)
 
     def position(self) -> float:
-        """Work done: the finished jobs', and (``live``) the running jobs' share so far."""
+        """Work computed: the finished jobs', and (``live``) the running jobs' share so far."""
         with self.lock:
             now = work_done()
             partial = sum(min((now - begun) / self.works[name], RUNNING_CAP) * self.works[name]
                           for name, begun in self.running.items() if self.live and self.works[name] > 0)
-            return min(self.done + partial, self.total)
+            return min(self.done + partial, self.computed_total())
 
-    def seconds_left(self, position: float) -> float | None:
-        """The work left at the rate measured so far; None before any work is counted."""
-        if position <= 0:
-            return None
-        return (self.total - position) * (time.monotonic() - self.started) / position
+    def seconds_left(self, position: float | None = None) -> float | None:
+        """The expected seconds of the jobs left (:func:`job_cost_model`; a running job's less its
+        time so far) over the measured concurrency; None before a job finished computing. (``position``:
+        unused, the work shown.)"""
+        with self.lock:
+            model = job_cost_model(self.samples.values())
+            if model is None:
+                return None
+            kinds = {}
+            for name, sample in self.samples.items():
+                kinds.setdefault(job_kind(name), []).append(sample)
+            models = {kind: job_cost_model(samples) for kind, samples in kinds.items()}
+
+            def unseen(work: float) -> float:  # a kind not measured yet: the median of the measured kinds'
+                guesses = sorted(c + r * work for c, r in models.values())
+                middle = len(guesses) // 2
+                return guesses[middle] if len(guesses) % 2 else (guesses[middle - 1] + guesses[middle]) / 2
+            now = time.monotonic()
+            finished = set(self.samples) | set(self.cached)
+            left = 0.0
+            for name, work in self.works.items():
+                if name in finished:
+                    continue
+                kind = job_kind(name)
+                expected = models[kind][0] + models[kind][1] * work if kind in models else unseen(work)
+                left += max(expected - (now - self.begun[name]), 0.0) if name in self.begun else expected
+            elapsed = now - self.started
+            busy = self.busy + sum(now - begun for begun in self.begun.values())
+            concurrency = busy / elapsed if elapsed > 0 and busy > 0 else 1.0  # below 1: the gaps between jobs
+            return left / max(concurrency, MIN_CONCURRENCY)
+
+    def text(self) -> str:
+        """The line after the bar: work computed of the work to compute, what was read from the cache
+        (apart), the time so far and left, and the note."""
+        position, left = self.position(), self.seconds_left()
+        cached = sum(self.cached.values())
+        eta = "estimating the time left" if left is None else f"about {clock(left)} left"
+        apart = f" ({amount(cached)} {self.unit} read from the cache)" if self.cached else ""
+        return (f"{amount(position)}/{amount(self.computed_total())} {self.unit} computed{apart}, "
+                f"{clock(time.monotonic() - self.started)} elapsed, {eta}{'; ' + self.note if self.note else ''}")
 
     def redraw(self, note: str | None = None) -> None:
         if note is not None:
             self.note = note
-        position = self.position()
-        left = self.seconds_left(position)
-        self.bar.n = position
-        eta = "estimating the time left" if left is None else f"about {clock(left)} left"
-        text = (f"{position:.1f}/{self.total:.1f} {self.unit}, {clock(time.monotonic() - self.started)} elapsed, "
-                f"{eta}{'; ' + self.note if self.note else ''}")
+        text = self.text()
+        self.bar.total = max(self.computed_total(), 1e-9)
+        self.bar.n = self.position()
         self.bar.bar_format = self.BAR + text.replace("{", "{{").replace("}", "}}")  # after the bar: the text alone
         self.bar.refresh()
 
@@ -233,6 +339,8 @@ class WorkBar:
         self.stop.set()
         if self.ticker.is_alive():
             self.ticker.join()
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
         self.bar.close()
 
     def __enter__(self):
