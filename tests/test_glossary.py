@@ -151,7 +151,7 @@ def test_the_check_walks_a_subcommands_flags():
     parser.add_argument("--seeds", default="0,1")                       # a second meaning (a list as text)
     parser.add_argument("--no-cache", action="store_true")              # outside the glossary: --refresh
     parser.add_argument("--method", choices=["prefix", "naive"], default="prefix")  # heal's method: lora|bridge
-    parser.add_argument("--dtype", default="auto", choices=["float32", "bfloat16", "auto"])  # fine
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])  # fine
     found = problems("zones fake", "ablate", flag_uses(parser))
     assert len(found) == 4, found
     assert "zones fake: eval_tokens defaults to 6000, but the glossary's cpu default for ablate is 3060" in found

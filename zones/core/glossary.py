@@ -44,6 +44,7 @@ ANY = "*"                            # the context key of a default that holds w
 CHAPTERS = ("primer", "alpha_profile", "layer_ablation", "importance_vs_alpha", "pruning", "healing", "task_accuracy",
             "sublayers", "predictors", "depth_series", "spectral_lifecycle", "across_models", "claims", "teaching")
 ABLATION_CHAPTERS = ("layer_ablation", "importance_vs_alpha", "predictors", "across_models")  # they share one ablation cache
+SCORING_CHAPTERS = ABLATION_CHAPTERS + ("pruning", "healing", "task_accuracy", "sublayers")    # they score SmolLM2
 
 TYPES = ("int", "float", "bool", "str", "dict", "list[int]", "list[float]", "list[str]", "models", "tokens",
          "str | list[str]")
@@ -158,8 +159,11 @@ TERMS: dict[str, Term] = _terms(
          {"cpu": None}, optional=True),
     Term("trust_remote_code", "bool", "let a model's own Python code run", {"cpu": False}),
     Term("device", "str", "cpu, cuda, ... (None: cuda if available)", {"cpu": None}, optional=True),
+    # The book's chapters that score SmolLM2 run "auto" (bench_book_precision: no conclusion changes); the
+    # library and the commands stay float32 unless asked, so a call gives the same bits on every machine.
     Term("dtype", "str", "scoring precision of the forward passes; auto: bfloat16 where this machine runs it "
-         "natively, else float32 (every page states the precision that produced it)", {"cpu": "auto"},
+         "natively, else float32 (every page states the precision that produced it)",
+         {"cpu": by("float32", **dict.fromkeys(SCORING_CHAPTERS, "auto"))},
          choices=("float32", "bfloat16", "auto")),
     # --- text and token budgets ---------------------------------------------------------------
     Term("corpus", "str", "text: stdlib, stdlib-code, wikitext2 or UTF-8 text file(s)/glob (zones train: "

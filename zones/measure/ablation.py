@@ -51,7 +51,7 @@ DEFAULT_EVAL_TOKENS = default("eval_tokens", context="ablate")  # the glossary's
 # The chapters' scoring precision for the ablation (layer ablation, importance, predictors, one
 # value so they read one cache): the glossary's ("auto": bfloat16 where native), which
 # benchmarks/bench_book_precision.py holds to the float32 build's conclusions.
-CHAPTER_DTYPE = default("dtype")
+CHAPTER_DTYPE = default("dtype", context="layer_ablation")
 
 COLUMNS = ["layer", "loss", "base_loss", "delta_loss", "delta_loss_low", "delta_loss_high", "n_tokens"]
 PART_COLUMNS = [c for p in PARTS for c in (f"loss_{p}", f"delta_loss_{p}", f"delta_loss_{p}_low",

@@ -63,7 +63,7 @@ RECIPE_ABLATIONS = ("zone_aware_no_protection", "zone_aware_no_spreading", "zone
 DEFAULT_EVAL_TOKENS = default("eval_tokens", context="pruning")  # 8 windows of 255 (the glossary's)
 DEFAULT_CALIBRATION_TOKENS = default("calibration_tokens", context="pruning")
 DEFAULT_SEEDS = default("seeds", context="pruning")  # seeds of a seeded strategy (random, random_protected, protect_spread_random); see the module note
-DEFAULT_DTYPE = default("dtype")  # the chapter's scoring precision (benchmarks/bench_dtype.py decides whether "auto" may be)
+DEFAULT_DTYPE = default("dtype", context="pruning")  # the chapter's scoring precision (bench_book_precision holds it)
 
 
 def format_removed(blocks: Iterable[int]) -> str:

@@ -41,7 +41,8 @@ from zones.core.glossary import default
 from zones.core.models import load_model
 from zones.core.progress import bars_shown
 from zones.measure.bootstrap import N_PERMUTATIONS, N_RESAMPLES
-from zones.measure.subject import DEFAULT_DTYPE, as_subject
+from zones.measure.ablation import CHAPTER_DTYPE
+from zones.measure.subject import as_subject
 from zones.pruning import get_strategy, pair_at_k
 from zones.report.common import NAN, ChapterResult, save
 from zones.report.format import fmt_interval, fmt_rho
@@ -189,7 +190,7 @@ def run(models=("smollm2-135m",), profile: str | None = "cpu", depths: Sequence[
         series_eval_tokens: int | None = default("series_eval_tokens", context="across_models"), batch_size: int = 8, series_batch_size: int = 16,
         alpha_estimator: str = "alpha_shape", alpha_role: str = "weighted", role: str = "q",
         n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, seed: int = 0,
-        out_dir: str = "results/across_models", *, dtype: str = DEFAULT_DTYPE,
+        out_dir: str = "results/across_models", *, dtype: str = CHAPTER_DTYPE,
         progress: bool | None = None) -> ChapterResult:
     """The chapter → ``models.csv`` (one row per model, :data:`COLUMNS`), ``alpha_profiles.csv`` and
     ``delta_profiles.csv`` (on relative depth), ``summary.json``. ``models`` are measured with the

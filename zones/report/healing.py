@@ -62,7 +62,7 @@ DEFAULT_METHODS = tuple(default("methods"))
 DEFAULT_EVAL_TOKENS = default("eval_tokens", context="healing")   # the eval set's first batch: the pruning chapter's sets there are read, not scored
 DEFAULT_HEAL_TOKENS = default("heal_tokens", context="healing")
 DEFAULT_HOLDOUT_TOKENS = default("heal_holdout_tokens", context="healing")
-DEFAULT_DTYPE = default("dtype")   # the scoring precision (benchmarks/bench_dtype.py decides whether "auto" may be)
+DEFAULT_DTYPE = default("dtype", context="healing")   # the chapter's scoring precision (bench_book_precision holds it)
 
 
 # --------------------------------------------------------------------------------------------

@@ -53,7 +53,6 @@ from zones.core.glossary import default
 from zones.core.models import load_model
 from zones.core.progress import bars_shown
 from zones.measure.bootstrap import N_RESAMPLES
-from zones.measure.scoring import DEFAULT_DTYPE
 from zones.measure.tasks import check_tasks, evaluate_tasks, loglik_agreement
 from zones.pruning import (
     DEFAULT_CALIBRATION_TOKENS,
@@ -72,6 +71,7 @@ REFERENCE = LAST_N_KEEP_LAST    # Last-N as practitioners use it: the final bloc
 # the healing chapter's arms, so that its healed models are read from the cache, not healed again
 DEFAULT_STRATEGIES = tuple(default("strategies", context="task_accuracy"))
 DEFAULT_K = tuple(default("k_values"))
+CHAPTER_DTYPE = default("dtype", context="task_accuracy")   # the chapter's scoring precision
 DEFAULT_SEEDS = default("seeds", context="task_accuracy")
 DEFAULT_METHOD = default("method", context="task_accuracy")
 DEFAULT_HEAL_TOKENS = default("heal_tokens", context="task_accuracy")
@@ -234,7 +234,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
         k_values: Sequence[int] = DEFAULT_K, seeds: int = DEFAULT_SEEDS,
         strategies: Sequence[str] = DEFAULT_STRATEGIES, method: str = DEFAULT_METHOD,
         tasks: Sequence[str] = DEFAULT_TASKS, limit: int = DEFAULT_LIMIT, batch_size: int = 8,
-        dtype: str = DEFAULT_DTYPE, lr: float = DEFAULT_LR, rank: int = DEFAULT_RANK, bridges: str = DEFAULT_BRIDGES,
+        dtype: str = CHAPTER_DTYPE, lr: float = DEFAULT_LR, rank: int = DEFAULT_RANK, bridges: str = DEFAULT_BRIDGES,
         metric: str = DEFAULT_METRIC, agreement_examples: int = AGREEMENT_EXAMPLES, n_resamples: int = N_RESAMPLES,
         out_dir: str = "results/task_accuracy", *, progress: bool | None = None) -> ChapterResult:
     """The chapter: plan, heal (from the healing chapter's cache), answer → ``arms.csv``,
