@@ -65,19 +65,13 @@ import papermill
 import yaml
 from tqdm.auto import tqdm
 
-from zones.core.cache import (
-    CacheError,
-    atomic_write_bytes,
-    atomic_write_text,
-    counting,
-    entry_path,
-    folder_lock,
-    read_entry,
-    write_entry,
-)
+from zones.core.atomic import atomic_write_bytes, atomic_write_text, folder_lock
+from zones.core.cache import CacheError, entry_path
 from zones.core.checks import check_models
+from zones.core.entries import read_entry, write_entry
 from zones.core.glossary import DEFAULT_BUDGET, TERMS, check_value, default, parse_text, preset
 from zones.core.progress import PROGRESS_ENV, RUNNING_CAP, clock, quiet_nested_bars, read_progress
+from zones.core.tally import counting
 from zones.figures import BOOK_MODE_ENV, write_vega_bundle
 from zones.kernel import ChapterKernel
 
