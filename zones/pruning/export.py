@@ -35,12 +35,12 @@ from typing import Iterable, Sequence
 import transformers
 from torch import nn
 
-from zones import __version__
 from zones.core.adapters import get_adapter
 from zones.core.atomic import atomic_directory, atomic_write_text
 from zones.core.checks import check_int
 from zones.core.data import Windows
 from zones.core.models import model_fingerprint
+from zones.core.version import __version__
 from zones.measure.blocks import check_layers
 from zones.pruning import PruningContext, get_strategy
 
