@@ -550,7 +550,7 @@ def test_a_second_book_build_in_the_same_project_waits_for_the_first(tmp_path):
     body = "import pathlib\nprint('first build done:', pathlib.Path('../../released').exists())"
     root = micro_project(tmp_path / "project", body)
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import pathlib, sys, time\nfrom zones.book import project_lock\n"
+        "import pathlib, sys, time\nfrom zones.book.execute import project_lock\n"
         f"root = pathlib.Path({str(root)!r})\n"
         "with project_lock(root):\n"
         "    (root / 'locked').write_text('1')\n"
