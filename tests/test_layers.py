@@ -11,6 +11,7 @@ modules share a file name (a name says its job: ``measure/scoring.py`` scores wi
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -265,3 +266,44 @@ def test_nothing_else_imports_a_moved_cache_name():
     assert used == set(MOVED), (f"zones.core.cache.MOVED lists {sorted(set(MOVED) - used)}, which "
                                 f"{', '.join(MOVED_KEPT_FOR)} no longer import from there: delete them (the map and "
                                 f"its __getattr__ too, once empty)")
+
+
+# --- the README's module table: every module, floor by floor, in the order above -------------------------
+
+def readme_floors(readme: Path = ROOT.parent / "README.md") -> list[tuple[set[str], set[str]]]:
+    """The README's module table as ``(rooms, modules)`` per floor, bottom to top: the names in
+    backticks of a row's floor cell (a row with an empty one is the floor above's) and of its
+    module cells."""
+    lines = readme.read_text().splitlines()
+    start = lines.index("| floor | module | job |")
+    floors: list[tuple[set[str], set[str]]] = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        floor, module = re.split(r"(?<!\\)\|", line.strip().strip("|"))[:2]
+        if floor.strip():
+            floors.append((set(re.findall(r"`([^`]+)`", floor)), set()))
+        floors[-1][1].update(re.findall(r"`([^`]+)`", module))
+    return floors
+
+
+def floor_modules(room: str, root: Path = ROOT) -> set[str]:
+    """What the README names on ``room``'s floor: a subpackage's modules and subpackages (not those
+    named after a chapter: one module per chapter, the table says), a top-level module itself, the
+    package's ``__init__``."""
+    if room == "zones":
+        return {"__init__"}
+    folder = root / room
+    if not folder.is_dir():
+        return {room}
+    names = {p.stem for p in folder.glob("*.py")} | {p.parent.name for p in folder.glob("*/__init__.py")}
+    return names - {"__init__"} - set(_chapters())
+
+
+def test_the_readmes_module_table_names_every_module_on_its_floor():
+    floors = readme_floors()
+    assert [rooms for rooms, _ in floors] == [set(floor) for floor in FLOORS], \
+        "README.md's module table has other floors, or another order, than FLOORS"
+    missing = {room: sorted(floor_modules(room) - modules) for rooms, modules in floors for room in rooms}
+    missing = {room: names for room, names in missing.items() if names}
+    assert not missing, f"modules missing from README.md's module table, by floor: {missing}"
