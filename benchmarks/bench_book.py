@@ -5,14 +5,14 @@ executed with its default parameters through ``zones.book.run_notebook`` into a 
 folder, with a temporary, empty ``ZONES_CACHE`` shared by the chapters of the run (so the
 first chapter pays the model's conversion, as in a cold ``make book``). The same run times a
 reference forward — SmolLM2-135M (the default model) on 2,048 tokens (8 windows of 256) in
-float32, ``zones.book.reference_forward_seconds`` — before and after the chapters, so a chapter's
+float32, ``zones.book.timing.reference_forward_seconds`` — before and after the chapters, so a chapter's
 time divided by the reference is comparable across machines and loads. It prints the CPU
-(``zones.book.machine_line``: model name, PyTorch's dispatch capability, native bf16, threads),
+(``zones.book.timing.machine_line``: model name, PyTorch's dispatch capability, native bf16, threads),
 and per chapter the seconds, the reference forwards (seconds / reference), the work the chapter
 counted (``zones.core.progress``, in reference forwards: the same on every machine and under any
 load), the overhead (seconds / (counted × the reference's seconds): what the count misses, 1 when
 it misses nothing; :func:`chapter_table`) and its expected cost at the budget
-(``zones.book.book_costs``, as ``zones book`` estimates it; a chapter that took longer is flagged
+(``zones.book.estimate.book_costs``, as ``zones book`` estimates it; a chapter that took longer is flagged
 "slower than expected": an estimate of time, not the budget, which is on counted work), plus the
 process CPU seconds of the chapter's kernel and its children; the total row gives the chapters'
 overhead as a whole. ``--budget class`` runs the chapters with that budget's values (as ``zones book --budget``).
@@ -47,18 +47,17 @@ from pathlib import Path
 import torch
 
 from zones.book import (
-    book_costs,
     chapter_source,
-    chapter_values,
     chapters,
     copy_project,
     declared_parameters,
     execution_order,
-    machine_line,
     project_root,
-    reference_forward_seconds,
     run_notebook,
 )
+from zones.book.estimate import book_costs
+from zones.book.parameters import chapter_values
+from zones.book.timing import machine_line, reference_forward_seconds
 from zones.core.adapters import get_adapter
 from zones.core.data import corpus_windows, load_corpus
 from zones.core.models import DEFAULT_MODEL, load_model
@@ -86,7 +85,7 @@ def time_chapters(names: list[str], root: Path, budget: str = "cpu") -> dict[str
     seconds) and counted ``work``."""
     out = {}
     quiet = {BOOK_MODE_ENV: "1", "TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
-    os.environ.update(quiet)  # as zones.book.execute_chapter runs them (inherited by the kernel)
+    os.environ.update(quiet)  # as zones.book.execute.execute_chapter runs them (inherited by the kernel)
     with tempfile.TemporaryDirectory(prefix="zones-bench-book-") as tmp:
         # Run where zones book runs them, in a copy's book/chapters: a chapter that reads the
         # project (the teaching chapter's list of chapters) finds it; this checkout is not touched.

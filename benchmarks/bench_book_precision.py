@@ -34,19 +34,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from zones.book import (
-    _store_timing,
-    chapter_source,
-    chapter_values,
-    chapters,
-    copy_project,
-    declared_parameters,
-    execution_order,
-    machine_line,
-    project_root,
-    reference_forward_seconds,
-    run_notebook,
-)
+from zones.book import chapter_source, chapters, copy_project, declared_parameters, execution_order, project_root
+from zones.book import run_notebook
+from zones.book.parameters import chapter_values
+from zones.book.timing import _store_timing, machine_line, reference_forward_seconds
 from zones.core.hardware import auto_precision
 from zones.core.progress import PROGRESS_ENV, read_progress
 from zones.figures import BOOK_MODE_ENV

@@ -43,7 +43,7 @@ import torch  # noqa: E402
 from conftest import tiny_model, train_tiny_tokenizer  # noqa: E402
 from test_ray_cluster import LocalCluster, study_parameters  # noqa: E402
 
-from zones.core.cache import counting  # noqa: E402
+from zones.core.tally import counting  # noqa: E402
 from zones.study import book_calls  # noqa: E402
 
 

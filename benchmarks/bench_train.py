@@ -5,7 +5,7 @@ the achieved GFLOP/s from ``zones.series.flops_per_token`` (6·N + 12·depth·wi
 next to the fp32 GFLOP/s of a 2048² matmul timed before and after (the peak on this machine,
 under its current load). Also compares fused and foreach AdamW. Prints the CPU capability.
 
-``--overhead`` also times a reference forward (``zones.book.reference_forward_seconds``) and gives
+``--overhead`` also times a reference forward (``zones.book.timing.reference_forward_seconds``) and gives
 each step's overhead as the book reads it: step seconds / (the work the training loop counts for
 it, ``zones.core.progress.count_training``, × the reference forward's seconds). ``--ops N`` adds
 the N operators that take most of a step (``torch.profiler``, self CPU time per step): where the
@@ -138,7 +138,7 @@ def main() -> None:
     print(f"fp32 matmul 2048² after: {after:.1f} GFLOP/s; peak used below: {peak:.1f}")
     reference = None
     if args.overhead:
-        from zones.book import reference_forward_seconds
+        from zones.book.timing import reference_forward_seconds
 
         reference = reference_forward_seconds()
         print(f"a reference forward (SmolLM2-135M, float32, 2,048 tokens): {reference:.2f} s")

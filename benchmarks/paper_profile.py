@@ -44,7 +44,8 @@ import pandas as pd
 import torch
 import transformers
 
-from zones.core.cache import atomic_write_text, cache_dir, cache_key
+from zones.core.atomic import atomic_write_text
+from zones.core.cache import cache_dir, cache_key
 from zones.core.data import load_corpus
 from zones.core.hardware import cpu_capability, native_bf16, torch_threads
 from zones.measure.ablation import ablation_table

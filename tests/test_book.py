@@ -110,7 +110,7 @@ def _notebook_with_widget(text: str):
 def test_progress_bars_and_their_widget_state_leave_the_executed_chapter(tmp_path):
     import nbformat
 
-    from zones.book import drop_progress_widgets
+    from zones.book.notebooks import drop_progress_widgets
 
     path = tmp_path / "chapter.ipynb"
     nbformat.write(_notebook_with_widget("pruned models (float32):   0%|          | 0/18 [00:00<?, ?set/s]"), path)
@@ -125,7 +125,7 @@ def test_progress_bars_and_their_widget_state_leave_the_executed_chapter(tmp_pat
 
 
 def test_static_assets_ship_mathjax_and_vega_with_the_build(tmp_path):
-    from zones.book import write_static_assets
+    from zones.book.build import write_static_assets
 
     vega, mathjax = write_static_assets(tmp_path / "_static")
     assert vega.name == "vega-bundle.js" and "vegaEmbed" in vega.read_text()
@@ -198,7 +198,8 @@ def test_a_misspelt_chapter_parameter_is_refused_with_the_known_ones(tmp_path, m
 def test_book_shows_chapter_progress_and_an_estimate_in_the_terminal_not_the_pages(tmp_path, capsys):
     import nbformat
 
-    from zones.book import execute_chapters, last_record, last_timings
+    from zones.book import execute_chapters
+    from zones.book.timing import last_record, last_timings
 
     root = _trivial_project(tmp_path)
     execute_chapters(root, ["first", "second"], {"n_resamples": 3}, models="tiny", time_reference=False)
@@ -224,7 +225,8 @@ def test_chapters_share_one_kernel_yet_each_starts_as_a_new_one_would(tmp_path, 
     import jupytext
     import nbformat
 
-    from zones.book import execute_chapters, last_record
+    from zones.book import execute_chapters
+    from zones.book.timing import last_record
 
     root = _trivial_project(tmp_path)
     for name in ("first", "second"):
@@ -334,22 +336,24 @@ def test_a_build_times_the_reference_forward_again_at_the_end_and_states_the_ove
         tmp_path, monkeypatch, capsys):
     """The unit moves with the machine (13% between two builds of 6 Dec): the build times it before
     and after the chapters, records both and gives the overhead on each. Before: only before."""
-    import zones.book as book
+    import zones.book.execute as execute
+    from zones.book import execute_chapters
+    from zones.book.timing import last_record, overhead_line
 
     timings = iter([2.0, 3.0])
-    monkeypatch.setattr(book, "time_unit", lambda kernel, repeats=2: next(timings))
+    monkeypatch.setattr(execute, "time_unit", lambda kernel, repeats=2: next(timings))
     root = _trivial_project(tmp_path)
-    book.execute_chapters(root, ["first", "second"], {"n_resamples": 5}, models="tiny", progress=False)
-    record = book.last_record({"models": ["tiny"], "n_resamples": 5})
+    execute_chapters(root, ["first", "second"], {"n_resamples": 5}, models="tiny", progress=False)
+    record = last_record({"models": ["tiny"], "n_resamples": 5})
     assert record["reference_seconds"] == 2.0 and record["reference_seconds_end"] == 3.0
     seconds = sum(record["chapters"][n]["seconds"] for n in ("first", "second"))
-    line = book.overhead_line(seconds, 6.0, 2.0, 3.0, 6.0 * 2.0)   # short chapters: the unit timed before them
+    line = overhead_line(seconds, 6.0, 2.0, 3.0, 6.0 * 2.0)   # short chapters: the unit timed before them
     assert line in capsys.readouterr().out
     assert f"{seconds / (6.0 * 2.5):.2f}× on the mean reference forward" in line
     assert f"{seconds / 12.0:.2f}× on the one before the chapters (2.00 s)" in line
     assert f"{seconds / 18.0:.2f}× on the one after them (3.00 s)" in line
-    assert book.overhead_line(10.0, 0.0, 2.0, 3.0).endswith("counted 0.0 RF of work")
-    assert book.overhead_line(12.0, 2.0, 2.0, None).endswith("overhead 3.00× (a reference forward: 2.00 s)")
+    assert overhead_line(10.0, 0.0, 2.0, 3.0).endswith("counted 0.0 RF of work")
+    assert overhead_line(12.0, 2.0, 2.0, None).endswith("overhead 3.00× (a reference forward: 2.00 s)")
 
 def test_a_long_chapter_is_weighed_on_the_reference_forwards_timed_around_it(tmp_path, monkeypatch, capsys):
     """Issue 37: the reference forward took 4.16 s before one build's chapters and 3.12 s after
@@ -357,7 +361,9 @@ def test_a_long_chapter_is_weighed_on_the_reference_forwards_timed_around_it(tmp
     expected to be long is followed by one more timing, and its unit is the mean of the timings
     around it, the fastest of two (a first forward after a chapter took 5.62 s, against 2.58 s
     before it). Before: every chapter had the unit timed at the start, then one forward after it."""
-    import zones.book as book
+    import zones.book.execute as execute
+    from zones.book import execute_chapters
+    from zones.book.timing import last_record, overhead_line
 
     timings = iter([2.0, 4.0, 3.0, 5.0])   # before the chapters, after each of the two, at the end
     calls = []
@@ -366,18 +372,18 @@ def test_a_long_chapter_is_weighed_on_the_reference_forwards_timed_around_it(tmp
         calls.append(repeats)
         return next(timings)
 
-    monkeypatch.setattr(book, "time_unit", timed)
-    monkeypatch.setattr(book, "REFERENCE_AROUND_SECONDS", 0.0, raising=False)   # every chapter counts as long
+    monkeypatch.setattr(execute, "time_unit", timed)
+    monkeypatch.setattr(execute, "REFERENCE_AROUND_SECONDS", 0.0)   # every chapter counts as long
     root = _trivial_project(tmp_path)
-    book.execute_chapters(root, ["first", "second"], {"n_resamples": 6}, models="tiny", progress=False)
+    execute_chapters(root, ["first", "second"], {"n_resamples": 6}, models="tiny", progress=False)
     assert calls == [2, 2, 2, 2]
-    record = book.last_record({"models": ["tiny"], "n_resamples": 6})
+    record = last_record({"models": ["tiny"], "n_resamples": 6})
     chapters = record["chapters"]
     assert [chapters[n]["reference_seconds"] for n in ("first", "second")] == [3.0, 3.5]
     assert record["reference_seconds"] == 2.0 and record["reference_seconds_end"] == 5.0
     seconds = sum(chapters[n]["seconds"] for n in ("first", "second"))
     around = sum(chapters[n]["work"] * chapters[n]["reference_seconds"] for n in ("first", "second"))
-    line = book.overhead_line(seconds, 6.0, 2.0, 5.0, around)
+    line = overhead_line(seconds, 6.0, 2.0, 5.0, around)
     assert line in capsys.readouterr().out
     assert f"overhead {seconds / around:.2f}× on the reference forwards timed around each chapter" in line
 
@@ -388,7 +394,8 @@ def test_the_unit_is_timed_in_the_kernel_the_chapters_run_in(tmp_path, monkeypat
     on units timed in the build's own process while their chapters took the same seconds. The unit
     is now timed in the chapters' kernel: before every chapter and after the last, each time in
     the kernel that runs the chapters. Before: in the process of ``zones book``."""
-    import zones.book as book
+    import zones.book.execute as execute
+    from zones.book import execute_chapters
 
     seen = []
 
@@ -398,10 +405,10 @@ def test_the_unit_is_timed_in_the_kernel_the_chapters_run_in(tmp_path, monkeypat
         seen.append(kernel)
         return 2.0
 
-    monkeypatch.setattr(book, "time_unit", timed)
-    monkeypatch.setattr(book, "REFERENCE_AROUND_SECONDS", 0.0, raising=False)   # every chapter counts as long
+    monkeypatch.setattr(execute, "time_unit", timed)
+    monkeypatch.setattr(execute, "REFERENCE_AROUND_SECONDS", 0.0)   # every chapter counts as long
     root = _trivial_project(tmp_path)
-    book.execute_chapters(root, ["first", "second"], {"n_resamples": 7}, models="tiny", progress=False)
+    execute_chapters(root, ["first", "second"], {"n_resamples": 7}, models="tiny", progress=False)
     units = (tmp_path / "unit.pid").read_text().split()
     assert len(units) == 4 and len(set(units)) == 1 and units[0] != str(os.getpid())
     assert all(kernel is seen[0] for kernel in seen)
@@ -416,15 +423,8 @@ def test_a_kernel_times_a_reference_forward_in_its_own_process():
 
 
 def test_a_damaged_timings_record_only_costs_the_estimate(capsys):
-    from zones.book import (
-        DEFAULT_REFERENCE_FORWARDS,
-        EXPECTED_REFERENCE_FORWARDS,
-        _store_timing,
-        _timings_entry,
-        chapter_costs,
-        last_record,
-        last_timings,
-    )
+    from zones.book.estimate import DEFAULT_REFERENCE_FORWARDS, EXPECTED_REFERENCE_FORWARDS, chapter_costs
+    from zones.book.timing import _store_timing, _timings_entry, last_record, last_timings
 
     params = {"case": "damaged timings"}
     _store_timing(params, "pruning", 12.0)
@@ -445,7 +445,8 @@ def test_a_damaged_timings_record_only_costs_the_estimate(capsys):
 
 
 def test_the_estimate_moves_with_the_work_a_running_chapter_counts():
-    from zones.book import RUNNING_CAP, Estimate
+    from zones.book.estimate import Estimate
+    from zones.core.progress import RUNNING_CAP
 
     costs = {"a": dict(reference_forwards=10.0, work=5.0), "b": dict(reference_forwards=30.0, work=30.0)}
     estimate = Estimate(costs, reference=2.0)
@@ -459,7 +460,7 @@ def test_the_estimate_moves_with_the_work_a_running_chapter_counts():
 
 def test_the_estimate_knows_its_budget_and_the_chapters_run():
     """Before: `zones book --only pruning --budget class` quoted the cpu budget's 85 reference forwards."""
-    from zones.book import EXPECTED_REFERENCE_FORWARDS, book_costs, opening_line
+    from zones.book.estimate import EXPECTED_REFERENCE_FORWARDS, book_costs, opening_line
 
     root = Path(__file__).resolve().parents[1]
     cpu = book_costs(root, ["pruning"], budget="cpu")["pruning"]
@@ -491,7 +492,7 @@ def test_budget_scale_weighs_the_token_parameters():
 
 
 def test_a_chapter_with_no_estimate_is_not_timed():
-    from zones.book import Estimate
+    from zones.book.estimate import Estimate
 
     costs = {"a": dict(reference_forwards=10.0, work=10.0), "b": dict(reference_forwards=30.0, work=30.0, estimated=False)}
     estimate = Estimate(costs, reference=2.0)
@@ -617,7 +618,7 @@ def test_a_failing_chapter_is_its_exceptions_one_line_with_the_book_parameter(tm
 def test_a_budget_gives_each_chapter_its_values_and_says_so_at_the_top_of_the_page(tmp_path):
     import nbformat
 
-    from zones.book import BUDGET_NOTES, chapter_values
+    from zones.book.parameters import BUDGET_NOTES, chapter_values
 
     root = _chapter_project(tmp_path, "eval_tokens = 2040\nseeds = 2\nk_max = 8",
                             "print(eval_tokens, seeds, k_max)", name="pruning")
@@ -667,7 +668,7 @@ def test_only_on_a_fresh_project_builds_with_pages_for_the_chapters_not_run(tmp_
 def test_the_opening_estimate_says_scaled_only_where_the_budget_was_not_measured(tmp_path, monkeypatch):
     """Before: a class build said its estimate was "scaled from the cpu budget by tokens" while it
     used the class budget's own measured costs."""
-    from zones.book import estimate_source
+    from zones.book.estimate import estimate_source
 
     monkeypatch.setenv("ZONES_CACHE", str(tmp_path))  # no last build
     key = {"budget": "class"}

@@ -5,21 +5,11 @@ import os
 import pandas as pd
 import pytest
 
-from zones.core.cache import (
-    MANIFEST,
-    CacheError,
-    Journal,
-    atomic_directory,
-    cache_dir,
-    cache_key,
-    cached_table,
-    entry_path,
-    resumable_table,
-    sidecar_path,
-    stale_temporaries,
-    verify_manifest,
-    write_manifest,
-)
+from zones.core.atomic import atomic_directory, stale_temporaries
+from zones.core.cache import CacheError, cache_dir, cache_key, entry_path, sidecar_path
+from zones.core.entries import cached_table
+from zones.core.journal import Journal, resumable_table
+from zones.core.manifest import MANIFEST, verify_manifest, write_manifest
 
 
 def test_cached_table_computes_once():
@@ -161,13 +151,13 @@ def test_a_journal_row_without_its_task_is_an_error_not_a_key_error():
 def test_concurrent_writers_never_pair_a_payload_with_another_sidecar(monkeypatch):
     import threading
 
-    import zones.core.cache as cache
+    import zones.core.entries as entries
 
     parts = {"kind": "race"}
     path = entry_path("unit", parts)
     first, second = (pd.DataFrame({"v": [float(i)] * (100 + i)}) for i in range(2))  # different bytes
     paused, resume = threading.Event(), threading.Event()
-    write_sidecar = cache.atomic_write_text
+    write_sidecar = entries.atomic_write_text
 
     def slow_sidecar(target, text):  # the first writer stops between its payload and its sidecar
         if threading.current_thread().name == "first":
@@ -175,17 +165,17 @@ def test_concurrent_writers_never_pair_a_payload_with_another_sidecar(monkeypatc
             resume.wait(10)
         write_sidecar(target, text)
 
-    monkeypatch.setattr(cache, "atomic_write_text", slow_sidecar)
-    a = threading.Thread(target=cache.write_cached_table, args=(first, path, parts), name="first")
+    monkeypatch.setattr(entries, "atomic_write_text", slow_sidecar)
+    a = threading.Thread(target=entries.write_cached_table, args=(first, path, parts), name="first")
     a.start()
     assert paused.wait(10)
-    b = threading.Thread(target=cache.write_cached_table, args=(second, path, parts), name="second")
+    b = threading.Thread(target=entries.write_cached_table, args=(second, path, parts), name="second")
     b.start()
     b.join(0.5)  # without the lock, the second writer finishes here, and the first then
     resume.set()  # writes its sidecar over the second's payload
     a.join()
     b.join()
-    assert len(cache.read_cached_table(path, parts)) == 101  # the last complete write, intact
+    assert len(entries.read_cached_table(path, parts)) == 101  # the last complete write, intact
 
 
 # --- directories written atomically and checked file by file ----------------------------------------
@@ -259,7 +249,7 @@ def test_zones_cache_pointing_at_a_file_is_one_error_naming_the_variable(tmp_pat
 def test_inside_a_refresh_what_was_cached_before_is_computed_once_again(monkeypatch, tmp_path):
     """``refreshing()`` (``--refresh``): an entry or journal written before the block is computed
     again and replaced; one written inside it is read, so each is computed once per refresh."""
-    from zones.core.cache import refreshing
+    from zones.core.refresh import refreshing
 
     monkeypatch.setenv("ZONES_CACHE", str(tmp_path))
     calls = []
@@ -291,7 +281,7 @@ def test_reading_a_cached_table_starts_no_thread_that_could_abort_the_process_at
 
     script = (
         "import os; from pathlib import Path; import pandas as pd; "
-        "from zones.core.cache import cached_table, read_table, write_table; "
+        "from zones.core.entries import cached_table; from zones.core.tables import read_table, write_table; "
         "threads = lambda: len(os.listdir('/proc/self/task')); "
         "parts = {'kind': 'unit', 'case': 'threads'}; before = threads(); "
         "cached_table('unit', parts, lambda: pd.DataFrame({'a': [1, 2]})); "

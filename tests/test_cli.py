@@ -239,7 +239,7 @@ def test_ablate_passes_dtype_and_budget_to_the_library(tiny_model_dir, tmp_path,
 def test_study_status_lists_done_running_failed_and_waiting(tmp_path, capsys):
     """``zones study --status OUT`` reads the state file a study keeps in OUT as it runs (before,
     there was no way to see a running or stopped study's jobs)."""
-    from zones.core.cache import Tally
+    from zones.core.tally import Tally
     from zones.study import STATE_FILE, Ledger, Stage, StageResult
 
     out = tmp_path / "study"

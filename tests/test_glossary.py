@@ -270,7 +270,7 @@ def library_functions():
 # renamed (issue 40): name -> (why, the functions). The list may only shrink: a new use fails, and
 # so does an entry that no longer is one (take it out).
 _PROGRESS = ("zones.analysis.importance.measure_models", "zones.analysis.quantization.quantization_effect",
-             "zones.api.ablate", "zones.api.alpha_table", "zones.book.build_book", "zones.book.execute_chapters",
+             "zones.api.ablate", "zones.api.alpha_table", "zones.book.build.build_book", "zones.book.execute.execute_chapters",
              "zones.core.executors.run_jobs", "zones.measure.ablation.ablation_table",
              "zones.measure.ablation.ablation_window_losses", "zones.measure.agreement.agreement_window_losses",
              "zones.measure.scoring.evaluate_loss", "zones.measure.scoring.evaluate_removals",

@@ -265,7 +265,7 @@ def test_concurrent_first_conversions_both_succeed(tiny_gguf, tmp_path):
 
 
 def test_deleted_weights_and_killed_conversions_are_repaired(tiny_gguf, tmp_path, monkeypatch):
-    from zones.core.cache import mark_temporary
+    from zones.core.atomic import mark_temporary
     from zones.core.models import converted_gguf_dir
 
     monkeypatch.setenv("ZONES_CACHE", str(tmp_path))

@@ -322,7 +322,7 @@ def test_every_page_loads_each_script_once_and_no_thebe():
 def test_log_lines_leave_the_page_for_the_terminal(tmp_path):
     import nbformat
 
-    from zones.book import drop_log_lines
+    from zones.book.notebooks import drop_log_lines
 
     nb = nbformat.v4.new_notebook()
     cell = nbformat.v4.new_code_cell("run()")

@@ -34,8 +34,8 @@ from conftest import autogroup_nice, tiny_model
 
 ray = pytest.importorskip("ray", reason='the cluster test needs Ray: pip install "zones[ray]"')
 
-from zones.core.cache import counting  # noqa: E402
 from zones.core.executors import LOST_NODE_SECONDS  # noqa: E402
+from zones.core.tally import counting  # noqa: E402
 from zones.study import STATE_FILE, book_calls, plan, stable_view, study, volatile  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sys.platform.startswith("linux"),

@@ -378,7 +378,7 @@ def test_export_to_the_current_folder_is_refused_before_any_work(tmp_path, capfd
 
 def test_a_killed_exports_hidden_temporary_is_removed_by_the_next_export(tmp_path, capfd, tiny_model_dir):
     out = tmp_path / "pruned"
-    from zones.core.cache import mark_temporary
+    from zones.core.atomic import mark_temporary
 
     stale = tmp_path / ".pruned.k1ll3d.tmp"  # what atomic_directory leaves when its writer is killed: marked
     stale.mkdir()
@@ -550,7 +550,7 @@ def test_a_second_book_build_in_the_same_project_waits_for_the_first(tmp_path):
     body = "import pathlib\nprint('first build done:', pathlib.Path('../../released').exists())"
     root = micro_project(tmp_path / "project", body)
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import pathlib, sys, time\nfrom zones.book import project_lock\n"
+        "import pathlib, sys, time\nfrom zones.book.execute import project_lock\n"
         f"root = pathlib.Path({str(root)!r})\n"
         "with project_lock(root):\n"
         "    (root / 'locked').write_text('1')\n"
@@ -889,7 +889,7 @@ def test_a_full_disk_names_the_file_being_written(tmp_path, monkeypatch):
     import errno
     import os
 
-    from zones.core.cache import DiskFullError, atomic_write_bytes
+    from zones.core.atomic import DiskFullError, atomic_write_bytes
 
     real_fdopen = os.fdopen
 
@@ -956,7 +956,8 @@ def test_train_refresh_gets_past_damaged_tokenizer_and_token_caches(tmp_path, ca
 def test_a_killed_training_writers_temporary_is_removed_by_the_next_run(tmp_path, capfd, corpus_file):
     import shutil
 
-    from zones.core.cache import cache_dir, mark_temporary
+    from zones.core.atomic import mark_temporary
+    from zones.core.cache import cache_dir
 
     assert main(train_argv(corpus_file, tmp_path / "first")) == 0
     (run,) = [p for p in (cache_dir() / "train").iterdir() if not p.name.startswith(".") and p.suffix != ".lock"]
@@ -971,7 +972,9 @@ def test_a_killed_training_writers_temporary_is_removed_by_the_next_run(tmp_path
 
 
 def test_a_killed_cache_writers_temporary_file_is_removed_by_the_next_write():
-    from zones.core.cache import entry_path, mark_temporary, sidecar_path, temporary_marker, write_entry
+    from zones.core.atomic import mark_temporary, temporary_marker
+    from zones.core.cache import entry_path, sidecar_path
+    from zones.core.entries import write_entry
 
     parts = {"kind": "unit", "case": "killed writer"}
     path = entry_path("unit", parts, ext="bin")
@@ -994,11 +997,11 @@ def test_a_killed_runs_cache_event_file_is_removed_by_the_next_count(tmp_path, m
     import sys
     import tempfile
 
-    from zones.core.cache import counting
+    from zones.core.tally import counting
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
-    killed = subprocess.run([sys.executable, "-c", "import os, signal\nfrom zones.core.cache import counting\n"
+    killed = subprocess.run([sys.executable, "-c", "import os, signal\nfrom zones.core.tally import counting\n"
                              "with counting():\n    os.kill(os.getpid(), signal.SIGKILL)"],
                             env={**os.environ, "TMPDIR": str(tmp_path)})
     assert killed.returncode == -9 and len(list(tmp_path.glob("zones-cache-events-*"))) == 1  # what it left
@@ -1013,7 +1016,7 @@ def test_a_damaged_converted_model_is_named_once_on_stderr_before_it_is_converte
     again with no line naming the file (a deleted manifest), or with its message twice on stdout
     telling the user to delete what zones was about to replace. One line on stderr names the
     damaged file and says that the model is converted again."""
-    from zones.core.cache import MANIFEST
+    from zones.core.manifest import MANIFEST
     from zones.core.models import converted_gguf_dir, load_model
 
     fingerprint = load_model(str(tiny_gguf), device="cpu").fingerprint

@@ -24,21 +24,14 @@ import pandas as pd
 import pytest
 
 from zones.book import RUN_LAST, chapter_source, chapters, declared_parameters
-from zones.core.cache import (
-    CacheError,
-    Journal,
-    atomic_directory,
-    cache_dir,
-    cached_table,
-    capture,
-    counting,
-    entry_path,
-    read_cached_table,
-    store_captured,
-    verify_manifest,
-    write_manifest,
-)
+from zones.core.atomic import atomic_directory
+from zones.core.cache import CacheError, cache_dir, entry_path
+from zones.core.capture import capture, store_captured
+from zones.core.entries import cached_table, read_cached_table
 from zones.core.executors import Job, JobFailed, check_ray_address, check_resources, run_jobs, task_resources
+from zones.core.journal import Journal
+from zones.core.manifest import verify_manifest, write_manifest
+from zones.core.tally import counting
 from zones.report import chapter_arguments
 from zones.study import ABOUT_THE_BOOK, STATE_FILE, book_calls, plan, status, study
 
@@ -143,7 +136,7 @@ def test_a_converted_model_is_counted_but_not_carried(tmp_path, monkeypatch):
 def test_counting_sees_reads_and_computations_of_processes_started_inside(tmp_path, monkeypatch):
     monkeypatch.setenv("ZONES_CACHE", str(tmp_path))
     parts = dict(kind="unit", n=1)
-    compute = "from zones.core.cache import cached_table; import pandas as pd; " \
+    compute = "from zones.core.entries import cached_table; import pandas as pd; " \
               "cached_table('unit', {'kind': 'unit', 'n': 1}, lambda: pd.DataFrame({'a': [1]}))"
     with counting() as first:
         subprocess.run([sys.executable, "-c", compute], check=True, cwd=ROOT)

@@ -8,7 +8,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_class_times_come_from_the_last_class_build_record(tmp_path, capsys):
-    from zones.book import _store_timing, _timings_entry
+    from zones.book.timing import _store_timing, _timings_entry
     from zones.report import teaching
 
     class_build = {"budget": "class", "models": ["tiny-for-teaching"]}
@@ -66,7 +66,7 @@ def test_teaching_chapter_executes_where_the_book_runs_it(tmp_path, monkeypatch)
 def test_without_a_class_build_the_page_shows_the_last_builds_measured_times(tmp_path, monkeypatch):
     # a default book builds no class budget: the page showed "n/a" in every cell; it now shows the
     # measured times of the build it belongs to, and says which budget they are
-    from zones.book import _store_timing
+    from zones.book.timing import _store_timing
     from zones.report import teaching
 
     monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "cache"))   # only this test's build is recorded
@@ -78,7 +78,8 @@ def test_without_a_class_build_the_page_shows_the_last_builds_measured_times(tmp
 
 
 def test_a_chapter_without_a_time_says_why_and_the_columns_name_the_budget(tmp_path, monkeypatch):
-    from zones.book import _store_timing, chapters, execution_order
+    from zones.book import chapters, execution_order
+    from zones.book.timing import _store_timing
     from zones.report import teaching
 
     assert execution_order(chapters(ROOT))[-1] == teaching.PAGE   # every other chapter is timed when it runs

@@ -395,7 +395,7 @@ def _tokens_entry(config):
 
     corpus = load_corpus(config.corpus)
     folder = tokenizer_folder(corpus, config.vocab_size)
-    from zones.core.cache import file_sha256
+    from zones.core.atomic import file_sha256
 
     parts = dict(kind="tokens", version=train.VERSION, corpus=corpus.fingerprint,
                  tokenizer=file_sha256(folder / TOKENIZER_FILE))

@@ -13,13 +13,8 @@ imported.
 import importlib
 import sys
 import types
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as _version
 
-try:
-    __version__ = _version("zones")  # the installed package's metadata (pyproject.toml's version)
-except PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0+unknown"
+from zones.core.version import __version__
 
 API = ("load_model", "alpha_table", "ablate", "prune", "heal", "export", "evaluate", "study")
 MODULES = ("evaluate", "study")  # subcommands whose module is the name: the module is callable

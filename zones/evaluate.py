@@ -25,11 +25,12 @@ from pathlib import Path
 import pandas as pd
 
 from zones import callable_module
-from zones.core.cache import refreshing, write_table
 from zones.core.checks import check_models
 from zones.core.data import corpus_windows
 from zones.core.glossary import add_flag
 from zones.core.models import DEFAULT_MODEL, load_model
+from zones.core.refresh import refreshing
+from zones.core.tables import write_table
 from zones.measure.tasks import (
     check_tasks,
     evaluate_tasks,

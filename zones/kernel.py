@@ -136,14 +136,14 @@ class ChapterKernel:
                   "del fresh_state")
 
     def reference_forward_seconds(self, repeats: int = 2) -> float | None:
-        """``zones.book.reference_forward_seconds`` timed in this kernel, the process the chapters
+        """``zones.book.timing.reference_forward_seconds`` timed in this kernel, the process the chapters
         run in: the same forward runs a few per cent faster or slower from one process to another
         (five fresh processes: 2.28-2.51 s), so the unit of a chapter's overhead is timed where its
         work ran. None when it could not be timed."""
         with tempfile.TemporaryDirectory(prefix="zones-unit-") as folder:
             out = Path(folder) / "seconds"
             try:
-                self._run("from zones.book import reference_forward_seconds as _unit\n"
+                self._run("from zones.book.timing import reference_forward_seconds as _unit\n"
                           f"with open({str(out)!r}, 'w') as _out:\n    _out.write(repr(_unit(repeats={int(repeats)})))\n"
                           "del _unit, _out")
             except Exception as err:  # noqa: BLE001 - the unit is a courtesy: never stop a build over it

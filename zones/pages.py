@@ -6,7 +6,7 @@
 - No thebe. The book runs no kernel, and thebe's configuration names a CDN and a binder
   repository: its scripts and its per-page configuration are left out of the pages.
 
-Everything else a page loads ships in ``book/_static`` (``zones.book.write_static_assets``).
+Everything else a page loads ships in ``book/_static`` (``zones.book.build.write_static_assets``).
 """
 from __future__ import annotations
 

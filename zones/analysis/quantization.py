@@ -29,8 +29,9 @@ from torch import nn
 
 from zones.analysis.importance import _corr_rows, spearman
 from zones.core.adapters import get_adapter
-from zones.core.cache import entry_path, read_cached_table, write_cached_table
+from zones.core.cache import entry_path
 from zones.core.data import Windows
+from zones.core.entries import read_cached_table, write_cached_table
 from zones.core.quantize import DEFAULT_QUANT_TYPE, quantization_plan, quantize_model, quantizer_version
 from zones.measure.ablation import ablation_window_losses, summarize
 from zones.measure.bootstrap import N_PERMUTATIONS, N_RESAMPLES, delta_loss_interval, interval_columns, paired_bootstrap

@@ -43,8 +43,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from zones.core.cache import cache_dir, file_stamp, read_entry, sidecar_path, write_entry
+from zones.core.atomic import file_stamp
+from zones.core.cache import cache_dir, sidecar_path
 from zones.core.checks import check_choice, check_int
+from zones.core.entries import read_entry, write_entry
 from zones.core.hub import HubUnreachableError, hub_lookup
 
 SPLITS = ("calibration", "eval")
@@ -202,7 +204,7 @@ def load_corpus(name: str = "stdlib") -> Corpus:
 
     The stdlib corpora are loaded once per process (a book's chapters ask ~40 times, each a read,
     a checksum and a fingerprint of the text): ``stdlib`` keyed by its cache entry's and sidecar's
-    :func:`~zones.core.cache.file_stamp` (a rewritten entry is read and verified again),
+    :func:`~zones.core.atomic.file_stamp` (a rewritten entry is read and verified again),
     ``stdlib-code`` by the standard library's folder (its text is read once per process anyway)."""
     stdlib_root = sysconfig.get_paths()["stdlib"]
     if name in ("stdlib", "stdlib-code"):
@@ -281,7 +283,7 @@ def _pipeline_state(backend) -> str:
             backend.enable_padding(**padding)
 
 
-def _ids_digest(ids: np.ndarray) -> str:
+def ids_digest(ids: np.ndarray) -> str:
     """sha256 of an id array's shape and int64 values."""
     ids = np.ascontiguousarray(ids, dtype=np.int64)
     return hashlib.sha256(str(ids.shape).encode() + b"\0" + ids.tobytes()).hexdigest()
@@ -342,7 +344,7 @@ def make_windows(token_ids: np.ndarray, seq_len: int, split: str = "eval",
     taken = pool[chosen]
     ids = torch.from_numpy(taken.copy())
     corpus_fp = corpus.fingerprint if corpus else _fingerprint(str(token_ids[:64].tolist()), str(len(token_ids)))
-    fp = _fingerprint(corpus_fp, tokenizer_id, split, str(seq_len), str(chosen.tolist()), _ids_digest(taken))
+    fp = _fingerprint(corpus_fp, tokenizer_id, split, str(seq_len), str(chosen.tolist()), ids_digest(taken))
     return Windows(ids, corpus.name if corpus else "", split, fp)
 
 

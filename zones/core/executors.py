@@ -430,152 +430,186 @@ def _run_ray(jobs, *, retries, bar, events, prepare=None, on_result=None, on_fai
     """Each job a Ray task placed by this driver on a node with room for it (``NodeAffinitySchedulingStrategy``):
     so it knows where each job runs, and a job whose node is lost (Ray reports its worker or node
     dead, or ``LOST_AFTER`` looks find the node dead) is resubmitted at once to a live node, ahead
-    of the jobs not started, within ``LOST_NODE_SECONDS``."""
+    of the jobs not started, within ``LOST_NODE_SECONDS`` (:class:`_RayDriver`)."""
     ray = _import_ray()
     if not ray.is_initialized() and not (ray_address or os.environ.get("RAY_ADDRESS")):
         check_resources(jobs, {"CPU": os.cpu_count() or 1, "GPU": torch.cuda.device_count()},
                         "this machine (a local Ray instance)")  # before starting Ray at all
     ray = ray_connect(ray_address)
-    NodeAffinitySchedulingStrategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy
-
     resources = ray.cluster_resources()
     check_resources(jobs, resources, "the Ray cluster (ray.cluster_resources())")
-    task = ray.remote(_call)
+    return _RayDriver(ray, jobs, resources, retries=retries, bar=bar, events=events, prepare=prepare,
+                      on_result=on_result, on_failure=on_failure, stopping=stopping).run()
 
-    results: list[Any] = [None] * len(jobs)
-    prepared: dict[int, Job] = {}
-    finished: set[int] = set()
-    succeeded: set[int] = set()
-    refs: dict[Any, int] = {}          # task → job
-    where: dict[int, str] = {}         # job → the node it was placed on
-    lost: set[str] = set()             # nodes found dead
-    misses: dict[str, int] = {}        # node → looks in a row that found it dead
-    first: list[int] = []              # jobs to place before any other (their node was lost)
-    attempts = [1] * len(jobs)
-    failures = []
 
-    def asked(k: int) -> tuple[float, float]:
-        return task_resources(prepared.get(k, jobs[k]), resources)
+class _RayDriver:
+    """One ``_run_ray``: the jobs placed on the cluster's nodes, waited for, and those of a lost node
+    resubmitted. Ray retries nothing itself (``max_retries=0``): a lost job is resubmitted here,
+    counted and said."""
 
-    def submit(k: int, node: str):
-        # Ray retries nothing itself (max_retries=0): a lost job is resubmitted here, counted and said
-        job = prepared.setdefault(k, _prepared(jobs[k], prepare, jobs, results, succeeded))
-        cpus, gpus = task_resources(job, resources)
-        where[k] = node
-        refs[task.options(num_cpus=cpus, num_gpus=gpus, max_retries=0, retry_exceptions=False,
-                          scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
-                          name=f"zones:{job.name}"[:200]).remote(job.name, job.fn, job.args, job.kwargs, retries)] = k
-        bar.start(job.name)
+    def __init__(self, ray, jobs: Sequence[Job], resources: dict[str, float], *, retries, bar, events, prepare,
+                 on_result, on_failure, stopping=lambda: None):
+        self.ray, self.jobs, self.resources = ray, jobs, resources
+        self.stopping = stopping   # asked before each placement and each wait: a signal's exception, or None
+        self.retries, self.bar, self.events = retries, bar, events
+        self.prepare, self.on_result, self.on_failure = prepare, on_result, on_failure
+        self.affinity = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy
+        self.task = ray.remote(_call)
+        self.results: list[Any] = [None] * len(jobs)
+        self.prepared: dict[int, Job] = {}
+        self.finished: set[int] = set()
+        self.succeeded: set[int] = set()
+        self.refs: dict[Any, int] = {}          # task → job
+        self.where: dict[int, str] = {}         # job → the node it was placed on
+        self.lost: set[str] = set()             # nodes found dead
+        self.misses: dict[str, int] = {}        # node → looks in a row that found it dead
+        self.first: list[int] = []              # jobs to place before any other (their node was lost)
+        self.attempts = [1] * len(jobs)
+        self.failures: list[tuple[str, str, int]] = []
 
-    def place(nodes: dict[str, dict]) -> None:
+    def run(self) -> list[Any]:
+        """Every job's result, in order, once all have finished (``JobFailed`` when any failed)."""
+        nodes = self.look()
+        self.place(nodes)
+        self.bar.redraw(_left(self.jobs, self.refs.values()))
+        looked = time.monotonic()
+        while len(self.finished) < len(self.jobs):
+            stop = self.stopping()
+            if stop is not None and not self.refs:  # asked to stop, and the running jobs have ended
+                raise stop
+            if not self.refs and not _live_nodes(self.ray, self.lost):
+                raise RuntimeError("every node of the Ray cluster is lost; start its nodes again and rerun the same "
+                                   "command: the finished jobs are cached")
+            done = self.wait()
+            for ref in done:
+                self.collect(ref)
+            if time.monotonic() - looked >= POLL_SECONDS or not done:
+                nodes, looked = self.look(), time.monotonic()
+            nodes = {n: record for n, record in nodes.items() if n not in self.lost and not self.misses.get(n)}
+            if not nodes:
+                continue
+            self.place(nodes)
+            if not self.refs:  # nothing could start: the jobs no live node can hold fail
+                self.fail_unplaceable(nodes)
+            self.bar.redraw(_left(self.jobs, self.refs.values()))
+        if self.failures:
+            raise _report(self.failures, len(self.jobs))
+        return self.results
+
+    def asked(self, k: int) -> tuple[float, float]:
+        return task_resources(self.prepared.get(k, self.jobs[k]), self.resources)
+
+    def waiting(self) -> list[int]:
+        """The jobs that may start: those whose node was lost first, then the others ready."""
+        return list(self.first) + [k for k in _ready(self.jobs, self.finished, set(self.prepared))
+                                   if k not in self.first]
+
+    def submit(self, k: int, node: str) -> None:
+        job = self.prepared.setdefault(k, _prepared(self.jobs[k], self.prepare, self.jobs, self.results,
+                                                    self.succeeded))
+        cpus, gpus = task_resources(job, self.resources)
+        self.where[k] = node
+        options = dict(num_cpus=cpus, num_gpus=gpus, max_retries=0, retry_exceptions=False,
+                       scheduling_strategy=self.affinity(node, soft=False), name=f"zones:{job.name}"[:200])
+        self.refs[self.task.options(**options).remote(job.name, job.fn, job.args, job.kwargs, self.retries)] = k
+        self.bar.start(job.name)
+
+    def place(self, nodes: dict[str, dict]) -> None:
         """Start the jobs that may start, lost ones first, each on a node with room for it; a lost
         job goes to the least busy live node even when it has no room (it runs next there)."""
-        if stopping() is not None:  # asked to stop: the running jobs end, no other starts
+        if self.stopping() is not None:  # asked to stop: the running jobs end, no other starts
             return
-        running = {n: [asked(k) for k in refs.values() if where[k] == n] for n in nodes}
-        for k in list(first) + [k for k in _ready(jobs, finished, set(prepared)) if k not in first]:
-            node = next((n for n in nodes if _room(nodes[n], running[n], asked(k))), None)
-            if node is None and k in first:
-                fits = [n for n in nodes if _room(nodes[n], [], asked(k))]
+        running = {n: [self.asked(k) for k in self.refs.values() if self.where[k] == n] for n in nodes}
+        for k in self.waiting():
+            node = next((n for n in nodes if _room(nodes[n], running[n], self.asked(k))), None)
+            if node is None and k in self.first:
+                fits = [n for n in nodes if _room(nodes[n], [], self.asked(k))]
                 node = min(fits, key=lambda n: len(running[n]), default=None)
             if node is None:
                 continue
-            if k in first:
-                first.remove(k)
-            submit(k, node)
-            running[node].append(asked(k))
+            if k in self.first:
+                self.first.remove(k)
+            self.submit(k, node)
+            running[node].append(self.asked(k))
 
-    def end(k: int, ok: bool, value) -> None:
-        finished.add(k)
+    def wait(self) -> list:
+        """The tasks finished within ``POLL_SECONDS`` (at most one); none when nothing runs (a node
+        was just lost: the next look places the jobs)."""
+        if self.refs:
+            done, _ = self.ray.wait(list(self.refs), num_returns=1, timeout=POLL_SECONDS)
+            return done
+        time.sleep(POLL_SECONDS)
+        return []
+
+    def collect(self, ref) -> None:
+        """A finished task: its job's result or failure, or, where its worker or node died, the job again."""
+        ray = self.ray
+        k = self.refs.pop(ref)
+        try:
+            ok, value, job_events = ray.get(ref)
+            self.events.extend(job_events)
+        except ray.exceptions.RayError as err:
+            if _lost_worker(err, ray):
+                if isinstance(err, ray.exceptions.NodeDiedError):
+                    self.lost.add(self.where[k])  # nothing more goes there
+                self.again(k, f"{type(err).__name__}: the worker running it died",
+                           f"lost its worker ({type(err).__name__})")
+                return
+            ok, value = False, (_first_line(err), self.attempts[k])
+        self.end(k, ok, value)
+
+    def end(self, k: int, ok: bool, value) -> None:
+        self.finished.add(k)
         if ok:
-            results[k] = value
-            succeeded.add(k)
-            if on_result is not None:
-                on_result(prepared[k], value)
+            self.results[k] = value
+            self.succeeded.add(k)
+            if self.on_result is not None:
+                self.on_result(self.prepared[k], value)
         else:
-            failures.append((jobs[k].name, *value))
-            if on_failure is not None:
-                on_failure(prepared[k], *value)
-        bar.finish(jobs[k].name)
+            self.failures.append((self.jobs[k].name, *value))
+            if self.on_failure is not None:
+                self.on_failure(self.prepared[k], *value)
+        self.bar.finish(self.jobs[k].name)
 
-    def again(k: int, why: str, line: str) -> None:
+    def again(self, k: int, why: str, line: str) -> None:
         """Job ``k`` lost its worker or node: resubmitted (first in line), or failed after its retries."""
-        if attempts[k] > retries:
-            end(k, False, (why, attempts[k]))
+        if self.attempts[k] > self.retries:
+            self.end(k, False, (why, self.attempts[k]))
             return
-        print(f"zones: job {jobs[k].name} {line}; resubmitted to a live node (within {LOST_NODE_SECONDS:g} s "
-              f"of the loss); retry {attempts[k]} of {retries}", file=sys.stderr)
-        events.append((jobs[k].name, "retry", why))
-        attempts[k] += 1
-        bar.requeue(jobs[k].name)
-        first.append(k)
+        print(f"zones: job {self.jobs[k].name} {line}; resubmitted to a live node (within {LOST_NODE_SECONDS:g} s "
+              f"of the loss); retry {self.attempts[k]} of {self.retries}", file=sys.stderr)
+        self.events.append((self.jobs[k].name, "retry", why))
+        self.attempts[k] += 1
+        self.bar.requeue(self.jobs[k].name)
+        self.first.append(k)
 
-    def look() -> dict[str, dict]:
+    def look(self) -> dict[str, dict]:
         """The live nodes; the jobs of a node found dead ``LOST_AFTER`` times in a row are lost."""
-        nodes = _live_nodes(ray, lost)
-        busy = {where[k] for k in refs.values()}
-        for node in set(misses) - busy:  # a node without jobs is looked at again when it has one
-            misses.pop(node)
+        nodes = _live_nodes(self.ray, self.lost)
+        busy = {self.where[k] for k in self.refs.values()}
+        for node in set(self.misses) - busy:  # a node without jobs is looked at again when it has one
+            self.misses.pop(node)
         for node in busy:
             dead = node not in nodes or not raylet_answers(nodes[node])
-            misses[node] = misses.get(node, 0) + 1 if dead else 0
-            if misses[node] >= LOST_AFTER:
-                lost.add(node)
+            self.misses[node] = self.misses.get(node, 0) + 1 if dead else 0
+            if self.misses[node] >= LOST_AFTER:
+                self.lost.add(node)
                 nodes.pop(node, None)
-                for ref, k in list(refs.items()):
-                    if where[k] == node:
-                        refs.pop(ref)
+                for ref, k in list(self.refs.items()):
+                    if self.where[k] == node:
+                        self.refs.pop(ref)
                         with contextlib.suppress(Exception):  # a dead node's task: nothing to stop there
-                            ray.cancel(ref, force=True)
-                        again(k, "NodeLost: its node stopped answering",
-                              f"lost its node ({node[:12]} did not answer for {LOST_AFTER} looks)")
+                            self.ray.cancel(ref, force=True)
+                        self.again(k, "NodeLost: its node stopped answering",
+                                   f"lost its node ({node[:12]} did not answer for {LOST_AFTER} looks)")
         return nodes
 
-    nodes = look()
-    place(nodes)
-    bar.redraw(_left(jobs, refs.values()))
-    looked = time.monotonic()
-    while len(finished) < len(jobs):
-        stop = stopping()
-        if stop is not None and not refs:  # asked to stop, and the running jobs have ended
-            raise stop
-        if not refs and not _live_nodes(ray, lost):
-            raise RuntimeError("every node of the Ray cluster is lost; start its nodes again and rerun the same "
-                               "command: the finished jobs are cached")
-        if refs:
-            done, _ = ray.wait(list(refs), num_returns=1, timeout=POLL_SECONDS)
-        else:  # nothing runs: a node was just lost, the next look places the jobs
-            done = []
-            time.sleep(POLL_SECONDS)
-        for ref in done:
-            k = refs.pop(ref)
-            try:
-                ok, value, job_events = ray.get(ref)
-                events.extend(job_events)
-            except ray.exceptions.RayError as err:
-                if _lost_worker(err, ray):
-                    if isinstance(err, ray.exceptions.NodeDiedError):
-                        lost.add(where[k])  # nothing more goes there
-                    again(k, f"{type(err).__name__}: the worker running it died",
-                          f"lost its worker ({type(err).__name__})")
-                    continue
-                ok, value = False, (_first_line(err), attempts[k])
-            end(k, ok, value)
-        if time.monotonic() - looked >= POLL_SECONDS or not done:
-            nodes, looked = look(), time.monotonic()
-        nodes = {n: record for n, record in nodes.items() if n not in lost and not misses.get(n)}
-        if not nodes:
-            continue
-        place(nodes)
-        if not refs:  # nothing could start: the jobs no live node can hold fail
-            for k in list(first) + [k for k in _ready(jobs, finished, set(prepared)) if k not in first]:
-                if not any(_room(n, [], asked(k)) for n in nodes.values()):
-                    if k in first:
-                        first.remove(k)
-                    prepared.setdefault(k, jobs[k])
-                    end(k, False, ("no live node of the Ray cluster has the CPUs or GPUs it asks for",
-                                   attempts[k]))
-        bar.redraw(_left(jobs, refs.values()))
-    if failures:
-        raise _report(failures, len(jobs))
-    return results
+    def fail_unplaceable(self, nodes: dict[str, dict]) -> None:
+        """Fail the jobs that may start but that no live node has the CPUs or GPUs for."""
+        for k in self.waiting():
+            if not any(_room(n, [], self.asked(k)) for n in nodes.values()):
+                if k in self.first:
+                    self.first.remove(k)
+                self.prepared.setdefault(k, self.jobs[k])
+                self.end(k, False, ("no live node of the Ray cluster has the CPUs or GPUs it asks for",
+                                    self.attempts[k]))

@@ -29,19 +29,12 @@ from torch import nn
 from transformers.utils import logging as transformers_logging
 
 from zones.core.adapters import UnsupportedArchitectureError, adapter_for_model_type
-from zones.core.cache import (
-    MANIFEST,
-    CacheError,
-    atomic_directory,
-    cache_dir,
-    entry_lock,
-    readable_mode,
-    remove_stale_temporaries,
-    verify_manifest,
-    write_manifest,
-)
+from zones.core.atomic import atomic_directory, readable_mode, remove_stale_temporaries
+from zones.core.cache import CacheError, cache_dir, canonical
+from zones.core.entries import entry_lock
 from zones.core.glossary import default
 from zones.core.hub import HubUnreachableError, hub_lookup
+from zones.core.manifest import MANIFEST, verify_manifest, write_manifest
 
 DEFAULT_MODEL = default("model")
 # alias -> (package holding the GGUF file, file name)
@@ -198,7 +191,7 @@ def check_gguf_file(path: Path) -> None:
 
 def _write_converted(gguf_path: Path, target: Path, parts: dict) -> None:
     """Convert into a temporary folder beside ``target``, with its manifest, then rename it
-    into place (``zones.core.cache.atomic_directory``)."""
+    into place (``zones.core.atomic.atomic_directory``)."""
     check_gguf_file(gguf_path)
     print(f"zones: converting {gguf_path.name} to safetensors (once, ~30 s) ...", flush=True)
     try:
@@ -404,7 +397,7 @@ def model_fingerprint(model: nn.Module) -> str:
     config = model.config.to_dict()
     for volatile in ("_name_or_path", "transformers_version", "_commit_hash"):
         config.pop(volatile, None)
-    digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
+    digest = hashlib.sha256(canonical(config).encode())
     tensors = [("param", n, t) for n, t in model.named_parameters()]
     tensors += [("buffer", n, t) for n, t in model.named_buffers()]
     with torch.no_grad():

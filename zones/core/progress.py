@@ -34,7 +34,7 @@ from pathlib import Path
 from torch import nn
 from tqdm.auto import tqdm
 
-from zones.core.cache import atomic_write_text
+from zones.core.atomic import atomic_write_text
 
 PROGRESS_ENV = "ZONES_PROGRESS"
 BOOK_MODE_ENV = "ZONES_BOOK_BUILD"  # set by `zones book` in its chapters' kernel

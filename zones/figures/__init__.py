@@ -25,7 +25,7 @@ import altair as alt
 import vl_convert
 from IPython.display import HTML, display
 
-from zones.core.cache import atomic_write_text
+from zones.core.atomic import atomic_write_text
 from zones.core.progress import BOOK_MODE_ENV  # noqa: F401  (set by `zones book`: the page loads the bundle itself)
 
 COLUMN_WIDTH = 660  # px: the book's article column at a desktop width, less the y axis and legend

@@ -15,20 +15,23 @@ the single-block removals of the ablation, and the healing chapter reads the pru
 sets. A batch's windows are scored together, always, so a value never depends on which request
 came first: a chunk of another length is another chunk.
 
-Rows are only ever appended (each with its checksum, ``zones.core.cache.Journal``); a damaged
+Rows are only ever appended (each with its checksum, ``zones.core.journal.Journal``); a damaged
 row is an error naming the file. A later row for the same (chunk, removal) — with more metrics —
 replaces the earlier one in memory.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from zones.core.cache import CacheError, Journal, atomic_write_text, entry_path, refresh_since
+from zones.core.atomic import atomic_write_text
+from zones.core.cache import CacheError, entry_path
+from zones.core.data import ids_digest
+from zones.core.journal import Journal
+from zones.core.refresh import refresh_since
 
 VERSION = "2"  # bump when a stored number changes: 2, the LM head's log-sum-exp over vocabulary blocks
 METRICS = ("nll", "kl", "top1")
@@ -36,8 +39,7 @@ METRICS = ("nll", "kl", "top1")
 
 def chunk_digest(input_ids: torch.Tensor) -> str:
     """A batch of windows by its contents: sha256 of the int64 token ids and their shape."""
-    ids = np.ascontiguousarray(input_ids.detach().cpu().numpy(), dtype=np.int64)
-    return hashlib.sha256(str(ids.shape).encode() + b"\0" + ids.tobytes()).hexdigest()[:20]
+    return ids_digest(input_ids.detach().cpu().numpy())[:20]
 
 
 class LossStore:
@@ -52,7 +54,7 @@ class LossStore:
             atomic_write_text(sidecar, json.dumps(self.key, indent=2, sort_keys=True) + "\n")
         self.rows: dict[tuple[str, str], dict] = {}
         self._size = -1
-        self._since: int | None = None  # the refresh (zones.core.cache.refreshing) the rows were read under
+        self._since: int | None = None  # the refresh (zones.core.refresh.refreshing) the rows were read under
         self._skip = 0                  # rows written before it: not read, so computed again and appended
         self.refresh()
 

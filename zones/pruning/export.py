@@ -8,7 +8,7 @@ renumbered 0..n-1, so that the KV cache of ``generate`` gives each remaining blo
 (cached generation equals uncached generation).
 
 ``export_model(model, removed, out_dir, tokenizer=...)`` writes that model to ``out_dir`` atomically
-(``zones.core.cache.atomic_directory``): ``config.json`` (``use_cache`` on again),
+(``zones.core.atomic.atomic_directory``): ``config.json`` (``use_cache`` on again),
 ``model.safetensors``, the generation config, the tokenizer, and ``zones-provenance.json``
 (:data:`PROVENANCE`): the source model's name and fingerprint, the removed blocks (source
 numbering), the strategy that chose them, any healing, the zones and transformers versions,
@@ -35,12 +35,12 @@ from typing import Iterable, Sequence
 import transformers
 from torch import nn
 
-from zones import __version__
 from zones.core.adapters import get_adapter
-from zones.core.cache import atomic_directory, atomic_write_text
+from zones.core.atomic import atomic_directory, atomic_write_text
 from zones.core.checks import check_int
 from zones.core.data import Windows
 from zones.core.models import model_fingerprint
+from zones.core.version import __version__
 from zones.measure.blocks import check_layers
 from zones.pruning import PruningContext, get_strategy
 

@@ -60,9 +60,10 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from zones.core.cache import entry_path, read_entry, sidecar_path, write_entry
+from zones.core.cache import entry_path, sidecar_path
 from zones.core.checks import check_choice, check_float, check_int
 from zones.core.data import Windows
+from zones.core.entries import read_entry, write_entry
 from zones.core.glossary import default
 from zones.core.progress import count_module, count_training
 from zones.measure.scoring import evaluate_loss, evaluate_removals

@@ -54,9 +54,11 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from zones.core.cache import Journal, cached_table, entry_path
+from zones.core.cache import entry_path
 from zones.core.checks import check_int
 from zones.core.data import Windows
+from zones.core.entries import cached_table
+from zones.core.journal import Journal
 from zones.measure.ablation import PARTS, ablation_table
 from zones.measure.blocks import BlockTrace
 from zones.measure.bootstrap import NonFiniteLossError

@@ -36,9 +36,9 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from zones.analysis.sublayer_importance import sublayer_alpha
-from zones.core.cache import cached_table
 from zones.core.checks import check_int
 from zones.core.data import Windows
+from zones.core.entries import cached_table
 from zones.core.glossary import default
 from zones.core.progress import add_flops, count_module, matmul_flops, module_weights
 from zones.measure.agreement import agreement_window_losses, summarize_agreement

@@ -30,7 +30,7 @@ import pandas as pd
 
 from zones.analysis.power import rho_rule_power
 from zones.analysis.unit_intervals import interval_side
-from zones.core.cache import atomic_write_text
+from zones.core.atomic import atomic_write_text
 from zones.core.glossary import CHAPTERS
 from zones.pruning import COLLAPSE_RATIO, RECIPE_ABLATIONS
 from zones.report.common import ChapterResult, read_summary, save

@@ -20,8 +20,9 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from zones.core.cache import atomic_write_text, write_table
+from zones.core.atomic import atomic_write_text
 from zones.core.glossary import RETIRED
+from zones.core.tables import write_table
 from zones.report.format import for_glue
 
 NAN = float("nan")

@@ -4,7 +4,7 @@ budget by default), read from the book's own timing record.
 ``zones book`` stores, after each chapter it executes, that chapter's seconds in one cache
 entry per set of build parameters (``cache_dir()/book/<key>.seconds``, its sidecar naming the
 parameters; a build at a budget other than the default carries ``budget`` among them). This
-module reads those entries back, checksums verified (``zones.core.cache.read_entry``): a
+module reads those entries back, checksums verified (``zones.core.entries.read_entry``): a
 damaged one is reported and skipped, never read. Nothing here is typed by hand: a chapter the
 record does not hold is *not measured*, and the page says so.
 
@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from zones.core.cache import ENTRY, CacheError, cache_dir, read_entry, sidecar_path
+from zones.core.cache import CacheError, cache_dir, sidecar_path
+from zones.core.entries import ENTRY, read_entry
 from zones.core.glossary import DEFAULT_BUDGET  # a build at this budget carries no ``budget`` in its parameters
 from zones.core.hardware import cpu_capability
 from zones.report.common import ChapterResult, save

@@ -40,8 +40,10 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from zones.core.cache import CacheError, entry_path, read_cached_table, write_cached_table
+from zones.core.atomic import hash_file
+from zones.core.cache import CacheError, entry_path
 from zones.core.checks import check_float, check_int
+from zones.core.entries import read_cached_table, write_cached_table
 from zones.core.executors import Job, run_jobs
 from zones.core.glossary import default
 from zones.core.hub import HubUnreachableError, hub_lookup
@@ -281,9 +283,7 @@ def checkpoint_fingerprint(directory: str | Path) -> str:
     for path in [directory / "config.json", *weight_files(directory)]:
         digest.update(path.name.encode() + b"\0")
         try:
-            with open(path, "rb") as handle:
-                while piece := handle.read(16 * 2**20):
-                    digest.update(piece)
+            hash_file(digest, path)
         except OSError as err:
             raise CheckpointError(f"cannot read {path} ({err.strerror})") from None
     return digest.hexdigest()[:24]

@@ -1,7 +1,7 @@
 """A training run on disk: the resumable checkpoint of a run in progress, the finished run's
 model directory (weights, tokenizer, ``history.csv``, ``snapshots.parquet``, ``run.json``) and
-reading it back. Every directory is written with ``zones.core.cache.atomic_directory`` and carries a
-manifest (``zones.core.cache.write_manifest``) that is verified on every read, so an edited history or
+reading it back. Every directory is written with ``zones.core.atomic.atomic_directory`` and carries a
+manifest (``zones.core.manifest.write_manifest``) that is verified on every read, so an edited history or
 a replaced weight file is one ``CacheError`` naming the file and what to delete."""
 from __future__ import annotations
 
@@ -18,23 +18,13 @@ from safetensors.torch import load as safetensors_tensors
 from safetensors.torch import save as safetensors_bytes
 from torch import nn
 
-from zones.core.cache import (
-    CacheError,
-    atomic_directory,
-    atomic_write_bytes,
-    atomic_write_text,
-    cache_dir,
-    cache_key,
-    read_entry,
-    read_table,
-    sidecar_path,
-    verify_manifest,
-    write_entry,
-    write_manifest,
-    write_table,
-)
+from zones.core.atomic import atomic_directory, atomic_write_text
+from zones.core.cache import CacheError, cache_dir, cache_key, sidecar_path
 from zones.core.data import load_corpus
+from zones.core.entries import read_entry, write_entry
+from zones.core.manifest import verify_manifest, write_manifest
 from zones.core.models import load_model
+from zones.core.tables import read_table, write_table
 from zones.series.config import VERSION, TrainConfig
 
 SNAPSHOT_COLUMNS = ["step", "layer", "role", "stable_rank", "alpha_shape", "alpha_esd"]
@@ -153,7 +143,7 @@ def write_checkpoint(path: Path, key: dict, model: nn.Module, optimizer: torch.o
 
     The run's identity (``key``), its state (step, logs) and the optimizer's non-tensor
     state live as JSON in the file's header, so a reader checks the identity before it
-    reads a single tensor. Written with ``zones.core.cache.write_entry`` (atomically, with the
+    reads a single tensor. Written with ``zones.core.entries.write_entry`` (atomically, with the
     sha256 of its bytes in the sidecar ``checkpoint.json``), so one flipped byte is found on
     reading.
     """

@@ -17,9 +17,10 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-from zones.core.cache import cache_dir, cache_key, entry_lock
+from zones.core.cache import cache_dir, cache_key
 from zones.core.checks import check_int
 from zones.core.data import load_corpus
+from zones.core.entries import entry_lock
 from zones.core.hardware import check_precision, torch_threads
 from zones.core.progress import count_training
 from zones.measure.scoring import evaluate_loss
@@ -266,7 +267,7 @@ def discard_run(final_dir: Path) -> None:
 
 
 def run_lock(final_dir: Path, config: TrainConfig):
-    """The lock a run is trained under (``zones.core.cache.entry_lock``: the file
+    """The lock a run is trained under (``zones.core.entries.entry_lock``: the file
     ``<run>.lock`` beside its folder, released by the OS if the trainer dies): a second trainer
     of the same run says so on stderr and waits for the first, then finds the run finished
     (or resumes its checkpoint, if the first failed)."""

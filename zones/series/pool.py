@@ -32,7 +32,6 @@ from typing import Sequence
 import torch
 from tqdm.auto import tqdm
 
-import zones
 from zones.core.checks import check_int
 from zones.core.data import load_corpus
 from zones.core.hardware import usable_cores
@@ -114,7 +113,7 @@ def _train_side_by_side(configs: list[TrainConfig], device: str, keep_checkpoint
     """Train ``configs`` in ``workers`` worker processes (:func:`assign`); add the work each run
     counted. A failed run stops its worker; the others finish theirs, then it is raised, named."""
     env = {k: v for k, v in os.environ.items() if k != PROGRESS_ENV}  # a worker's count comes back here
-    root = str(Path(zones.__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])  # the folder holding zones/
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     queues = assign(configs, workers)
     bar = tqdm(total=len(configs), unit="run", disable=not progress,

@@ -13,20 +13,12 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from zones.core.cache import (
-    CacheError,
-    atomic_directory,
-    cache_dir,
-    cache_key,
-    entry_path,
-    file_sha256,
-    read_entry,
-    verify_manifest,
-    write_entry,
-    write_manifest,
-)
+from zones.core.atomic import atomic_directory, file_sha256
+from zones.core.cache import CacheError, cache_dir, cache_key, entry_path
 from zones.core.checks import check_int
 from zones.core.data import Windows, load_corpus
+from zones.core.entries import read_entry, write_entry
+from zones.core.manifest import verify_manifest, write_manifest
 from zones.series.config import VERSION, TrainConfig
 
 EOS_TOKEN = "<|endoftext|>"

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from zones.core.adapters import get_adapter
-from zones.core.cache import cached_table
+from zones.core.entries import cached_table
 from zones.core.hardware import torch_threads
 from zones.core.models import model_fingerprint
 from zones.spectra.esd import EVALS_THRESHOLD, MIN_SINGULAR_VALUES, esd_fits, hill_alphas

@@ -259,7 +259,7 @@ def build(tokenizer, *, tasks: Sequence[str] = tuple(TASKS), n: int = N_EXAMPLES
 
 
 def main(argv: list[str] | None = None) -> int:
-    from zones.core.cache import atomic_write_bytes
+    from zones.core.atomic import atomic_write_bytes
     from zones.core.models import DEFAULT_MODEL, load_model
 
     parser = argparse.ArgumentParser(prog="python -m zones.measure.tasks.build", description=__doc__,

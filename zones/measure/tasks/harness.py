@@ -33,9 +33,10 @@ import numpy as np
 import pandas as pd
 from torch import nn
 
-from zones.core.cache import entry_path, read_cached_table, write_cached_table
+from zones.core.cache import entry_path
 from zones.core.checks import check_int
 from zones.core.data import Windows, tokenizer_fingerprint
+from zones.core.entries import read_cached_table, write_cached_table
 from zones.core.hub import hub_lookup
 from zones.core.models import model_fingerprint
 from zones.core.progress import count_module
