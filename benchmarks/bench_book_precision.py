@@ -130,7 +130,11 @@ def build_both(names: list[str], root: Path, budget: str, work: Path) -> dict[st
             os.environ[PROGRESS_ENV] = str(work / f"{name}-{precision}.work")
             print(f"executing {name} ({precision}) ...", file=sys.stderr, flush=True)
             start = time.perf_counter()
-            run_notebook(source, folders[precision] / f"{name}.ipynb", values, cwd=folders[precision])
+            try:
+                run_notebook(source, folders[precision] / f"{name}.ipynb", values, cwd=folders[precision])
+            except Exception as err:   # said, and the other chapters still run: one failure costs no build
+                print(f"  {name} ({precision}) FAILED: {str(err).strip().splitlines()[-1][:300]}", file=sys.stderr,
+                      flush=True)
             seconds[name][precision] = time.perf_counter() - start
             seconds[name][f"{precision} work"] = read_progress(os.environ[PROGRESS_ENV])
             # the build's timing record, as zones book keeps it (the teachers' page, run last, reads it)
