@@ -44,7 +44,7 @@ from conftest import tiny_model, train_tiny_tokenizer  # noqa: E402
 from test_ray_cluster import LocalCluster, study_parameters  # noqa: E402
 
 from zones.core.tally import counting  # noqa: E402
-from zones.study import book_calls  # noqa: E402
+from zones.studies import book_calls  # noqa: E402
 
 
 def micro_corpus(folder: Path) -> str:
@@ -116,7 +116,7 @@ def eta_record(models: list[str], parameters: dict, only, out: Path) -> tuple[li
     """Run the study in this process, recording at each redraw of its bar the time, the work done,
     the work to do, what was read from the cache and the estimated seconds left; and its end."""
     from zones.core import progress
-    from zones.study import study
+    from zones.studies import study
 
     records: list[dict] = []
     redraw = progress.WorkBar.redraw

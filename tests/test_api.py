@@ -33,11 +33,14 @@ def test_the_api_is_importable_from_zones_and_import_zones_stays_cheap():
     assert set(API) <= set(zones.__all__) and set(API) <= set(dir(zones))
     assert all(callable(getattr(zones, name)) for name in API)
     assert zones.load_model is __import__("zones.core.models", fromlist=["x"]).load_model
-    # zones.study and zones.evaluate are the subcommands' modules, callable: one meaning whatever was imported first
-    import zones.study as study_module
+    # zones.study and zones.evaluate are the API's functions, whatever was imported first: the subcommands'
+    # modules have names of their own, and no module swaps its class (issue 52)
+    import zones.evaluation as evaluate_module
+    import zones.studies as study_module
+    from zones import api
 
-    assert study is study_module and callable(study_module) and study_module.plan
-    assert evaluate.evaluation and callable(evaluate)
+    assert study is api.study and zones.study is api.study and evaluate is api.evaluate
+    assert type(study_module) is type(zones) and study_module.plan and evaluate_module.evaluation
     probe = ("import sys, zones; heavy = [m for m in ('torch', 'pandas', 'transformers', 'zones.api') "
              "if m in sys.modules]; print(heavy)")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120)

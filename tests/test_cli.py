@@ -240,7 +240,7 @@ def test_study_status_lists_done_running_failed_and_waiting(tmp_path, capsys):
     """``zones study --status OUT`` reads the state file a study keeps in OUT as it runs (before,
     there was no way to see a running or stopped study's jobs)."""
     from zones.core.tally import Tally
-    from zones.study import STATE_FILE, Ledger, Stage, StageResult
+    from zones.studies import STATE_FILE, Ledger, Stage, StageResult
 
     out = tmp_path / "study"
     stages = [Stage("pruning", "m", "m", {}), Stage("healing", "m", "m", {}), Stage("alpha_profile", "m", "m", {}),

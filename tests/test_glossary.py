@@ -284,7 +284,7 @@ _PROGRESS = ("zones.analysis.importance.measure_models", "zones.analysis.quantiz
              "zones.series.runs.series_quantization", "zones.series.runs.series_sublayer_rho",
              "zones.series.runs.train_series", "zones.spectra.gram.gram_eigenvalues",
              "zones.spectra.alpha_sweep.alpha_sweep",
-             "zones.spectra.table.alpha_table", "zones.spectra.table.spectral_table", "zones.study.study")
+             "zones.spectra.table.alpha_table", "zones.spectra.table.spectral_table", "zones.studies.study")
 KNOWN = {
     "progress": ("a library function's own True/False (bars in a terminal, none inside a job); the chapters and "
                  "commands pass the glossary's", _PROGRESS),

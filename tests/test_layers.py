@@ -6,7 +6,7 @@ top-level modules above them, up to the package itself (``zones/__init__.py``, w
 API's): an import of ``zones`` from below it runs back up. The README's module table follows the
 same order; a new subpackage or top-level module must be placed here first. And no two library
 modules share a file name (a name says its job: ``measure/scoring.py`` scores windows,
-``zones/evaluate.py`` is zones evaluate).
+``zones/evaluation.py`` is zones evaluate).
 """
 from __future__ import annotations
 
@@ -20,13 +20,11 @@ ROOT = Path(__file__).resolve().parents[1] / "zones"
 # Bottom to top, a floor's rooms side by side: the subpackages, then the book's kernel and pages
 # extension, the book, the subcommands' modules, the API, the CLI, and the package itself.
 FLOORS = [("core",), ("spectra",), ("measure",), ("analysis",), ("series",), ("pruning",), ("figures",), ("report",),
-          ("kernel", "pages"), ("book",), ("evaluate", "study"), ("api",), ("cli",), ("__main__",), ("zones",)]
+          ("kernel", "pages"), ("book",), ("evaluation", "studies"), ("api",), ("cli",), ("__main__",), ("zones",)]
 LEVEL = {room: level for level, floor in enumerate(FLOORS) for room in floor}
-# Imports that run back up today, each to be removed (issue 52): the subcommands' modules made
-# callable through the package's ``callable_module``, and the CLI reading ``zones.evaluate`` and
-# ``zones.study`` (those modules) and ``__version__`` from the package; all three modules are being
-# changed on another branch.
-KNOWN_CLIMBS = {("zones/evaluate.py", "zones"), ("zones/study.py", "zones"), ("zones/cli.py", "zones")}
+# Imports that run back up: none (issue 52 removed the last three: the subcommands' modules made callable by
+# the package, and the CLI reading them and ``__version__`` from it). A new one is a bug, not an entry here.
+KNOWN_CLIMBS: set[tuple[str, str]] = set()
 
 
 def floor_of(module: str) -> str:
@@ -235,10 +233,7 @@ def test_the_name_check_sees_two_modules_of_one_name(tmp_path):
     assert names["tasks"] == ["zones/measure/tasks"] and names["data"] == ["zones/measure/tasks/data.py"]
 
 
-# --- issue 52: names that left zones.core.cache, kept there only for the modules changed on another branch ----
-
-MOVED_KEPT_FOR = ("zones/api.py", "zones/cli.py", "zones/study.py")
-
+# --- issue 52: zones.core.cache split by job: its moved names are imported from their homes only ---------
 
 def names_imported_from(path: Path, module: str) -> set[str]:
     """The names ``path`` imports with ``from module import ...`` (inside functions too)."""
@@ -247,25 +242,17 @@ def names_imported_from(path: Path, module: str) -> set[str]:
             for alias in node.names}
 
 
-def test_nothing_else_imports_a_moved_cache_name():
-    """``zones.core.cache.MOVED`` serves the three modules being changed elsewhere; everything else
-    imports a moved name from its new home, and the map shrinks as those three switch."""
-    from zones.core.cache import MOVED
+def test_every_name_imported_from_the_cache_module_lives_there():
+    """After the split no module imports a name from ``zones.core.cache`` that moved to another
+    module (the old map of moved names, and its ``__getattr__``, are gone)."""
+    import zones.core.cache as cache
 
     project = ROOT.parent
     paths = [p for folder in ("zones", "tests", "benchmarks") for p in sorted((project / folder).rglob("*.py"))]
-    used, elsewhere = set(), []
-    for path in paths:
-        rel = path.relative_to(project).as_posix()
-        for name in names_imported_from(path, "zones.core.cache") & set(MOVED):
-            if rel in MOVED_KEPT_FOR:
-                used.add(name)
-            else:
-                elsewhere.append(f"{rel}: {name} (import it from {MOVED[name]})")
-    assert not elsewhere, f"moved names imported from zones.core.cache: {elsewhere}"
-    assert used == set(MOVED), (f"zones.core.cache.MOVED lists {sorted(set(MOVED) - used)}, which "
-                                f"{', '.join(MOVED_KEPT_FOR)} no longer import from there: delete them (the map and "
-                                f"its __getattr__ too, once empty)")
+    missing = [f"{path.relative_to(project).as_posix()}: {name}" for path in paths
+               for name in names_imported_from(path, "zones.core.cache") if not hasattr(cache, name)]
+    assert not missing, f"names imported from zones.core.cache that it does not hold: {missing}"
+    assert not hasattr(cache, "MOVED") and not hasattr(cache, "__getattr__")
 
 
 # --- the README's module table: every module, floor by floor, in the order above -------------------------

@@ -36,7 +36,7 @@ ray = pytest.importorskip("ray", reason='the cluster test needs Ray: pip install
 
 from zones.core.executors import LOST_NODE_SECONDS  # noqa: E402
 from zones.core.tally import counting  # noqa: E402
-from zones.study import STATE_FILE, book_calls, plan, stable_view, study, volatile  # noqa: E402
+from zones.studies import STATE_FILE, book_calls, plan, stable_view, study, volatile  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sys.platform.startswith("linux"),
                                                    reason="finds the cluster's processes in /proc")]

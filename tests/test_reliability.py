@@ -709,7 +709,7 @@ def test_block_lists_below_the_public_doors_go_through_the_one_validator():
 def test_evaluate_refuses_an_empty_list_of_models_instead_of_scoring_the_default_model(monkeypatch):
     """Issue 55: ``zones.evaluate([], ...)`` evaluated smollm2-135m, a model nobody named."""
     import zones
-    import zones.evaluate as command
+    import zones.evaluation as command
 
     monkeypatch.setattr(command, "load_model", lambda *a, **k: pytest.fail("no model is loaded"))
     for models in ([], ()):
@@ -753,7 +753,7 @@ def test_one_model_listed_twice_is_refused_naming_both_spellings(tmp_path, capfd
     line = one_error(capfd, argv, "--models", *expected)
     assert "twice" in line
     assert not (tmp_path / "study-out").exists()
-    from zones.study import StudyError, parse_models
+    from zones.studies import StudyError, parse_models
 
     with pytest.raises(StudyError, match="'m' and 'm/'"):
         parse_models("m,m/")
@@ -1037,7 +1037,7 @@ def test_a_damaged_converted_model_is_named_once_on_stderr_before_it_is_converte
 def no_study_work(monkeypatch):
     """``zones study`` with its jobs replaced by a failure: a test that expects a refusal before
     any work fails loudly if the study gets that far."""
-    import zones.study as study_module
+    import zones.studies as study_module
 
     def run_jobs(*args, **kwargs):
         raise AssertionError("the study started its jobs")
@@ -1063,7 +1063,7 @@ def test_study_only_refuses_an_unknown_chapter_naming_the_known_ones(tmp_path, c
 def test_a_smaller_plan_never_replaces_an_out_folders_record_of_a_study(tmp_path, capfd, no_study_work):
     """Before: a study of one model written to the --out of a study of two replaced its
     study-state.json (and then jobs.csv) with a record of one job, silently."""
-    from zones.study import STATE_FILE, plan
+    from zones.studies import STATE_FILE, plan
 
     out = tmp_path / "out"
     out.mkdir()
@@ -1123,7 +1123,7 @@ def _random_windows_budget(max_tokens: int):
                                           "field seconds of jobs[0]")])
 def test_study_status_on_a_bad_state_file_names_the_file_and_the_field(tmp_path, capfd, jobs, field):
     """Before: "zones study: error: 'status'" and "'int' object is not iterable"."""
-    from zones.study import STATE_FILE
+    from zones.studies import STATE_FILE
 
     path = tmp_path / STATE_FILE
     path.write_text(json.dumps(dict(version=1, state="finished", jobs=jobs)))
@@ -1175,7 +1175,7 @@ def test_a_killed_studys_scratch_folders_are_removed_by_the_next_study(tmp_path,
     import sys
     import tempfile
 
-    import zones.study as study_module
+    import zones.studies as study_module
     from zones.core.executors import JobFailed
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

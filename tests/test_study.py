@@ -33,7 +33,7 @@ from zones.core.journal import Journal
 from zones.core.manifest import verify_manifest, write_manifest
 from zones.core.tally import counting
 from zones.report import chapter_arguments
-from zones.study import ABOUT_THE_BOOK, STATE_FILE, book_calls, plan, status, study
+from zones.studies import ABOUT_THE_BOOK, STATE_FILE, book_calls, plan, status, study
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -636,7 +636,7 @@ def test_a_signal_stops_the_study_with_one_line_and_keeps_what_finished(signum, 
     second signal stops at once); the finished job's tables, jobs.csv and the state file are there;
     one line says what finished and the command that resumes the study; the exit status is 128 + the
     signal."""
-    import zones.study as study_module
+    import zones.studies as study_module
     from zones.cli import main
 
     monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "cache"))
@@ -681,7 +681,7 @@ def test_the_study_bar_counts_each_jobs_expected_work_in_reference_forwards(tiny
     from zones.book import expected_forwards
     from zones.core.progress import REFERENCE_FLOPS, training_flops
     from zones.series.config import parameter_count
-    from zones.study import TRAIN, model_scale, study_work
+    from zones.studies import TRAIN, model_scale, study_work
 
     models = [str(tiny_model_dir), "smollm2-135m"]
     params = dict(corpus=micro_corpus, depths=[2], seeds=1)
@@ -717,7 +717,7 @@ def test_a_second_signal_during_the_clean_stop_leaves_the_line_of_the_signal_tha
     line that named SIGINT. Now a second signal during the clean stop is ignored: the one line
     names SIGINT and the exit status is 130. (Issue 53: the first signal asks to stop after the
     running job, the second stops at once; a third during the clean stop is the one ignored.)"""
-    script = ("import os, signal, sys, time\nimport zones.study as s\n"
+    script = ("import os, signal, sys, time\nimport zones.studies as s\n"
               "def run_stage(stage, *args):\n    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(0.2)\n"
               "    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(30)\n"
               "s.run_stage = run_stage\nstop = s.Ledger.stop\n"
@@ -757,7 +757,7 @@ def test_parameters_a_model_cannot_take_are_clipped_to_it_and_said(four_block_di
     """Before, the class budget's k_max=3 failed pruning, healing and task accuracy on a 4-block model
     ("k_max=3 is too large ... at most 2 of this model's 4 blocks"), and seq_len=256 a model of 128
     positions. Now each job's parameters are clipped to its model, and the job says so."""
-    from zones.study import fit_to_model
+    from zones.studies import fit_to_model
 
     stages = {s.name: s for s in plan([str(four_block_dir), str(tiny_model_dir)], root=ROOT, budget="class",
                                       only=["pruning", "healing"])}
@@ -813,12 +813,12 @@ def test_a_study_runs_from_any_folder_on_an_installed_zones_and_fits_the_class_b
 
 def test_the_shipped_chapters_equal_the_notebooks(tmp_path):
     """The study's copy of the chapters' parameters cells (``zones/chapters.json``, shipped with the
-    package) is the notebooks'; refresh it with ``python -c "from zones.study import write_packaged;
+    package) is the notebooks'; refresh it with ``python -c "from zones.studies import write_packaged;
     write_packaged()"``."""
-    from zones.study import PACKAGED, write_packaged
+    from zones.studies import PACKAGED, write_packaged
 
     assert json.loads(PACKAGED.read_text()) == write_packaged(ROOT, tmp_path / "chapters.json"), \
-        "zones/chapters.json is stale: python -c 'from zones.study import write_packaged; write_packaged()'"
+        "zones/chapters.json is stale: python -c 'from zones.studies import write_packaged; write_packaged()'"
 
 
 def test_two_sigints_stop_a_running_study_the_first_after_its_job_the_second_at_once(tiny_model_dir, tmp_path):
@@ -826,7 +826,7 @@ def test_two_sigints_stop_a_running_study_the_first_after_its_job_the_second_at_
     handler ignored every signal after the first): only SIGKILL stopped the study. Now the first
     signal asks it to stop after the running job and says that a second stops at once; the second
     does."""
-    script = ("import sys, time\nimport zones.study as s\n"
+    script = ("import sys, time\nimport zones.studies as s\n"
               "def run_stage(stage, *args):\n    time.sleep(120)\n"
               "s.run_stage = run_stage\nfrom zones.cli import main\n"
               "sys.exit(main(['study', '--models', sys.argv[1], '--only', 'alpha_profile', '--out', sys.argv[2]]))\n")
@@ -866,7 +866,7 @@ def test_two_sigints_stop_a_running_study_the_first_after_its_job_the_second_at_
 def test_plan_prints_the_jobs_their_cost_and_time_and_runs_nothing(four_block_dir, tmp_path, monkeypatch, capsys):
     """Issue 53: the cost before a study was "about 5.69 reference forwards", with no time and no way
     to see the plan without running it. ``--plan`` prints each job, its cost and time, and exits."""
-    import zones.study as study_module
+    import zones.studies as study_module
     from zones.cli import main
 
     monkeypatch.setattr(study_module, "forward_seconds", lambda: (2.0, "timed here"))
@@ -892,7 +892,7 @@ def test_the_study_ends_with_one_table_and_figure_across_its_models(four_block_d
     was not one of its jobs, and no table or figure set the models side by side. Now its last job is
     the across-models chapter over every studied model (after the jobs whose entries it reads), its
     tables in ``OUT/across_models`` with its figures as pages that open offline and as specs."""
-    from zones.study import ACROSS
+    from zones.studies import ACROSS
 
     models = [str(four_block_dir), str(tiny_model_dir)]
     params = dict(corpus=micro_corpus, profile=None, n_resamples=50, n_permutations=50)

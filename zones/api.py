@@ -17,14 +17,13 @@ same name, with the same default (the glossary's, ``zones.core.glossary``; ``tes
 checks), and is checked the same way before any work. ``out_dir``: also write the file the command
 writes there (None, where it is optional: only return the table). ``export`` and ``heal`` write a
 model directory (``out_dir``) and return its provenance (``zones-provenance.json``) as one row;
-``evaluate`` returns ``tasks.csv`` (``zones.evaluate.evaluation`` gives all three tables);
-``study`` returns ``jobs.csv`` (``zones.study.study`` gives the whole ``StudyResult``); its chapter
+``evaluate`` returns ``tasks.csv`` (``zones.evaluation.evaluation`` gives all three tables);
+``study`` returns ``jobs.csv`` (``zones.studies.study`` gives the whole ``StudyResult``); its chapter
 parameters are keywords too. An error raised from these calls names keyword arguments
 (``seq_len=128``), not the commands' flags (:func:`python_wording`).
 
-``zones`` imports these lazily (``zones.__getattr__``), so ``import zones`` stays cheap; ``zones.evaluate``
-and ``zones.study`` are also the modules of those subcommands, made callable: calling the module
-calls the function here.
+``zones`` imports these lazily (``zones.__getattr__``), so ``import zones`` stays cheap; the
+subcommands' own modules are ``zones.evaluation`` and ``zones.studies``.
 """
 from __future__ import annotations
 
@@ -39,7 +38,8 @@ from typing import Any, Sequence
 import pandas as pd
 from torch import nn
 
-from zones.core.cache import refreshing, write_table
+from zones.core.refresh import refreshing
+from zones.core.tables import write_table
 from zones.core.checks import check_choice
 from zones.core.data import CorpusError, corpus_windows, load_corpus
 from zones.core.glossary import default
@@ -256,7 +256,7 @@ def heal(model: ModelLike, out_dir: str | os.PathLike, *, remove: str | Sequence
 
 def _evaluate_arguments() -> argparse.Namespace:
     """The flags of ``zones evaluate`` at their defaults."""
-    import zones.evaluate as command
+    import zones.evaluation as command
 
     parser = argparse.ArgumentParser(add_help=False)
     command.add_arguments(parser)
@@ -277,7 +277,7 @@ def evaluate(models: ModelLike | Sequence[ModelLike] | None = None, *, remove: s
     several, the first the reference; None: smollm2-135m), and of the first with ``remove`` (or
     ``strategy``'s ``k`` blocks) removed on the fly; returns ``tasks.csv``. ``out_dir`` writes
     ``tasks.csv``, ``examples.csv`` and, with two variants or more, ``differences.csv``."""
-    import zones.evaluate as command
+    import zones.evaluation as command
 
     if isinstance(models, LoadedModel) or (models is not None and not isinstance(models, (str, os.PathLike))
                                            and any(isinstance(m, LoadedModel) for m in models)):
@@ -305,13 +305,13 @@ def study(models: str | Sequence[str], *, budget: str = _d("budget", "study"), o
           gpus_per_job: float | None = _d("gpus_per_job", "study"), refresh: bool = False, progress: bool | None = None,
           out_dir: str | os.PathLike | None = None, root: str | os.PathLike | None = None, log=print,
           **parameters: Any) -> pd.DataFrame:
-    """``zones study``: every chapter's tables for every model, as jobs (``zones.study.study``);
+    """``zones study``: every chapter's tables for every model, as jobs (``zones.studies.study``);
     every other keyword is a chapter parameter (``--param NAME=VALUE``: ``n_resamples=50``), each
-    clipped to what a model allows where it cannot apply to it (``zones.study.fit_to_model``).
+    clipped to what a model allows where it cannot apply to it (``zones.studies.fit_to_model``).
     Returns ``jobs.csv`` (one row per job, with its status). ``out_dir`` (None: nothing written)
     receives each job's tables as it finishes, ``jobs.csv`` and the state file ``zones study
     --status`` reads."""
-    import zones.study as command
+    import zones.studies as command
 
     return command.study(models, parameters, executor=executor, ray_address=ray_address, retries=retries,
                          cpus_per_job=cpus_per_job, gpus_per_job=gpus_per_job, out_dir=out_dir, only=only,

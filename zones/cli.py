@@ -26,7 +26,7 @@ command; ``tests/test_glossary.py`` holds every flag to it. --out is checked bef
 A subcommand is a :class:`Command`: its flags (``add_arguments(parser)``) and its work
 (``run(args)``). One that lives in a module of its own (with ``add_arguments``, ``run`` and a
 docstring whose first line is its help) is registered with one line in ``COMMANDS``:
-``"study": Command.of(zones.study)``.
+``"study": Command.of(zones.studies)``.
 """
 from __future__ import annotations
 
@@ -42,9 +42,12 @@ from typing import Callable
 import yaml
 from tqdm import tqdm
 
-from zones import __version__, evaluate, study
+import zones.evaluation as evaluation
+import zones.studies as studies
+from zones.core.version import __version__
 from zones.book import build_book, lab_folder, name_values, project_root
-from zones.core.cache import refreshing, write_table
+from zones.core.refresh import refreshing
+from zones.core.tables import write_table
 from zones.core.data import CorpusError, corpus_windows, load_corpus
 from zones.core.executors import check_executor
 from zones.core.glossary import add_flag, default, term
@@ -451,8 +454,8 @@ COMMANDS: dict[str, Command] = {
     "sweep": Command("zones alpha over a list of models, one job per model", sweep_arguments, sweep_run,
                      "The alpha table of every model -> OUT/alpha.csv with a model column"),
     "book": Command("execute the chapter notebooks and build the book", book_arguments, book_run),
-    "study": Command.of(study),
-    "evaluate": Command.of(evaluate),
+    "study": Command.of(studies),
+    "evaluate": Command.of(evaluation),
     "lab": Command("open the notebooks in JupyterLab", lab_arguments, lab_run, LAB_DESCRIPTION),
 }
 

@@ -21,7 +21,6 @@ The rest of the cache, one module per job, each on the ones before it:
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import os
 from pathlib import Path
@@ -71,25 +70,3 @@ def entry_path(kind: str, key_parts: dict[str, Any], ext: str = "parquet") -> Pa
 
 def sidecar_path(path: Path) -> Path:
     return Path(path).with_suffix(".json")
-
-
-# --- issue 52: names that moved out of this module ------------------------------------------------------
-# zones/cli.py, zones/api.py and zones/study.py still import these from here: they are being changed on
-# another branch, and switch to the homes named below (then this map goes). Nothing else may use it
-# (tests/test_layers.py::test_nothing_else_imports_a_moved_cache_name).
-MOVED = {
-    "CapturedEntry": "zones.core.capture", "capture": "zones.core.capture",
-    "collect_entries": "zones.core.capture", "store_captured": "zones.core.capture",
-    "Tally": "zones.core.tally", "counting": "zones.core.tally", "pid_alive": "zones.core.tally",
-    "atomic_write_bytes": "zones.core.atomic", "atomic_write_text": "zones.core.atomic",
-    "read_entry": "zones.core.entries", "write_entry": "zones.core.entries",
-    "refresh_since": "zones.core.refresh", "refreshing": "zones.core.refresh",
-    "write_table": "zones.core.tables",
-}
-
-
-def __getattr__(name: str):
-    """A name of :data:`MOVED`, from its new home (imported on first use)."""
-    if name in MOVED:
-        return getattr(importlib.import_module(MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,7 +15,7 @@ cell's, overridden by ``--param`` and ``--budget`` as in ``zones book``; no note
 read), with ``models=[m]``, into a temporary folder.
 
 Each job runs on the machine it lands on, with that machine's cache (its ``$ZONES_CACHE``),
-inside ``zones.core.cache.capture``: every cache entry it read or wrote travels back with its
+inside ``zones.core.capture.capture``: every cache entry it read or wrote travels back with its
 tables and is stored in this machine's cache (``store_captured``: every file's sha256 checked),
 so that a following ``zones book --models a,b,c`` with the same parameters reads everything and
 computes nothing (its log says how many entries it read and computed). Converted GGUF copies do
@@ -76,7 +76,6 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from zones import callable_module
 from zones.analysis.importance import model_labels
 from zones.book import (
     RUN_LAST,
@@ -91,24 +90,13 @@ from zones.book import (
     name_values,
     project_root,
 )
-from zones.core.cache import (
-    CacheError,
-    CapturedEntry,
-    Tally,
-    atomic_write_bytes,
-    atomic_write_text,
-    capture,
-    collect_entries,
-    counting,
-    entry_path,
-    read_entry,
-    pid_alive,
-    refresh_since,
-    refreshing,
-    store_captured,
-    write_entry,
-    write_table,
-)
+from zones.core.atomic import atomic_write_bytes, atomic_write_text
+from zones.core.cache import CacheError, entry_path
+from zones.core.capture import CapturedEntry, capture, collect_entries, store_captured
+from zones.core.entries import read_entry, write_entry
+from zones.core.refresh import refresh_since, refreshing
+from zones.core.tables import write_table
+from zones.core.tally import Tally, counting, pid_alive
 from zones.core.checks import duplicate_models, duplicate_text
 from zones.core.executors import Job, JobFailed, check_executor, ray_connect, run_jobs
 from zones.core.glossary import DEFAULT_BUDGET, add_flag, check_value, default, preset, term
@@ -601,7 +589,7 @@ def run_stage(stage: Stage, inputs: Sequence[CapturedEntry] = (), carry: bool = 
     """Run one stage where this job landed: take ``inputs`` into this machine's cache, run the
     chapter (or train the run) inside a cache capture, and return its tables and, with ``carry``,
     the cache entries it read or wrote. ``refresh_since``: the driver's ``--refresh`` began then
-    (``zones.core.cache.refreshing``): what this machine's cache held before is computed again."""
+    (``zones.core.refresh.refreshing``): what this machine's cache held before is computed again."""
     with refreshing(refresh_since is not None, since=refresh_since):
         return _run_stage(stage, inputs, carry)
 
@@ -704,7 +692,7 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
           refresh: bool = False, log=print, python: bool = False) -> StudyResult:
     """Run the study (see the module's docstring) and return it; ``JobFailed`` names every job that
     failed, after the others finished (their entries are stored here already). ``refresh``: every
-    job computes again what the caches held before the study began (``zones.core.cache.refreshing``),
+    job computes again what the caches held before the study began (``zones.core.refresh.refreshing``),
     and is sent none of the entries it used the last time. ``python``: called from Python (the API),
     so a failed job's error names chapter parameters as keywords (``seq_len=128``), not ``--param``."""
     check_executor(executor)
@@ -929,7 +917,7 @@ def resume_command(models: Sequence[str], parameters: dict[str, Any] | None, *, 
 
 class Ledger:
     """What the study says and keeps as it runs. Each job's start and end is written at once,
-    atomically (``zones.core.cache.atomic_write_text``/``write_table``), to ``OUT/STATE_FILE``
+    atomically (``zones.core.atomic.atomic_write_text``/``write_table``), to ``OUT/STATE_FILE``
     (every job's status: done, running, failed, waiting; the command that resumes the study)
     and, as each job ends, to ``OUT/jobs.csv``; a finished job's tables go to
     ``OUT/<chapter>/<label>/`` as it finishes, and a line says so (``done pruning · m in 7 m 02 s
@@ -1193,5 +1181,3 @@ def run(args: argparse.Namespace) -> int | None:
     print(f"study: {result.out_dir} ({len(result.jobs)} jobs); zones book --models {','.join(args.models)} with the "
           f"same parameters now reads them from the cache")
 
-
-callable_module(__name__)  # zones.study(...) is zones.api.study(...): the Python API's function

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from zones import callable_module
 from zones.core.checks import check_models
 from zones.core.data import corpus_windows
 from zones.core.glossary import add_flag
@@ -129,5 +128,3 @@ def run(args) -> None:
     """Evaluate every variant on the tasks and write the tables (module docstring)."""
     write(evaluation(args), args.out_dir)
 
-
-callable_module(__name__)  # zones.evaluate(...) is zones.api.evaluate(...): the Python API's function
