@@ -168,3 +168,54 @@ def test_the_readmes_api_example_runs_on_a_tiny_model_as_written(tiny_model_dir,
     exec(compile(code.replace('"smollm2-135m"', repr(str(tiny_model_dir))), "README.md", "exec"), {})
     printed = capsys.readouterr().out
     assert "delta_loss_low" in printed and "zone_aware" in printed
+
+
+@pytest.mark.parametrize("command, argv", [
+    ("alpha_table", ["alpha", "--model", "M", "--out", "OUT"]),
+    ("ablate", ["ablate", "--model", "M", "--out", "OUT"]),
+    ("prune", ["prune", "--model", "M", "--out", "OUT"]),
+    ("export", ["export", "--model", "M", "--remove", "1", "--out", "OUT"]),
+    ("heal", ["heal", "--model", "M", "--remove", "1", "--out", "OUT"]),
+])
+def test_every_subcommand_is_its_api_function_called_with_its_flags(command, argv, monkeypatch, tmp_path):
+    """Issue 52: the CLI re-implemented alpha, ablate, prune, export and heal beside zones.api; now
+    each subcommand parses its flags and calls the API's one body (unwrapped: its errors keep the
+    flags' names), passing every argument the function takes at the flag's value."""
+    import inspect
+
+    from zones import api
+    from zones.cli import main
+
+    calls = []
+    function = getattr(api, command)
+
+    def body(*args, **kwargs):
+        calls.append((args, kwargs))
+        raise SystemExit(7)   # stop before any work or writing
+
+    def wrapper(*args, **kwargs):
+        raise AssertionError("the CLI called the Python wording's wrapper, whose errors name keywords")
+
+    wrapper.__wrapped__ = body
+    monkeypatch.setattr(api, command, wrapper)
+    argv = [str(tmp_path / "out") if a == "OUT" else a for a in argv]
+    with pytest.raises(SystemExit):
+        main(argv)
+    (args, kwargs), = calls
+    assert args[0] == "M"
+    taken = set(inspect.signature(function).parameters) - {"model", "out_dir", "progress"}
+    assert taken <= set(kwargs) | ({"out_dir"} if command in ("export", "heal") else set()), \
+        sorted(taken - set(kwargs))
+
+
+def test_the_same_bad_value_names_the_flag_on_the_command_line_and_the_keyword_in_python(tiny_model_dir, tmp_path,
+                                                                                          capsys):
+    from zones.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["heal", "--model", str(tiny_model_dir), "--remove", "1", "--heal-tokens", "0", "--out", str(tmp_path / "a")])
+    said = capsys.readouterr().err
+    assert "--heal-tokens" in said, said
+    with pytest.raises(ValueError) as caught:
+        zones.heal(str(tiny_model_dir), tmp_path / "b", remove=[1], heal_tokens=0)
+    assert "heal_tokens" in str(caught.value) and "--heal-tokens" not in str(caught.value)

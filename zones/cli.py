@@ -42,23 +42,18 @@ from typing import Callable
 import yaml
 from tqdm import tqdm
 
+import zones.api as api
 import zones.evaluation as evaluation
 import zones.studies as studies
 from zones.core.version import __version__
 from zones.book import build_book, lab_folder, name_values, project_root
 from zones.core.refresh import refreshing
 from zones.core.tables import write_table
-from zones.core.data import CorpusError, corpus_windows, load_corpus
 from zones.core.executors import check_executor
 from zones.core.glossary import add_flag, default, term
-from zones.core.models import load_model
-from zones.measure.ablation import ablation_table
-from zones.pruning import available_strategies, check_strategy_names, pruning_table
-from zones.pruning.export import check_request, choose_removed, export_model
-from zones.pruning.heal import check_options, export_healed, heal
+from zones.pruning import available_strategies
 from zones.series import run_label, series_configs, series_history, series_snapshots, series_summary, train_runs
 from zones.series.checkpoints import lifecycle_snapshots
-from zones.spectra import alpha_table, check_estimators, check_window
 from zones.spectra.alpha_sweep import alpha_sweep
 
 
@@ -100,10 +95,12 @@ def _executor_flags(p: argparse.ArgumentParser, context: str) -> None:
         add_flag(p, name, context)
 
 
-def _load(args):
-    """The model of ``--model``; its tokenizer only when the command has ``--tokenizer``."""
-    text = dict(tokenizer=args.tokenizer) if hasattr(args, "tokenizer") else dict(load_tokenizer=False)
-    return load_model(args.model, device=args.device, trust_remote_code=args.trust_remote_code, **text)
+def _model_options(args) -> dict:
+    """The model flags every command passes to the API (``--tokenizer`` where it has one)."""
+    options = dict(device=args.device, trust_remote_code=args.trust_remote_code)
+    if hasattr(args, "tokenizer"):
+        options["tokenizer"] = args.tokenizer
+    return options
 
 
 def check_out(out_dir: str) -> Path:
@@ -136,9 +133,9 @@ def alpha_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def alpha_run(args) -> None:
-    window, estimators = check_window(args.window), check_estimators(args.estimators)  # before loading
-    table = alpha_table(_load(args).model, window=window, estimators=estimators, refresh=args.refresh,
-                        progress=True)
+    table = api.alpha_table.__wrapped__(args.model, window=args.window, estimators=args.estimators,
+                                        refresh=args.refresh, device=args.device,
+                                        trust_remote_code=args.trust_remote_code, progress=True)
     _write(table, args.out_dir, "alpha.csv")
     noted = table[table["note"] != ""]
     if len(noted):
@@ -171,13 +168,11 @@ def _split_budget(args) -> int | None:
 
 
 def ablate_run(args) -> None:
-    tokens = _split_budget(args)
-    corpus = load_corpus(args.corpus)  # an unknown or empty corpus fails before the model loads
-    loaded = _load(args)
-    with refreshing(args.refresh):  # the loss store's rows are scored again, and replace the old ones
-        windows = corpus_windows(corpus, loaded.tokenizer, args.seq_len, args.split, tokens)
-        table = ablation_table(loaded.model, windows, parts=args.parts, ablation_method=args.ablation_method,
-                               batch_size=args.batch_size, dtype=args.dtype)
+    _split_budget(args)   # a flag of the other split is refused (the API takes both budgets as they are)
+    table = api.ablate.__wrapped__(args.model, corpus=args.corpus, seq_len=args.seq_len, batch_size=args.batch_size,
+                                   eval_tokens=args.eval_tokens, calibration_tokens=args.calibration_tokens,
+                                   dtype=args.dtype, split=args.split, ablation_method=args.ablation_method,
+                                   parts=args.parts, refresh=args.refresh, **_model_options(args))
     _write(table, args.out_dir, "ablation.csv")
 
 
@@ -201,14 +196,10 @@ def prune_run(args) -> None:
     if args.list_strategies:
         print(available_strategies().to_string(index=False))
         return
-    names = check_strategy_names(args.strategies)  # fail before the model loads
-    corpus = load_corpus(args.corpus)
-    loaded = _load(args)
-    with refreshing(args.refresh):  # the strategies' inputs and every scored set are computed again
-        eval_windows = corpus_windows(corpus, loaded.tokenizer, args.seq_len, "eval", args.eval_tokens)
-        calibration = corpus_windows(corpus, loaded.tokenizer, args.seq_len, "calibration", args.calibration_tokens)
-        table = pruning_table(loaded.model, eval_windows, calibration, strategies=names, k_max=args.k_max,
-                              seeds=args.seeds, batch_size=args.batch_size, model_name=args.model, dtype=args.dtype)
+    table = api.prune.__wrapped__(args.model, strategies=args.strategies, k_max=args.k_max, seeds=args.seeds,
+                                  corpus=args.corpus, seq_len=args.seq_len, batch_size=args.batch_size,
+                                  eval_tokens=args.eval_tokens, calibration_tokens=args.calibration_tokens,
+                                  dtype=args.dtype, refresh=args.refresh, **_model_options(args))
     _write(table, args.out_dir, "pruning.csv")
 
 
@@ -231,30 +222,18 @@ def export_arguments(p: argparse.ArgumentParser) -> None:
     add_flag(p, "out_dir", "export", required=True, help="output model directory (written atomically)")
 
 
-def _pruned_blocks(args, loaded, calibration, removed):
-    """--remove 3,11 (``removed``, checked by ``check_request`` before the model loaded) or
-    --strategy NAME --k K: the blocks to remove, and the strategy's name."""
-    if removed is not None:
-        return removed, None
-    return choose_removed(loaded.model, args.strategy, args.k, calibration=calibration, seed=args.seed,
-                          batch_size=args.batch_size), args.strategy
-
-
-def _calibration(args, loaded):
-    """The calibration windows a strategy plans on (--calibration-tokens; by default the pruning
-    chapter's, so a strategy picks the blocks the book reports)."""
-    return corpus_windows(args.corpus, loaded.tokenizer, args.seq_len, "calibration", args.calibration_tokens)
+def _pruning_request(args) -> dict:
+    """What zones export and zones heal pass on: the blocks (``--remove``, or ``--strategy`` and
+    ``--k``) and what a strategy plans on."""
+    return dict(remove=args.remove, strategy=args.strategy, k=args.k, seed=args.seed, corpus=args.corpus,
+                seq_len=args.seq_len, batch_size=args.batch_size, calibration_tokens=args.calibration_tokens,
+                refresh=args.refresh, **_model_options(args))
 
 
 def export_run(args) -> None:
-    removed = check_request(args.out_dir, args.remove, args.strategy, args.k, args.seed)  # before the model loads
-    loaded = _load(args)
-    with refreshing(args.refresh):
-        calibration = _calibration(args, loaded) if args.strategy else None
-        removed, strategy = _pruned_blocks(args, loaded, calibration, removed)
-    out = export_model(loaded.model, removed, args.out_dir, tokenizer=loaded.tokenizer, source=args.model,
-                       strategy=strategy, seed=args.seed if strategy else None, fingerprint=loaded.fingerprint)
-    print(f"wrote {out} (blocks {sorted(removed)} removed; loads with AutoModelForCausalLM.from_pretrained)")
+    row = api.export.__wrapped__(args.model, args.out_dir, **_pruning_request(args)).iloc[0]
+    print(f"wrote {row['out_dir']} (blocks {row['removed'].replace(',', ', ')} removed; loads with "
+          f"AutoModelForCausalLM.from_pretrained)")
 
 
 def heal_arguments(p: argparse.ArgumentParser) -> None:
@@ -272,30 +251,12 @@ def heal_arguments(p: argparse.ArgumentParser) -> None:
     add_flag(p, "out_dir", "heal", required=True, help="output model directory (written atomically)")
 
 
-def _heal_windows(args, loaded):
-    """--heal-tokens calibration tokens, or the whole split when it is smaller (LoRA cycles through it)."""
-    try:
-        return corpus_windows(args.corpus, loaded.tokenizer, args.seq_len, "calibration", args.heal_tokens)
-    except CorpusError:
-        return corpus_windows(args.corpus, loaded.tokenizer, args.seq_len, "calibration", None)
-
-
 def heal_run(args) -> None:
-    removed = check_request(args.out_dir, args.remove, args.strategy, args.k, args.seed)  # before the model loads
-    check_options(method=args.method, tokens=args.heal_tokens, lr=args.lr, rank=args.rank, seed=args.seed,
-                  heal_batch_size=args.heal_batch_size, bridges=args.bridges,
-                  names=dict(tokens="--heal-tokens", lr="--lr", rank="--rank", seed="--seed",
-                             heal_batch_size="--heal-batch-size", method="--method", bridges="--bridges"))
-    loaded = _load(args)
-    with refreshing(args.refresh):  # what a strategy plans on, and the healing, computed again
-        removed, strategy = _pruned_blocks(args, loaded, _calibration(args, loaded) if args.strategy else None,
-                                           removed)
-        healed = heal(loaded.model, removed, _heal_windows(args, loaded), method=args.method, tokens=args.heal_tokens,
-                      seed=args.seed, lr=args.lr, rank=args.rank, bridges=args.bridges,
-                      heal_batch_size=args.heal_batch_size, refresh=args.refresh, fingerprint=loaded.fingerprint)
-    out = export_healed(healed, args.out_dir, tokenizer=loaded.tokenizer, source=args.model, strategy=strategy)
-    first, last = healed.history["loss"].iloc[0], healed.history["loss"].iloc[-1]
-    print(f"calibration loss {first:.4f} -> {last:.4f} nats ({args.method}); wrote {out}")
+    row = api.heal.__wrapped__(args.model, args.out_dir, method=args.method, bridges=args.bridges,
+                               heal_tokens=args.heal_tokens, lr=args.lr, rank=args.rank,
+                               heal_batch_size=args.heal_batch_size, **_pruning_request(args)).iloc[0]
+    print(f"calibration loss {row['healing_calibration_loss_before']:.4f} -> "
+          f"{row['healing_calibration_loss_after']:.4f} nats ({args.method}); wrote {row['out_dir']}")
 
 
 # --- zones train ------------------------------------------------------------------------------
