@@ -435,7 +435,7 @@ def literal_constants() -> list[tuple[str, str, object]]:
                 continue
             name = node.targets[0].id
             term = name.removeprefix("DEFAULT_").lower()
-            term = {"k": "k_values", "tokens": "heal_tokens"}.get(term, term)
+            term = {"k": "k_values"}.get(term, term)
             numbers = term in TERMS and TERMS[term].type in ("int", "float", "tokens")  # not a tuple of choices
             if term not in TERMS or not (name.startswith("DEFAULT_") or numbers) or not all(isinstance(n, (ast.Constant, ast.BinOp, ast.Tuple, ast.List, ast.operator,
                                                            ast.expr_context, ast.UnaryOp, ast.unaryop))

@@ -42,7 +42,7 @@ def trained_tiny(family: str, win, n_layers: int = 5, steps: int = 40):
 def test_healing_lowers_calibration_loss_and_exports(family, method, tmp_path, one_thread):
     win = calibration()
     model = trained_tiny(family, win)
-    kw = dict(lr=1e-2, tokens=12 * 4 * 23) if method == "lora" else dict(tokens=4 * 23)
+    kw = dict(lr=1e-2, heal_tokens=12 * 4 * 23) if method == "lora" else dict(heal_tokens=4 * 23)
     result = heal(model, [2, 3], win, method=method, heal_batch_size=4, progress=False, **kw)
     assert result.calibration_after < result.calibration_before - 1e-3, result.notes
     assert result.history["loss"].iloc[0] == pytest.approx(result.calibration_before)
@@ -65,7 +65,7 @@ def test_healing_is_cached_and_leaves_the_source_model(method, one_thread):
     win = calibration()
     model = trained_tiny("llama", win, n_layers=4) if method == "bridge" else tiny_model("llama", n_layers=4)
     before = [p.clone() for p in model.parameters()]
-    kw = dict(lr=1e-2, tokens=4 * 4 * 23) if method == "lora" else dict(tokens=4 * 23)
+    kw = dict(lr=1e-2, heal_tokens=4 * 4 * 23) if method == "lora" else dict(heal_tokens=4 * 23)
     first = heal(model, [1], win, method=method, heal_batch_size=4, progress=False, **kw)
     again = heal(model, [1], win, method=method, heal_batch_size=4, progress=False, **kw)
     assert again.from_cache and not first.from_cache
@@ -88,7 +88,7 @@ def test_the_default_bridge_gives_a_contiguous_and_a_scattered_removal_the_same_
     model = trained_tiny("llama", win, n_layers=6)
     d = model.config.hidden_size
     contiguous, scattered = [3, 4], [1, 3]
-    healed = {tuple(r): heal(model, r, win, method="bridge", tokens=4 * 23, progress=False, cache=False)
+    healed = {tuple(r): heal(model, r, win, method="bridge", heal_tokens=4 * 23, progress=False, cache=False)
               for r in (contiguous, scattered)}
     assert [h.parameters for h in healed.values()] == [d * d, d * d]
     assert [h.tokens for h in healed.values()] == [4 * 23, 4 * 23]
@@ -97,7 +97,7 @@ def test_the_default_bridge_gives_a_contiguous_and_a_scattered_removal_the_same_
         changed = changed_tensors(model, list(removed), result.model)
         assert changed == ["model.layers.3.mlp.down_proj.weight"], changed   # the last kept block, once
     # The per-span fit stays available, and its capacity is unequal: one bridge per span.
-    per_span = {tuple(r): heal(model, r, win, method="bridge", tokens=4 * 23, bridges="per_span", progress=False,
+    per_span = {tuple(r): heal(model, r, win, method="bridge", heal_tokens=4 * 23, bridges="per_span", progress=False,
                                cache=False) for r in (contiguous, scattered)}
     assert per_span[tuple(contiguous)].parameters == d * d and per_span[tuple(scattered)].parameters == 2 * d * d
 
@@ -112,7 +112,7 @@ def test_the_one_bridge_pulls_the_last_hidden_state_towards_the_full_models(one_
         last = _capture(pruned, win, dict(h=get_adapter(pruned).blocks()[-1]), 4)["h"]
         return float(((last - target) ** 2).sum())
 
-    result = heal(model, removed, win, method="bridge", tokens=4 * 23, progress=False, cache=False)
+    result = heal(model, removed, win, method="bridge", heal_tokens=4 * 23, progress=False, cache=False)
     assert result.key["bridges"] == "one" and result.key["version"] == "2"
     assert error(result.model) < error(pruned_copy(model, removed).eval())
 
@@ -125,20 +125,20 @@ def test_the_held_out_loss_shows_a_bridge_that_fits_its_own_tokens(one_thread):
     model = trained_tiny("llama", windows.take(0, 6), n_layers=5)
     fit, held_out = windows.take(0, 1), windows.take(6)
     assert fit.fingerprint not in (windows.fingerprint, held_out.fingerprint)
-    few = heal(model, [1, 3], fit, method="bridge", tokens=23, progress=False, cache=False, held_out=held_out,
+    few = heal(model, [1, 3], fit, method="bridge", heal_tokens=23, progress=False, cache=False, held_out=held_out,
                ridge=1e-6)
     direct = evaluate_loss(pruned_copy(model, [1, 3]), held_out, 4).loss
     assert few.held_out_before == pytest.approx(direct, abs=1e-5)
     assert few.held_out_after == pytest.approx(evaluate_loss(few.model, held_out, 4).loss, abs=1e-5)
     assert few.calibration_after < few.calibration_before   # on its own tokens it looks like a repair
     assert few.held_out_rise > 0 and any("raised the held-out calibration loss" in n for n in few.notes)
-    enough = heal(model, [1, 3], windows.take(0, 6), method="bridge", tokens=6 * 23, progress=False, cache=False,
+    enough = heal(model, [1, 3], windows.take(0, 6), method="bridge", heal_tokens=6 * 23, progress=False, cache=False,
                   held_out=held_out, ridge=1e-6)
     assert enough.held_out_rise < 0 and not any("held-out" in n for n in enough.notes)   # six windows: a repair
     assert few.record()["held_out_loss_after"] == few.held_out_after
     with pytest.raises(HealError, match="shares 1 of its"):
-        heal(model, [1, 3], fit, method="bridge", tokens=23, progress=False, cache=False, held_out=windows.take(0, 1))
-    plain = heal(model, [1, 3], fit, method="bridge", tokens=23, progress=False, cache=False)
+        heal(model, [1, 3], fit, method="bridge", heal_tokens=23, progress=False, cache=False, held_out=windows.take(0, 1))
+    plain = heal(model, [1, 3], fit, method="bridge", heal_tokens=23, progress=False, cache=False)
     assert np.isnan(plain.held_out_before) and np.isnan(plain.held_out_rise)
 
 
@@ -163,7 +163,7 @@ def test_lora_resumes_from_its_checkpoint(monkeypatch, one_thread):
 
     model = tiny_model("gpt2", n_layers=4)
     win = calibration()
-    kw = dict(method="lora", lr=1e-2, tokens=6 * 2 * 23, heal_batch_size=2, save_every=3, progress=False)
+    kw = dict(method="lora", lr=1e-2, heal_tokens=6 * 2 * 23, heal_batch_size=2, save_every=3, progress=False)
     whole = heal(model, [1], win, cache=False, **kw)
     real_step = torch.optim.AdamW.step
     calls = {"n": 0}
@@ -216,7 +216,7 @@ def test_heal_refuses_eval_windows_and_bad_budgets():
     with pytest.raises(HealError, match="calibration split only"):
         heal(model, [1], eval_windows, method="bridge", progress=False)
     with pytest.raises(HealError, match="tokens"):
-        heal(model, [1], calibration(), tokens=0, progress=False)
+        heal(model, [1], calibration(), heal_tokens=0, progress=False)
     with pytest.raises(HealError, match="method"):
         heal(model, [1], calibration(), method="qlora", progress=False)
 
@@ -292,7 +292,7 @@ def test_healings_passes_are_counted_from_the_shapes(monkeypatch, one_thread):
     calls = []
     monkeypatch.setattr(healing, "count_training",
                         lambda m, n, trained: calls.append((n, sum(p.numel() for p in trained))))
-    heal(model, [1], win, method="lora", heal_batch_size=2, tokens=3 * 2 * 23, progress=False, cache=False)
+    heal(model, [1], win, method="lora", heal_batch_size=2, heal_tokens=3 * 2 * 23, progress=False, cache=False)
     assert len(calls) == 3 and {n for n, _ in calls} == {2 * 24}
     lora = calls[0][1]
     assert 0 < lora < sum(p.numel() for p in model.parameters()) / 2  # the adapters, not the model
@@ -314,7 +314,7 @@ def test_bridging_several_removal_sets_runs_the_full_model_once_and_fits_the_sam
     sets = ([3, 4], [1, 3], [2])
 
     def bridges() -> list[torch.Tensor]:
-        return [heal(model, r, win, method="bridge", tokens=4 * 23, progress=False, cache=False).model
+        return [heal(model, r, win, method="bridge", heal_tokens=4 * 23, progress=False, cache=False).model
                 .model.layers[-1].mlp.down_proj.weight.detach().clone() for r in sets]
 
     calls, last = [], get_adapter(model).blocks()[-1]
@@ -327,7 +327,7 @@ def test_bridging_several_removal_sets_runs_the_full_model_once_and_fits_the_sam
     assert sum(calls) == 1   # one batch of 4 windows, once for all three sets (before: three times)
     for removed, weight in zip(sets, shared):   # each set alone, in a process that held no target
         getattr(healing, "_LAST_OUTPUT", {}).clear()
-        alone = heal(model, removed, win, method="bridge", tokens=4 * 23, progress=False, cache=False)
+        alone = heal(model, removed, win, method="bridge", heal_tokens=4 * 23, progress=False, cache=False)
         assert torch.equal(alone.model.model.layers[-1].mlp.down_proj.weight, weight)
     # Another model's target is never served: the key is the model's bytes.
     other = trained_tiny("llama", win, n_layers=6, steps=41)
@@ -371,6 +371,6 @@ def test_healing_looks_up_the_models_adapter_only_at_its_door(bridges, monkeypat
             monkeypatch.setattr(module, "get_adapter", counted)
     win = calibration()
     model = trained_tiny("llama", win, n_layers=5)
-    heal(model, [1, 3], win, method="bridge", bridges=bridges, tokens=4 * 23, progress=False, cache=False)
+    heal(model, [1, 3], win, method="bridge", bridges=bridges, heal_tokens=4 * 23, progress=False, cache=False)
     from_heal = [c for c in callers if c.endswith("zones/pruning/heal.py")]
     assert callers and not from_heal, callers

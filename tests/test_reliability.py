@@ -626,7 +626,7 @@ def test_a_heal_checkpoint_copied_from_another_run_is_refused(monkeypatch, one_t
 
     win = calibration()
     model = tiny_model("llama", n_layers=4)
-    kw = dict(method="lora", lr=1e-2, tokens=6 * 2 * 23, heal_batch_size=2, save_every=2, progress=False)
+    kw = dict(method="lora", lr=1e-2, heal_tokens=6 * 2 * 23, heal_batch_size=2, save_every=2, progress=False)
     _interrupted_heal(monkeypatch, model, [1], win, kw)
     (theirs,) = sorted((heal_module.entry_path("heal-progress", {}, "pt").parent).glob("*.pt"))
     mine = heal_module.progress_path(heal_module.heal_key(
@@ -794,7 +794,7 @@ def test_heal_refresh_heals_again_past_a_damaged_checkpoint(monkeypatch, one_thr
 
     win = calibration()
     model = tiny_model("gpt2", n_layers=4)
-    kw = dict(method="lora", lr=1e-2, tokens=6 * 2 * 23, heal_batch_size=2, save_every=2, progress=False)
+    kw = dict(method="lora", lr=1e-2, heal_tokens=6 * 2 * 23, heal_batch_size=2, save_every=2, progress=False)
     whole = heal_module.heal(model, [1], win, cache=False, **kw)
     _interrupted_heal(monkeypatch, model, [1], win, kw)
     (progress,) = heal_module.progress_path(whole.key).parent.glob("*.pt")

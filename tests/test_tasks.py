@@ -208,7 +208,7 @@ def test_a_healed_export_evaluated_from_its_directory_answers_like_the_model_in_
 
     loaded = load_model(str(tiny_model_dir), device="cpu")
     calibration = corpus_windows("stdlib", loaded.tokenizer, 32, "calibration", 31 * 8)
-    healed = heal(loaded.model, [1, 3], calibration, method="bridge", tokens=31 * 8, progress=False, cache=False)
+    healed = heal(loaded.model, [1, 3], calibration, method="bridge", heal_tokens=31 * 8, progress=False, cache=False)
     out = export_healed(healed, tmp_path / "healed", tokenizer=loaded.tokenizer, source=str(tiny_model_dir))
     in_memory = evaluate_tasks(healed.model, loaded.tokenizer, "zones_offline", limit=8, cache=False)
     reloaded = load_model(str(out), device="cpu")

@@ -237,10 +237,9 @@ def heal(model: ModelLike, out_dir: str | os.PathLike, *, remove: str | Sequence
     :func:`provenance_row` (its ``healing_*`` fields: the calibration loss before and after, ...)."""
     removed = check_request(out_dir, remove, strategy, k, seed)  # before the model loads
     # named as the command's flags, as every library error is; a Python call reads them as keywords
-    check_options(method=method, tokens=heal_tokens, lr=lr, rank=rank, seed=seed, heal_batch_size=heal_batch_size,
+    check_options(method=method, heal_tokens=heal_tokens, lr=lr, rank=rank, seed=seed, heal_batch_size=heal_batch_size,
                   bridges=bridges, names={name: "--" + name.replace("_", "-") for name in
-                                          ("lr", "rank", "seed", "heal_batch_size", "method", "bridges")}
-                  | dict(tokens="--heal-tokens"))
+                                          ("heal_tokens", "lr", "rank", "seed", "heal_batch_size", "method", "bridges")})
     loaded = _loaded(model, tokenizer=tokenizer, device=device, trust_remote_code=trust_remote_code)
     with refreshing(refresh):  # what a strategy plans on, and the healing, computed again
         removed, strategy = _blocks(loaded, removed, strategy, k, seed, corpus=corpus, seq_len=seq_len,
@@ -249,7 +248,7 @@ def heal(model: ModelLike, out_dir: str | os.PathLike, *, remove: str | Sequence
             windows = corpus_windows(corpus, loaded.tokenizer, seq_len, "calibration", heal_tokens)
         except CorpusError:
             windows = corpus_windows(corpus, loaded.tokenizer, seq_len, "calibration", None)
-        healed = heal_model(loaded.model, removed, windows, method=method, tokens=heal_tokens, seed=seed, lr=lr,
+        healed = heal_model(loaded.model, removed, windows, method=method, heal_tokens=heal_tokens, seed=seed, lr=lr,
                             rank=rank, bridges=bridges, heal_batch_size=heal_batch_size, refresh=refresh,
                             fingerprint=loaded.fingerprint)
     path = export_healed(healed, out_dir, tokenizer=loaded.tokenizer, source=loaded.name, strategy=strategy)

@@ -1,6 +1,6 @@
 """Healing a pruned model on calibration tokens, so that it can be exported as a plain model.
 
-Two methods, each budgeted in calibration tokens (``tokens``: scored tokens, ``seq_len − 1``
+Two methods, each budgeted in calibration tokens (``heal_tokens``: scored tokens, ``seq_len − 1``
 per window) and each reading only the ``calibration`` split (``zones.core.data``), which is
 disjoint from the eval windows every chapter scores on:
 
@@ -77,7 +77,7 @@ METHODS = ("lora", "bridge")
 BRIDGES = ("one", "per_span")   # one bridge per pruned model (matched), or one per removed span (unequal capacity)
 DEFAULT_BRIDGES = default("bridges")
 LAST = "last"                   # the key of the one bridge, at the pruned model's last block
-DEFAULT_TOKENS = default("heal_tokens", context="heal")
+DEFAULT_HEAL_TOKENS = default("heal_tokens", context="heal")
 DEFAULT_LR = default("lr")
 DEFAULT_RANK = default("rank")
 DEFAULT_HEAL_BATCH_SIZE = default("heal_batch_size")  # calibration windows per healing step
@@ -151,22 +151,22 @@ def heal_key(fingerprint: str, removed: Sequence[int], method: str, tokens: int,
                 n_windows=calibration.n_windows, **hyper)
 
 
-PARAMETERS = dict(method="method", tokens="tokens (the healing budget)", lr="lr", rank="rank", ridge="ridge",
+PARAMETERS = dict(method="method", heal_tokens="heal_tokens (the healing budget)", lr="lr", rank="rank", ridge="ridge",
                   seed="seed", heal_batch_size="heal_batch_size", bridges="bridges")
 
 
-def check_options(*, method: str = "lora", tokens=DEFAULT_TOKENS, lr=DEFAULT_LR, rank=DEFAULT_RANK,
+def check_options(*, method: str = "lora", heal_tokens=DEFAULT_HEAL_TOKENS, lr=DEFAULT_LR, rank=DEFAULT_RANK,
                   ridge=DEFAULT_RIDGE, seed=0, heal_batch_size=DEFAULT_HEAL_BATCH_SIZE, bridges=DEFAULT_BRIDGES,
                   names: dict[str, str] | None = None) -> None:
     """Check healing's options before any work (``HealError``, one line naming the option as
     ``names`` spells it: the command line passes its flags, the library its parameter names):
-    ``method`` one of :data:`METHODS`, ``bridges`` one of :data:`BRIDGES`, ``tokens``, ``rank``
+    ``method`` one of :data:`METHODS`, ``bridges`` one of :data:`BRIDGES`, ``heal_tokens``, ``rank``
     and ``heal_batch_size`` integers >= 1, ``seed`` >= 0, ``lr`` and ``ridge`` finite and > 0."""
     name = {**PARAMETERS, **(names or {})}
     try:
         check_choice(method, name["method"], METHODS)
         check_choice(bridges, name["bridges"], BRIDGES)
-        check_int(tokens, name["tokens"], min=1)
+        check_int(heal_tokens, name["heal_tokens"], min=1)
         check_int(heal_batch_size, name["heal_batch_size"], min=1)
         check_int(seed, name["seed"], min=0)
         check_int(rank, name["rank"], min=1)
@@ -176,9 +176,9 @@ def check_options(*, method: str = "lora", tokens=DEFAULT_TOKENS, lr=DEFAULT_LR,
         raise HealError(str(err)) from None
 
 
-def _check(method: str, tokens, calibration: Windows, heal_batch_size, held_out: Windows | None = None,
+def _check(method: str, heal_tokens, calibration: Windows, heal_batch_size, held_out: Windows | None = None,
            **options) -> None:
-    check_options(method=method, tokens=tokens, heal_batch_size=heal_batch_size, **options)
+    check_options(method=method, heal_tokens=heal_tokens, heal_batch_size=heal_batch_size, **options)
     for name, windows in (("calibration", calibration), ("held_out", held_out)):
         if windows is None and name == "held_out":
             continue
@@ -471,15 +471,15 @@ def budget_notes(method: str, tokens: int, calibration: Windows, heal_batch_size
 
 
 def heal(model: nn.Module, removed: Sequence[int], calibration: Windows, *, method: str = "lora",
-         tokens: int = DEFAULT_TOKENS, seed: int = 0, lr: float = DEFAULT_LR, rank: int = DEFAULT_RANK,
+         heal_tokens: int = DEFAULT_HEAL_TOKENS, seed: int = 0, lr: float = DEFAULT_LR, rank: int = DEFAULT_RANK,
          ridge: float = DEFAULT_RIDGE, bridges: str = DEFAULT_BRIDGES, heal_batch_size: int = DEFAULT_HEAL_BATCH_SIZE,
          save_every: int = 25, cache: bool = True, refresh: bool = False, progress: bool = True,
          fingerprint: str | None = None, held_out: Windows | None = None) -> HealResult:
     """Remove ``removed`` from a copy of ``model`` and heal it on ``calibration`` (module docstring).
 
-    ``model`` itself is never changed. ``tokens`` is the budget: LoRA trains on that many
+    ``model`` itself is never changed. ``heal_tokens`` is the budget: LoRA trains on that many
     calibration tokens (cycling through the windows; whole steps, so a little more); the bridge
-    fits on the first ``ceil(tokens / (seq_len − 1))`` calibration windows, or all of them when
+    fits on the first ``ceil(heal_tokens / (seq_len − 1))`` calibration windows, or all of them when
     the split holds fewer. ``bridges`` (the bridge only): ``"one"``, one bridge per pruned model
     at its last block (the same capacity for every removal set), or ``"per_span"``, one per
     removed span (unequal capacity; module docstring). ``HealResult.tokens`` is the number used
@@ -490,9 +490,9 @@ def heal(model: nn.Module, removed: Sequence[int], calibration: Windows, *, meth
     loss. Returns a :class:`HealResult` whose ``model`` is a plain transformers model (adapters
     merged, bridges folded).
     """
-    _check(method, tokens, calibration, heal_batch_size, held_out, lr=lr, rank=rank, ridge=ridge, seed=seed,
+    _check(method, heal_tokens, calibration, heal_batch_size, held_out, lr=lr, rank=rank, ridge=ridge, seed=seed,
            bridges=bridges)
-    result = _heal(model, removed, calibration, method=method, tokens=tokens, seed=seed, lr=lr, rank=rank,
+    result = _heal(model, removed, calibration, method=method, tokens=heal_tokens, seed=seed, lr=lr, rank=rank,
                    ridge=ridge, bridges=bridges, heal_batch_size=heal_batch_size, save_every=save_every, cache=cache,
                    refresh=refresh, progress=progress, fingerprint=fingerprint)
     if held_out is not None:

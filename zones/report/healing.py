@@ -262,7 +262,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
     healing_log = []
     for method in methods:
         for s in sets:
-            healed = heal(loaded.model, as_list(s), heal_windows, method=method, tokens=heal_tokens, lr=lr, rank=rank,
+            healed = heal(loaded.model, as_list(s), heal_windows, method=method, heal_tokens=heal_tokens, lr=lr, rank=rank,
                           bridges=bridges, progress=progress, fingerprint=loaded.fingerprint, held_out=held_out)
             result = evaluate_loss(healed.model, eval_windows, batch_size, dtype=subject.dtype, cache=True)
             long += [dict(stage=method, removed=s, window=w, nll=float(v), n_tokens=n_tok)

@@ -268,7 +268,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = 256,
     healing_log = []
     for s in sorted({canonical_removed(r) for r in arms["removed"]}):
         removed = [int(b) for b in s.split(",")]
-        healed = heal(loaded.model, removed, heal_windows, method=method, tokens=heal_tokens, lr=lr, rank=rank,
+        healed = heal(loaded.model, removed, heal_windows, method=method, heal_tokens=heal_tokens, lr=lr, rank=rank,
                       bridges=bridges, progress=progress, fingerprint=loaded.fingerprint)
         started_answer = time.time()
         results.append(evaluate_tasks(healed.model, loaded.tokenizer, tasks, removed=s, **common))
