@@ -219,3 +219,14 @@ def test_the_same_bad_value_names_the_flag_on_the_command_line_and_the_keyword_i
     with pytest.raises(ValueError) as caught:
         zones.heal(str(tiny_model_dir), tmp_path / "b", remove=[1], heal_tokens=0)
     assert "heal_tokens" in str(caught.value) and "--heal-tokens" not in str(caught.value)
+
+
+def test_prune_returns_the_interval_columns_ablate_does(tiny_model_dir, one_thread):
+    """Issue 53: ``prune`` returned ΔLoss without its interval while ``ablate`` gave one."""
+    table = zones.prune(str(tiny_model_dir), strategies="last_n,random", k_max=2, seeds=1, seq_len=32,
+                        eval_tokens=6 * 31, calibration_tokens=2 * 31)
+    ablation = zones.ablate(str(tiny_model_dir), seq_len=32, eval_tokens=6 * 31)
+    shared = {"delta_loss", "delta_loss_low", "delta_loss_high"}
+    assert shared <= set(table.columns) and shared <= set(ablation.columns)
+    assert (table["delta_loss_low"] <= table["delta_loss"]).all() and (table["delta_loss"] <= table["delta_loss_high"]).all()
+    assert (table["delta_loss_high"] > table["delta_loss_low"]).all()

@@ -48,11 +48,13 @@ from torch import nn
 from zones.core.checks import check_int
 from zones.core.data import Windows
 from zones.core.glossary import default
+from zones.measure.bootstrap import delta_loss_interval
 from zones.measure.scoring import score_windows
 from zones.measure.subject import Subject, as_subject
 from zones.pruning.strategies import BLOCK, PruningContext, Strategy, StrategyError, get_strategy, strategy_names
 
-COLUMNS = ["model", "strategy", "k", "seed", "removed", "ppl", "base_ppl", "delta_ppl", "delta_loss", "n_tokens"]
+COLUMNS = ["model", "strategy", "k", "seed", "removed", "ppl", "base_ppl", "delta_ppl", "delta_loss", "delta_loss_low",
+           "delta_loss_high", "n_tokens"]
 WINDOW_COLUMNS = ["removed", "window", "nll", "n_tokens"]
 DEFAULT_STRATEGIES = tuple(default("strategies", context="prune"))
 RECIPE_ABLATIONS = ("zone_aware_no_protection", "zone_aware_no_spreading", "zone_aware_one_zone")
@@ -180,6 +182,8 @@ def pruning_sweep(model: nn.Module | Subject, eval_windows: Windows, calibration
     ``base_ppl``    perplexity of the full model on the same tokens
     ``delta_ppl``   ``ppl − base_ppl``
     ``delta_loss``  ``ln(ppl / base_ppl)``: the rise in mean token loss, nats
+    ``delta_loss_low``, ``delta_loss_high``: its paired 95% interval over eval windows (as
+                    ``zones ablate``'s; ``zones.measure.bootstrap.delta_loss_interval``)
     ``n_tokens``    scored tokens
     ==============  =====================================================================
 
@@ -225,12 +229,19 @@ def pruning_sweep(model: nn.Module | Subject, eval_windows: Windows, calibration
     n_window_tokens = eval_windows.seq_len - 1
     n_tokens = n_window_tokens * eval_windows.n_windows
     loss = {s: float(scored[s].sum() / n_tokens) for s in sets}
+    tokens = np.full(eval_windows.n_windows, n_window_tokens)
+    interval = delta_loss_interval(np.stack([scored[s] for s in sets[1:]]), scored[()], tokens) if len(sets) > 1 \
+        else None
+    low = {s: float(interval.low[i]) for i, s in enumerate(sets[1:])} if interval is not None else {}
+    high = {s: float(interval.high[i]) for i, s in enumerate(sets[1:])} if interval is not None else {}
     out = plans.assign(
         model=model_name or str(getattr(getattr(subject.model, "config", None), "name_or_path", "")
                                 or type(subject.model).__name__),
         ppl=[float(np.exp(loss[s])) for s in plans["set"]],
         base_ppl=float(np.exp(loss[()])),
         delta_loss=[loss[s] - loss[()] for s in plans["set"]],
+        delta_loss_low=[low.get(s, np.nan) for s in plans["set"]],
+        delta_loss_high=[high.get(s, np.nan) for s in plans["set"]],
         n_tokens=n_tokens,
     )
     out["delta_ppl"] = out["ppl"] - out["base_ppl"]
