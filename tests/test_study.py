@@ -918,3 +918,22 @@ def test_the_study_ends_with_one_table_and_figure_across_its_models(four_block_d
         assert "vega-embed" in page and "cdn.jsdelivr" not in page  # its scripts inside: opens offline
         assert json.loads((out / ACROSS / f"{name}.json").read_text())["$schema"].startswith("https://vega")
     assert any(line.startswith("across models: ") and "rho_by_model.html" in line for line in lines)
+
+
+def test_a_resumed_job_keeps_the_seconds_of_the_run_that_computed_it(tiny_model_dir, tmp_path, monkeypatch):
+    """Issue 53: jobs.csv lost a resumed job's original seconds (the rerun read its tables back from
+    the cache in a fraction of the time, and that was all the table kept)."""
+    import zones
+    from zones.studies import JOB_COLUMNS
+
+    monkeypatch.setenv("ZONES_CACHE", str(tmp_path / "cache"))
+    run = dict(n_resamples=50, only=["alpha_profile"], out_dir=tmp_path / "out", root=ROOT, progress=False,
+               log=lambda _: None)
+    first = zones.study([str(tiny_model_dir)], **run)
+    record = json.loads((tmp_path / "out" / STATE_FILE).read_text())
+    record["jobs"][0]["seconds"] = record["jobs"][0]["computed_seconds"] = 123.0   # as if it took long
+    (tmp_path / "out" / STATE_FILE).write_text(json.dumps(record))
+    again = zones.study([str(tiny_model_dir)], **run)
+    assert "computed_seconds" in JOB_COLUMNS and first["computed"].tolist() != [0]
+    assert again["computed"].tolist() == [0] and again["computed_seconds"].tolist() == [123.0]
+    assert again["seconds"].tolist() != [123.0]   # this run's own time, beside it

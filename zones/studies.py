@@ -117,7 +117,7 @@ SERIES_IN_EVERY_JOB = ("primer",)  # chapters whose every model's job reads a tr
 # Work a chapter shares with another of the same model (speed only: without it, it is computed again)
 SHARES = {"importance_vs_alpha": ("layer_ablation",), "predictors": ("layer_ablation", "pruning"),
           "healing": ("pruning",)}
-VOLATILE_COLUMNS = ("seconds", "snapshot_fraction", "tokens_per_s", "speedup", "path", "device",
+VOLATILE_COLUMNS = ("seconds", "computed_seconds", "snapshot_fraction", "tokens_per_s", "speedup", "path", "device",
                     "from_cache")  # timings, places, whether this run or an earlier one computed it
 
 
@@ -789,8 +789,10 @@ def study(models: str | Sequence[str], parameters: dict[str, Any] | None = None,
 
 STATE_FILE = "study-state.json"  # OUT/study-state.json: every job's status, rewritten as jobs start and finish
 STATE_VERSION = 1
-JOB_COLUMNS = ["job", "chapter", "model", "label", "status", "node", "seconds", "cpus", "gpus", "read", "computed",
-               "retries", "fitted", "error"]  # fitted: the parameters clipped to the model (fit_to_model), in words
+JOB_COLUMNS = ["job", "chapter", "model", "label", "status", "node", "seconds", "computed_seconds", "cpus", "gpus",
+               "read", "computed", "retries", "fitted", "error"]
+# fitted: the parameters clipped to the model (fit_to_model), in words; computed_seconds: the seconds of the run
+# that computed the job's tables (kept when a resumed study only reads them back from the cache)
 STATUSES = ("done", "running", "failed", "waiting")  # the order --status lists them in
 
 
@@ -930,8 +932,10 @@ class Ledger:
         self.started = time.time()
         self.state = "running"
         self.stopped_by: str | None = None
+        earlier = _computed_seconds(self.out_dir) if self.out_dir is not None else {}
         self.rows = {s.name: dict(job=s.name, chapter=s.chapter, model=s.model or "", label=s.label,
-                                  status="waiting", fitted="; ".join(s.fitted)) for s in stages}
+                                  status="waiting", fitted="; ".join(s.fitted),
+                                  computed_seconds=earlier.get(s.name)) for s in stages}
         self.begun: dict[str, float] = {}
         self.save()
 
@@ -945,6 +949,8 @@ class Ledger:
 
     def finish(self, stage: Stage, result: StageResult) -> None:
         row = self.rows[stage.name]
+        if result.tally.n_computed > 0 or row.get("computed_seconds") is None:  # this run computed it
+            row["computed_seconds"] = round(result.seconds, 2)
         row.update(status="done", node=result.node, seconds=round(result.seconds, 2),
                    cpus=result.resources.get("CPU", self.cpus), gpus=result.resources.get("GPU", 0.0),
                    read=result.tally.n_read, computed=result.tally.n_computed, retries=self._retries(stage.name),
@@ -1007,6 +1013,21 @@ class Ledger:
             write_table(self.table(), self.out_dir / "jobs.csv")
 
 
+def _computed_seconds(out_dir: Path) -> dict[str, float]:
+    """The seconds each done job of an earlier study in ``out_dir`` took where it was computed
+    (``computed_seconds``, else its ``seconds``); empty when there is no readable record."""
+    try:
+        record = read_state(out_dir)
+    except StudyError:
+        return {}
+    found = {}
+    for job in record["jobs"]:
+        seconds = job.get("computed_seconds", job.get("seconds"))
+        if job.get("status") == "done" and isinstance(seconds, (int, float)) and not isinstance(seconds, bool):
+            found[job["job"]] = float(seconds)
+    return found
+
+
 def check_record(out_dir: str | Path, stages: Sequence[Stage]) -> None:
     """Refuse to write a study's record (``STATE_FILE``, ``jobs.csv``) over the record in
     ``out_dir`` of a study with jobs this plan lacks: that study's record would be lost without a
@@ -1053,7 +1074,7 @@ def read_state(out_dir: str | Path) -> dict:
             if not isinstance(job.get(name), kind):
                 what = "is missing" if name not in job else f"is {job[name]!r}, not a {kind.__name__}"
                 raise StudyError(f"{path}: field {name} of jobs[{k}] {what}; {remedy}")
-        for name in ("seconds", "started", "computed"):
+        for name in ("seconds", "computed_seconds", "started", "computed"):
             value = job.get(name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
                 raise StudyError(f"{path}: field {name} of jobs[{k}] is {value!r}, not a number; {remedy}")
