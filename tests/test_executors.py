@@ -319,3 +319,27 @@ def test_the_work_bar_writes_no_cursor_codes_when_another_bar_is_alive():
     finally:
         other.close()
     assert "\x1b[A" not in out.getvalue() and "a line above the bar" in out.getvalue()
+
+
+def test_a_dead_raylets_log_tail_stays_out_of_the_studys_lines():
+    """Issue 53: at a node kill, 43 lines of the head raylet's ``[state-dump]`` log reached the
+    study's output through Ray's driver warning; its first sentence is kept, the tail dropped."""
+    import io
+    import logging
+
+    from zones.core.executors import RaylogFilter
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(RaylogFilter())
+    logger = logging.getLogger("ray._private.worker.test-zones")
+    logger.addHandler(handler)
+    try:
+        logger.warning("Raylet is terminated: ip=10.0.0.2, id=abc. Termination is unexpected. Last 20 lines of the "
+                       "Raylet logs:\n    [state-dump] NodeManager.deadline_timer - 1 total\n    [state-dump] x")
+        logger.warning("an ordinary warning stays as it is")
+    finally:
+        logger.removeHandler(handler)
+    said = stream.getvalue()
+    assert "[state-dump]" not in said and "Raylet is terminated: ip=10.0.0.2" in said
+    assert "an ordinary warning stays as it is" in said and said.count("\n") == 2

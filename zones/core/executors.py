@@ -35,6 +35,7 @@ jobs or for none, so a table is never silently short of rows.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import selectors
 import socket
@@ -341,6 +342,31 @@ def _join_once(address: str, seconds: float) -> None:
         process.stderr.close()
 
 
+class RaylogFilter(logging.Filter):
+    """Ray's driver warns when a node's raylet dies and appends the last 20 lines of that raylet's
+    log (dozens of ``[state-dump]`` lines), which landed among the study's own lines. Kept: the
+    warning's first sentences (which node, why); dropped: the log tail, which ``ray logs
+    raylet.out`` still shows."""
+
+    TAIL = "Last 20 lines of the Raylet logs"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if self.TAIL in message or "[state-dump]" in message:
+            head = message.split(self.TAIL)[0].strip()
+            lines = [line for line in head.splitlines() if "[state-dump]" not in line]
+            record.msg, record.args = " ".join(lines).strip() or "a Ray node's raylet stopped", ()
+        return True
+
+
+def quiet_ray_logs() -> None:
+    """Put :class:`RaylogFilter` on the handlers of Ray's logger (its child loggers write through
+    them), once."""
+    for handler in logging.getLogger("ray").handlers:
+        if not any(isinstance(f, RaylogFilter) for f in handler.filters):
+            handler.addFilter(RaylogFilter())
+
+
 def ray_connect(address: str | None = None):
     """Ray, initialised: the running instance, else ``ray.init(address=address or $RAY_ADDRESS)``
     (a local instance when neither is set) once ``check_ray_address`` has passed."""
@@ -354,6 +380,7 @@ def ray_connect(address: str | None = None):
         print(f"zones: connecting to Ray at {address}" if address else "zones: starting a local Ray instance",
               file=sys.stderr)
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    quiet_ray_logs()
     return ray
 
 
