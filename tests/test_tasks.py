@@ -189,11 +189,11 @@ def test_paired_differences_match_the_mean_difference_of_answers():
     found = paired_differences(examples, "acc").set_index("variant")
     full = examples[examples["removed"] == ""]["acc"].to_numpy()
     for removed in ("1", "2"):
-        r = found.loc[f"m − [{removed}]"]
+        r = found.loc[f"m without block{'s' if ',' in removed else ''} {removed}"]
         assert r["reference"] == "m" and r["n"] == 200
         assert r["difference"] == pytest.approx(examples[examples["removed"] == removed]["acc"].mean() - full.mean())
         assert r["difference_low"] < r["difference"] < r["difference_high"]
-    assert found.loc["m − [1]", "difference_high"] < 0          # 0.5 vs 0.8 on 200 examples: separable
+    assert found.loc["m without block 1", "difference_high"] < 0          # 0.5 vs 0.8 on 200 examples: separable
     # pairing: a variant identical to the reference has a zero-width interval at 0
     same = pd.concat([examples[examples["removed"] == ""], examples[examples["removed"] == ""].assign(removed="9")])
     r = paired_differences(same, "acc").iloc[0]
@@ -474,3 +474,12 @@ def test_lm_evals_forwards_are_counted_token_by_token(tiny_tokenizer, one_thread
     lm.loglikelihood(requests, disable_tqdm=True)
     expected = matmul_flops(module_weights(model), tokens) / REFERENCE_FLOPS
     assert work_done() - before == pytest.approx(expected)
+
+
+def test_a_variant_is_named_in_words_so_that_a_minus_sign_means_only_a_difference():
+    """Issue 53: ``zones evaluate`` printed "m − [1,3] − m: ..." (− for "without" and for "minus")."""
+    from zones.measure.tasks.harness import variant_label
+
+    assert variant_label("m", "") == "m"
+    assert variant_label("m", "1") == "m without block 1" and variant_label("m", "1,3") == "m without blocks 1,3"
+    assert "−" not in variant_label("m", "1,3")

@@ -302,8 +302,11 @@ def evaluate_tasks(model: nn.Module, tokenizer, tasks: str | Sequence[str], *, l
 # --------------------------------------------------------------------------------------------
 
 def variant_label(model: str, removed: str) -> str:
-    """How a variant is named in a comparison: the model, and the blocks removed if any."""
-    return f"{model} − [{removed}]" if removed else str(model)
+    """How a variant is named in a comparison: the model, and the blocks removed if any (in words:
+    "m without blocks 1,3"; "−" means only a difference, "variant − reference")."""
+    if not removed:
+        return str(model)
+    return f"{model} without block{'s' if ',' in str(removed) else ''} {removed}"
 
 
 def paired_differences(examples: pd.DataFrame, metric: str = "acc", pairs: Sequence[tuple[str, str]] | None = None,
