@@ -53,6 +53,11 @@ def _estimates(frame: pd.DataFrame) -> list[str]:
             and pd.api.types.is_numeric_dtype(frame[c])]
 
 
+def _text(column: pd.Series) -> pd.Series:
+    """A column as text, missing cells as "" (a missing cell equals a missing cell)."""
+    return column.astype(object).where(column.notna(), "").astype(str)
+
+
 def compare_table(reference: pd.DataFrame, other: pd.DataFrame, name: str) -> dict:
     """One table in two precisions: ``share`` (the largest |Δ estimate| over its float32
     half-width, NaN when the table has no interval), ``where`` (file:column:row of it),
@@ -64,11 +69,11 @@ def compare_table(reference: pd.DataFrame, other: pd.DataFrame, name: str) -> di
         return out
     verdicts = [c for c in reference.columns if c == "verdict" or c.endswith("_verdict")]
     for column in verdicts:
-        out["verdicts_differ"] += int((reference[column].astype(str) != other[column].astype(str)).sum())
+        out["verdicts_differ"] += int((_text(reference[column]) != _text(other[column])).sum())
     labels = [c for c in reference.columns if not pd.api.types.is_numeric_dtype(reference[c])
               and c not in verdicts and not c.endswith(("text", "why", "reason", "note", "notes", "by_k"))]
     for column in labels:
-        differ = reference[column].astype(str) != other[column].astype(str)
+        differ = _text(reference[column]) != _text(other[column])
         if differ.any():
             row = int(np.flatnonzero(differ.to_numpy())[0])
             out["problem"] = (f"{name}: {column} differs (row {row}: {reference[column].iloc[row]!r} against "

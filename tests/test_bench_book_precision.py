@@ -48,3 +48,10 @@ def test_a_changed_verdict_or_removal_set_is_a_difference_whatever_the_numbers(t
     (tmp_path / "default" / "sub" / "delta.csv").write_text(reference.to_csv(index=False))
     (tmp_path / "default" / "same.csv").write_text(reference.to_csv(index=False))
     assert b.compare_chapter(tmp_path / "float32", tmp_path / "default")["agree"]
+
+
+def test_missing_cells_are_equal_to_missing_cells():
+    b = bench()
+    a = pd.DataFrame(dict(role=[None, "q"], delta_loss=[0.1, 0.2], delta_loss_low=[0.0, 0.1], delta_loss_high=[0.2, 0.3]))
+    found = b.compare_table(a, a.copy(), "t.csv")
+    assert not found["problem"] and found["share"] == 0.0
