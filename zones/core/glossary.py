@@ -185,7 +185,7 @@ TERMS: dict[str, Term] = _terms(
           "class": by(126, ablate=6120),
           "gpu": by(8160, predictors=8184, sublayers=2040, ablate=6120)}),
     Term("heal_tokens", "tokens", "healing budget: calibration tokens each pruned model is healed on",
-         {"cpu": by(4080, heal=8192), "class": by(1008, heal=8192), "gpu": by(51000, heal=8192)},
+         {"cpu": by(8160, heal=8192), "class": by(2016, heal=8192), "gpu": by(51000, heal=8192)},
          minimum=1),   # healing takes a budget, never "the whole split"
     Term("heal_holdout_tokens", "tokens", "calibration tokens healing never sees, scored before and after it: a "
          "repair that raises their loss fitted its own calibration tokens", {"cpu": 2040, "class": 504, "gpu": 8160},
