@@ -47,10 +47,14 @@ PRECISIONS = ("float32", "default")
 QUIET = {BOOK_MODE_ENV: "1", "TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
 
 
-def _estimates(frame: pd.DataFrame) -> list[str]:
-    """The columns X of ``frame`` that carry an interval (``X_low`` and ``X_high``)."""
-    return [c for c in frame.columns if f"{c}_low" in frame.columns and f"{c}_high" in frame.columns
-            and pd.api.types.is_numeric_dtype(frame[c])]
+def _estimates(frame: pd.DataFrame) -> list[tuple[str, str, str]]:
+    """``(X, low, high)`` for every estimate of ``frame`` with an interval: ``X_low``/``X_high``, and a
+    ρ table's ``rho`` with ``ci_low``/``ci_high``."""
+    found = [(c, f"{c}_low", f"{c}_high") for c in frame.columns if f"{c}_low" in frame.columns
+             and f"{c}_high" in frame.columns and pd.api.types.is_numeric_dtype(frame[c])]
+    if {"rho", "ci_low", "ci_high"} <= set(frame.columns):
+        found.append(("rho", "ci_low", "ci_high"))
+    return found
 
 
 def _text(column: pd.Series) -> pd.Series:
@@ -80,8 +84,8 @@ def compare_table(reference: pd.DataFrame, other: pd.DataFrame, name: str) -> di
                               f"{other[column].iloc[row]!r})")
             return out
     best = -1.0
-    for column in _estimates(reference):
-        half = (reference[f"{column}_high"] - reference[f"{column}_low"]).to_numpy(float) / 2
+    for column, low, high in _estimates(reference):
+        half = (reference[high] - reference[low]).to_numpy(float) / 2
         moved = np.abs(other[column].to_numpy(float) - reference[column].to_numpy(float))
         with np.errstate(divide="ignore", invalid="ignore"):
             share = np.where(moved == 0, 0.0, moved / half)

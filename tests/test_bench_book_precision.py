@@ -55,3 +55,10 @@ def test_missing_cells_are_equal_to_missing_cells():
     a = pd.DataFrame(dict(role=[None, "q"], delta_loss=[0.1, 0.2], delta_loss_low=[0.0, 0.1], delta_loss_high=[0.2, 0.3]))
     found = b.compare_table(a, a.copy(), "t.csv")
     assert not found["problem"] and found["share"] == 0.0
+
+
+def test_a_rho_is_judged_against_its_own_interval():
+    b = bench()
+    a = pd.DataFrame(dict(rho=[0.5], ci_low=[0.3], ci_high=[0.7], p_value=[0.01]))
+    found = b.compare_table(a, a.assign(rho=[0.53]), "rho.csv")
+    assert abs(found["share"] - 0.15) < 1e-9 and found["where"] == "rho.csv:rho:row 0"   # 0.03 of a half-width 0.2

@@ -29,7 +29,7 @@ from zones.core.data import corpus_windows, load_corpus
 from zones.core.glossary import default
 from zones.core.models import load_model
 from zones.core.progress import bars_shown
-from zones.measure.ablation import CHAPTER_DTYPE, ablation_window_losses
+from zones.measure.ablation import ablation_window_losses
 from zones.measure.agreement import agreement_window_losses, summarize_agreement
 from zones.measure.bootstrap import N_PERMUTATIONS, N_RESAMPLES
 from zones.measure.subject import as_subject
@@ -155,7 +155,7 @@ def run(models=("smollm2-135m",), corpus: str = "stdlib", seq_len: int = SEQ_LEN
         alpha_estimator: str = "alpha_shape", n_resamples: int = N_RESAMPLES, n_permutations: int = N_PERMUTATIONS, speed_repeats: int = 2,
         block_agreement: bool = False, seed: int = 0, profile: str | None = "cpu", depths=None,
         train_overrides: dict | None = None, series_eval_tokens: int = SERIES_EVAL_TOKENS, out_dir: str = "results/sublayers", *,
-        dtype: str = CHAPTER_DTYPE, progress: bool | None = None) -> ChapterResult:
+        dtype: str = default("dtype", context="sublayers"), progress: bool | None = None) -> ChapterResult:
     """The chapter. For every model: the attention-only and MLP-only ablation (``parts=True``,
     cached) against the sublayers' α → ``importance.csv``, ``rho.csv``. For the first model:
     every strategy's plan at 1..k_max blocks' parameters, scored on the eval windows with loss,
