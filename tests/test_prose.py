@@ -89,9 +89,9 @@ def test_the_group_of_all_matrices_is_not_the_all_matrices():
 
 
 def _cpu_seeds() -> dict[int, int]:
-    from zones.series.config import PROFILES
+    from zones.series.config import profile_depths, profile_seeds
 
-    return dict(PROFILES["cpu"]["seeds"])
+    return {depth: len(profile_seeds("cpu", depth)) for depth in profile_depths("cpu")}
 
 
 def test_the_methods_table_and_the_notebook_comment_give_the_cpu_profile_s_seeds():
