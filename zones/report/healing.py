@@ -142,8 +142,10 @@ def held_out_text(healing_log: pd.DataFrame, holdout_tokens: int) -> str:
         change = f"{float(rise[worst]):+.3f} nats ({rows.loc[worst, 'held_out_before']:.3f} → " \
                  f"{rows.loc[worst, 'held_out_after']:.3f})"
         if fell == len(rows):
+            smallest = f"{-float(rise[worst]):.3f} nats ({rows.loc[worst, 'held_out_before']:.3f} → " \
+                       f"{rows.loc[worst, 'held_out_after']:.3f})"
             parts.append(f"{method}: the loss on {fmt_int(holdout_tokens)} held-out calibration tokens fell for all "
-                         f"{len(rows)} healed models (the smallest fall {change})")
+                         f"{len(rows)} healed models (the smallest fall {smallest})")
         else:
             parts.append(f"{method}: the loss on {fmt_int(holdout_tokens)} held-out calibration tokens rose for "
                          f"{len(rows) - fell} of the {len(rows)} healed models (the largest rise {change}): the "
