@@ -677,7 +677,7 @@ def test_a_signal_stops_the_study_with_one_line_and_keeps_what_finished(signum, 
 
 def test_the_study_bar_counts_each_jobs_expected_work_in_reference_forwards(tiny_model_dir, micro_corpus,
                                                                              monkeypatch, tmp_path):
-    from zones import study as study_module
+    import zones.studies as study_module
     from zones.book import expected_forwards
     from zones.core.progress import REFERENCE_FLOPS, training_flops
     from zones.series.config import parameter_count

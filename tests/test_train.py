@@ -625,7 +625,7 @@ def test_runs_are_given_to_workers_longest_first_to_the_least_loaded():
     assert [[(c.depth, c.seed) for c in q] for q in queues] == [[(16, 0), (16, 2), (8, 0), (8, 1), (8, 2)],
                                                                 [(16, 1), (12, 0), (12, 1), (12, 2)]]
     assert [[c.depth for c in q] for q in assign(series_configs("cpu"), 1)] == [[16, 16, 16, 12, 12, 12, 8, 8, 8]]
-    assert len(assign(series_configs("cpu", depths=[8]), 8)) == 2  # never more workers than runs
+    assert len(assign(series_configs("cpu", depths=[8]), 8)) == 3  # never more workers than runs (3 seeds)
 
 
 # --- nothing left running (issue 55) ----------------------------------------------------------------
